@@ -1,0 +1,104 @@
+"""Shared fixtures.
+
+Unit tests (tests/unit) are hermetic: starting a process or opening a network connection
+fails the test. Integration tests (tests/integration) use the real git, the vLLM sdist,
+the Docker engine and the distribution registry, and carry markers saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_units(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "tests/unit" not in str(request.node.fspath).replace(os.sep, "/"):
+        return
+
+    def no_process(*a: object, **k: object) -> None:
+        raise AssertionError("unit tests are hermetic: no subprocesses")
+
+    def no_connect(*a: object, **k: object) -> None:
+        raise AssertionError("unit tests are hermetic: no network")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_process)
+    monkeypatch.setattr(socket.socket, "connect", no_connect)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private, empty store for one test."""
+    h = tmp_path / "store"
+    monkeypatch.setenv("PATCHBAKE_HOME", str(h))
+    return h
+
+
+@pytest.fixture(scope="session")
+def shared_home() -> Path:
+    """The store integration tests share so the 37 MB sdist is fetched once per machine."""
+    h = Path(os.environ.get("PATCHBAKE_TEST_HOME", Path.home() / ".cache" / "patchbake-tests"))
+    h.mkdir(parents=True, exist_ok=True)
+    return h
+
+
+@pytest.fixture(scope="session")
+def pipeline_path() -> Path:
+    return REPO / "pipeline.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real distribution registry on 127.0.0.1, private to this test session."""
+    exe = shutil.which("docker-registry")
+    if not exe:
+        pytest.skip("docker-registry is not installed (make setup installs Debian's docker-registry)")
+    import requests
+
+    root = tmp_path_factory.mktemp("registry")
+    port = _free_port()
+    cfg = root / "config.yml"
+    template = (REPO / "ci" / "registry.yml.in").read_text()
+    cfg.write_text(template.replace("@ROOT@", str(root / "data")).replace("@PORT@", str(port)))
+    proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=subprocess.DEVNULL,
+                            stderr=open(root / "log", "wb"))
+    url = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if requests.get(f"http://{url}/v2/", timeout=1).status_code == 200:
+                break
+        except requests.RequestException:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"registry did not start: {(root / 'log').read_text()[-500:]}")
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    """The real Docker engine started by ci/services.sh."""
+    if not shutil.which("docker"):
+        pytest.skip("docker client not installed (make setup installs docker.io)")
+    r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("no Docker engine answers (ci/services.sh starts one)")
+    return r.stdout.strip()

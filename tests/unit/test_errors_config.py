@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from patchbake import config
+from patchbake.errors import ConfigError, PatchbakeError, all_error_classes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_exit_codes_are_distinct() -> None:
+    codes = [c.exit_code for c in all_error_classes()]
+    assert len(codes) == len(set(codes)), sorted(codes)
+    assert PatchbakeError.exit_code not in (0, 2) or PatchbakeError.exit_code == 1
+
+
+def test_repository_pipeline_loads() -> None:
+    p = config.load(REPO / "pipeline.yaml")
+    lin = p.lineage()
+    assert lin.upstream.version == "0.25.1"
+    assert lin.upstream.sha256 == "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "pipeline.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = """
+version: 1
+name: t
+lineages:
+  v0.24.0:
+    name: fix
+    upstream: {kind: index, version: 0.24.0, filename: a.tar.gz, sha256: %s}
+    patch: patch/a.patch
+    files: patch/v0.24.0/FILES.txt
+    source_record: patch/v0.24.0/SOURCE
+  v0.25.1:
+    name: fix
+    upstream: {kind: index, version: 0.25.1, filename: b.tar.gz, sha256: %s}
+    patch: patch/b.patch
+    files: patch/FILES.txt
+    source_record: patch/SOURCE
+""" % ("a" * 64, "b" * 64)
+
+
+def test_default_lineage_is_newest(tmp_path: Path) -> None:
+    p = config.load(_write(tmp_path, BASE))
+    assert p.lineage().key == "v0.25.1"
+    assert p.lineage("v0.24.0").upstream.version == "0.24.0"
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda t: t.replace("lineages:", "lineage:"), "unknown key 'lineage'; did you mean 'lineages'?"),
+        (lambda t: t.replace("version: 1", "version: one"), "'version' must be of type integer"),
+        (lambda t: t.replace("    patch: patch/b.patch\n", ""), "missing required key 'lineages.v0.25.1.patch'"),
+        (lambda t: t.replace("sha256: " + "b" * 64, "sha256: xyz"), "must be 64 lowercase hex digits"),
+        (lambda t: t.replace("kind: index, version: 0.25.1", "kind: idx, version: 0.25.1"), "did you mean 'index'"),
+        (lambda t: t.replace("name: t\n", "name: t\nchanels: {}\n"), "did you mean 'channels'"),
+    ],
+)
+def test_bad_pipeline_is_one_line_error(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError) as ei:
+        config.load(_write(tmp_path, mutate(BASE)))
+    assert message in ei.value.one_line()
+    assert "pipeline.yaml" in ei.value.one_line()
+    assert "\n" not in ei.value.one_line()
+    assert ei.value.exit_code == 3
+
+
+def test_unknown_lineage_suggests(tmp_path: Path) -> None:
+    p = config.load(_write(tmp_path, BASE))
+    with pytest.raises(ConfigError, match="did you mean 'v0.25.1'"):
+        p.lineage("v0.25.2")

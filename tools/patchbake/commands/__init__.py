@@ -1,0 +1,1 @@
+"""One module per stage; each defines ``register(group)`` adding its click commands."""

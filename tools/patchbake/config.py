@@ -1,0 +1,194 @@
+"""pipeline.yaml: the instance. Validated once into frozen objects.
+
+A pipeline holds one or more *lineages* (an upstream pin with its own patch, FILES.txt and
+source record), plus image definitions, fixture suites and release channels. Commands take
+``--lineage``; the default is the newest upstream version.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .schema import Field, Schema, one_of, sha256_check, suggest, validate
+
+PIPELINE_FILE = "pipeline.yaml"
+SOURCE_KINDS = ("index", "url", "path", "git")
+
+
+def _commit_check(value: Any) -> str | None:
+    if not re.fullmatch(r"[0-9a-f]{40}", str(value)):
+        return "must be a full 40-hex-digit commit id (tags and branches move)"
+    return None
+
+
+UPSTREAM_SCHEMA = Schema({
+    "kind": Field(str, required=True, check=one_of(*SOURCE_KINDS),
+                  help="index, url, path or git"),
+    "package": Field(str, default="vllm"),
+    "version": Field(str, required=True),
+    "filename": Field(str),
+    "sha256": Field(str, check=sha256_check),
+    "url": Field(str),
+    "path": Field(str),
+    "repo": Field(str),
+    "commit": Field(str, check=_commit_check),
+    "strip": Field(str, help="top-level directory inside the archive"),
+    "generated": Field(list, default=[], help="paths generated at build time"),
+})
+
+LINEAGE_SCHEMA = Schema({
+    "upstream": Field(dict, required=True),
+    "patch": Field(str, required=True, help="path of the canonical patch"),
+    "files": Field(str, required=True, help="path of FILES.txt"),
+    "source_record": Field(str, required=True, help="path of the SOURCE record"),
+    "series": Field(str, default=None),
+    "name": Field(str, required=True, help="patch name, as in <name>-v<version>.patch"),
+})
+
+PIPELINE_SCHEMA = Schema({
+    "version": Field(int, required=True, check=lambda v: None if v == 1 else "must be 1"),
+    "name": Field(str, required=True),
+    "lineages": Field(dict, required=True),
+    "default_lineage": Field(str),
+    "images": Field(dict, default={}),
+    "suites": Field(dict, default={}),
+    "channels": Field(dict, default={}),
+    "signing": Field(dict, default={}),
+})
+
+
+@dataclass(frozen=True)
+class Upstream:
+    kind: str
+    package: str
+    version: str
+    filename: str | None
+    sha256: str | None
+    url: str | None
+    path: str | None
+    repo: str | None
+    commit: str | None
+    strip: str | None
+    generated: tuple[str, ...]
+
+    @property
+    def pin(self) -> str:
+        """One-line identity of the upstream: what FILES.txt headers and records quote."""
+        if self.kind == "git":
+            return f"{self.package}=={self.version} git:{self.commit}"
+        return f"{self.package}=={self.version} sha256:{self.sha256}"
+
+
+@dataclass(frozen=True)
+class Lineage:
+    key: str
+    name: str
+    upstream: Upstream
+    patch: Path
+    files: Path
+    source_record: Path
+    series: Path | None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    path: Path
+    root: Path
+    name: str
+    lineages: dict[str, Lineage]
+    default_lineage: str
+    images: dict[str, Any] = field(default_factory=dict)
+    suites: dict[str, Any] = field(default_factory=dict)
+    channels: dict[str, Any] = field(default_factory=dict)
+    signing: dict[str, Any] = field(default_factory=dict)
+
+    def lineage(self, key: str | None = None) -> Lineage:
+        k = key or self.default_lineage
+        if k not in self.lineages:
+            raise ConfigError(
+                f"{self.path.name}: no lineage '{k}'{suggest(k, list(self.lineages))}"
+                f" (lineages: {', '.join(sorted(self.lineages))})"
+            )
+        return self.lineages[k]
+
+
+def _version_key(v: str) -> tuple[Any, ...]:
+    parts = re.split(r"[.\-+]", v.lstrip("v"))
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def _upstream(raw: dict[str, Any], where: str, source: str) -> Upstream:
+    u = validate(raw, UPSTREAM_SCHEMA, where, source)
+    need = {"index": ("filename", "sha256"), "url": ("url", "sha256"), "path": ("path",),
+            "git": ("repo", "commit")}[u["kind"]]
+    for key in need:
+        if not u[key]:
+            raise ConfigError(f"{source}: missing required key '{where}.{key}' "
+                              f"(needed by kind '{u['kind']}')")
+    return Upstream(
+        kind=u["kind"], package=u["package"], version=u["version"], filename=u["filename"],
+        sha256=u["sha256"], url=u["url"], path=u["path"], repo=u["repo"], commit=u["commit"],
+        strip=u["strip"], generated=tuple(u["generated"]),
+    )
+
+
+def parse(data: Any, path: Path) -> Pipeline:
+    source = str(path.name)
+    top = validate(data, PIPELINE_SCHEMA, "", source)
+    root = path.parent.resolve()
+    lineages: dict[str, Lineage] = {}
+    for key, raw in top["lineages"].items():
+        where = f"lineages.{key}"
+        lin = validate(raw, LINEAGE_SCHEMA, where, source)
+        up = _upstream(lin["upstream"], f"{where}.upstream", source)
+        lineages[str(key)] = Lineage(
+            key=str(key), name=lin["name"], upstream=up,
+            patch=root / lin["patch"], files=root / lin["files"],
+            source_record=root / lin["source_record"],
+            series=(root / lin["series"]) if lin["series"] else None,
+        )
+    if not lineages:
+        raise ConfigError(f"{source}: 'lineages' must name at least one lineage")
+    default = top["default_lineage"] or max(
+        lineages, key=lambda k: _version_key(lineages[k].upstream.version))
+    if default not in lineages:
+        raise ConfigError(f"{source}: 'default_lineage' names '{default}', which is not a "
+                          f"lineage{suggest(default, list(lineages))}")
+    return Pipeline(path=path.resolve(), root=root, name=top["name"], lineages=lineages,
+                    default_lineage=default, images=top["images"], suites=top["suites"],
+                    channels=top["channels"], signing=top["signing"])
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
+    p = Path(path) if path else find_pipeline()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p.name}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    return parse(data, p)
+
+
+def find_pipeline(start: Path | None = None) -> Path:
+    env = os.environ.get("PATCHBAKE_PIPELINE")
+    if env:
+        return Path(env)
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / PIPELINE_FILE).is_file():
+            return d / PIPELINE_FILE
+    return here / PIPELINE_FILE

@@ -1,0 +1,196 @@
+"""One exception hierarchy; one exit code per class.
+
+Every expected failure raises a subclass of :class:`PatchbakeError`. The CLI prints
+``patchbake: error: <message>`` on one line and exits with the class's ``exit_code``.
+Messages say what failed, why, and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class PatchbakeError(Exception):
+    """Base class. ``exit_code`` is stable and documented in docs/errors.md."""
+
+    exit_code = 1
+    kind = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message)
+
+    def one_line(self) -> str:
+        text = self.message if not self.hint else f"{self.message} ({self.hint})"
+        return " ".join(text.split())
+
+
+class UsageError(PatchbakeError):
+    """Bad command-line arguments."""
+
+    exit_code = 2
+    kind = "usage"
+
+
+class ConfigError(PatchbakeError):
+    """pipeline.yaml or another definition file is invalid."""
+
+    exit_code = 3
+    kind = "config"
+
+
+class ToolMissingError(PatchbakeError):
+    """An external program (git, docker, pytest) is not installed."""
+
+    exit_code = 4
+    kind = "tool-missing"
+
+
+class ProcessError(PatchbakeError):
+    """An external program failed."""
+
+    exit_code = 5
+    kind = "process"
+
+
+class FetchError(PatchbakeError):
+    """Upstream sources could not be resolved or downloaded."""
+
+    exit_code = 10
+    kind = "fetch"
+
+
+class IntegrityError(PatchbakeError):
+    """Bytes did not hash to the pinned or recorded digest."""
+
+    exit_code = 11
+    kind = "integrity"
+
+
+class UnsafeArchiveError(PatchbakeError):
+    """An archive entry would escape its tree or is a device, fifo or bad link."""
+
+    exit_code = 12
+    kind = "unsafe-archive"
+
+
+class StoreError(PatchbakeError):
+    """The content-addressed store is unusable (permissions, corruption, lock)."""
+
+    exit_code = 13
+    kind = "store"
+
+
+class PatchError(PatchbakeError):
+    """The patch file itself is malformed (parse errors, whitespace, final newline)."""
+
+    exit_code = 20
+    kind = "patch"
+
+
+class GuardError(PatchbakeError):
+    """The lost-line guard found patch, FILES.txt and the tree in disagreement."""
+
+    exit_code = 21
+    kind = "guard"
+
+
+class ApplyError(PatchbakeError):
+    """Strict apply refused the patch (fuzz, offset, already applied, reversed, path)."""
+
+    exit_code = 22
+    kind = "apply"
+
+
+class ExportError(PatchbakeError):
+    """Export refused (workspace dirty, source record would move backwards)."""
+
+    exit_code = 23
+    kind = "export"
+
+
+class SeriesError(PatchbakeError):
+    """The split series does not reproduce the canonical patch."""
+
+    exit_code = 24
+    kind = "series"
+
+
+class ImageError(PatchbakeError):
+    """An image definition, layout or archive is invalid."""
+
+    exit_code = 30
+    kind = "image"
+
+
+class RegistryError(PatchbakeError):
+    """The registry refused, or answered with bytes that do not match."""
+
+    exit_code = 31
+    kind = "registry"
+
+
+class TagMovedError(RegistryError):
+    """A push would move an existing tag to another digest."""
+
+    exit_code = 32
+    kind = "tag-moved"
+
+
+class VerifyError(PatchbakeError):
+    """An image's files do not match a fresh apply of the patch."""
+
+    exit_code = 33
+    kind = "verify"
+
+
+class EngineError(PatchbakeError):
+    """The Docker engine is unreachable or a build failed."""
+
+    exit_code = 34
+    kind = "engine"
+
+
+class SuiteError(PatchbakeError):
+    """A fixture suite failed, collected nothing, or cannot run on this machine."""
+
+    exit_code = 40
+    kind = "suite"
+
+
+class RequirementError(SuiteError):
+    """The machine does not meet the suite's requirements (GPU, capability, memory)."""
+
+    exit_code = 41
+    kind = "requirement"
+
+
+class EvidenceError(PatchbakeError):
+    """Evidence is missing, unsigned, untrusted or bound to another digest."""
+
+    exit_code = 50
+    kind = "evidence"
+
+
+class GateError(PatchbakeError):
+    """A release gate blocked promotion."""
+
+    exit_code = 60
+    kind = "gate"
+
+
+class LedgerError(PatchbakeError):
+    """The release ledger's hash chain is broken."""
+
+    exit_code = 61
+    kind = "ledger"
+
+
+def all_error_classes() -> list[type[PatchbakeError]]:
+    """Every class in the hierarchy, for docs and the distinct-exit-code test."""
+    seen: list[type[PatchbakeError]] = []
+    stack: list[type[PatchbakeError]] = [PatchbakeError]
+    while stack:
+        cls = stack.pop()
+        seen.append(cls)
+        stack.extend(cls.__subclasses__())
+    return seen

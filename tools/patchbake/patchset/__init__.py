@@ -1,0 +1,1 @@
+"""patchset stage."""

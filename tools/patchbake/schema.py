@@ -1,0 +1,97 @@
+"""A small declarative validator: unknown keys, wrong types and missing fields become
+one-line ConfigErrors naming the key and the file, with "did you mean" for typos."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Field:
+    types: type | tuple[type, ...]
+    required: bool = False
+    default: Any = None
+    check: Callable[[Any], str | None] | None = None  # returns a problem or None
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Schema:
+    fields: dict[str, Field]
+    name: str = ""
+    extra: Field | None = field(default=None)  # schema for values under arbitrary keys
+
+
+def _type_name(t: type | tuple[type, ...]) -> str:
+    ts = t if isinstance(t, tuple) else (t,)
+    names = {dict: "mapping", list: "list", str: "string", int: "integer", bool: "boolean",
+             float: "number"}
+    return " or ".join(names.get(x, x.__name__) for x in ts)
+
+
+def suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def validate(data: Any, schema: Schema, where: str, source: str) -> dict[str, Any]:
+    """Validate ``data`` (a mapping) against ``schema``. ``where`` is the dotted key path
+    of this mapping; ``source`` the file it came from. Returns data with defaults."""
+    label = where or "top level"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {label} must be a mapping, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    known = list(schema.fields)
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if not isinstance(key, str):
+            raise ConfigError(f"{source}: key {key!r} under {label} must be a string")
+        spec = schema.fields.get(key) or schema.extra
+        if spec is None:
+            raise ConfigError(
+                f"{source}: unknown key '{path}'{suggest(key, known)}"
+                + ("" if suggest(key, known) else f" (allowed: {', '.join(known)})")
+            )
+        if isinstance(value, bool) and bool not in (
+            spec.types if isinstance(spec.types, tuple) else (spec.types,)
+        ):
+            raise ConfigError(f"{source}: '{path}' must be of type {_type_name(spec.types)}, got boolean")
+        if not isinstance(value, spec.types):
+            raise ConfigError(
+                f"{source}: '{path}' must be of type {_type_name(spec.types)}, "
+                f"got {type(value).__name__} {value!r:.40}"
+            )
+        if spec.check:
+            problem = spec.check(value)
+            if problem:
+                raise ConfigError(f"{source}: '{path}' {problem}")
+        out[key] = value
+    for key, spec in schema.fields.items():
+        if key not in out:
+            if spec.required:
+                path = f"{where}.{key}" if where else key
+                raise ConfigError(f"{source}: missing required key '{path}'" +
+                                  (f" ({spec.help})" if spec.help else ""))
+            out[key] = spec.default
+    return out
+
+
+def sha256_check(value: Any) -> str | None:
+    import re
+
+    if not re.fullmatch(r"[0-9a-f]{64}", str(value)):
+        return "must be 64 lowercase hex digits (a sha256)"
+    return None
+
+
+def one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value not in choices:
+            return f"must be one of {', '.join(choices)}, got {value!r}{suggest(str(value), list(choices))}"
+        return None
+
+    return check
