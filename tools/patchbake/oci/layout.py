@@ -1,0 +1,129 @@
+"""The store root doubles as an OCI image layout.
+
+``<store>/oci-layout`` and ``<store>/index.json`` sit beside ``<store>/blobs/sha256/`` so
+every baked image (manifest, config, layers) lives content-addressed in the store as plain
+blobs, and any OCI tool can read the store directory as a layout. Manifests, configs and
+layers are ordinary blobs: the registry client pushes them with ``store.open_blob(digest)``
+and pulls them with ``store.put_stream(chunks, expected=digest)``.
+
+Public functions (used by the registry helper and the CLI):
+
+- ``ensure_layout(store)``                  write ``oci-layout`` / empty ``index.json``
+- ``put_json(store, obj) -> Descriptor-ish`` store canonical JSON, return (digest, size, bytes)
+- ``read_verified(store, digest, size=None) -> bytes``  blob bytes, hash (and size) checked
+- ``add_ref(store, name, descriptor)``       name a manifest in index.json (atomic, locked)
+- ``resolve(store, ref) -> Descriptor``      ``name`` or ``sha256:<hex>`` -> manifest descriptor
+- ``refs(store) -> dict[str, Descriptor]``   every named manifest
+
+Names are free-form strings stored as ``org.opencontainers.image.ref.name``; a name points
+at one manifest, and ``add_ref`` moves it (the store is a local cache; tags that must never
+move live in registries and are guarded there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..errors import ImageError, IntegrityError, StoreError
+from ..fsutil import atomic_write, canonical_json
+from ..store import Store
+from .media import OCI_INDEX, OCI_MANIFEST, Descriptor
+
+REF_NAME = "org.opencontainers.image.ref.name"
+LAYOUT_VERSION = b'{"imageLayoutVersion":"1.0.0"}'
+INDEX_LOCK = "oci-index"
+
+
+def ensure_layout(store: Store) -> None:
+    marker = store.root / "oci-layout"
+    if not marker.exists():
+        atomic_write(marker, LAYOUT_VERSION)
+    if not (store.root / "index.json").exists():
+        with store.lock(INDEX_LOCK):
+            if not (store.root / "index.json").exists():
+                _write_index(store, [])
+
+
+def put_json(store: Store, obj: Any) -> tuple[str, int, bytes]:
+    """Store ``obj`` as canonical JSON; return ("sha256:<hex>", size, bytes)."""
+    data = canonical_json(obj)
+    hexd = store.put_bytes(data)
+    return f"sha256:{hexd}", len(data), data
+
+
+def read_verified(store: Store, digest: str, size: int | None = None) -> bytes:
+    """Read a blob and re-hash it: a blob edited in place in the store is caught here."""
+    try:
+        data = store.read_blob(digest)
+    except StoreError:
+        raise
+    got = hashlib.sha256(data).hexdigest()
+    want = digest.removeprefix("sha256:")
+    if got != want:
+        raise IntegrityError(f"store blob sha256:{want} now hashes to sha256:{got}: the store "
+                             "was modified", hint="run `patchbake store fsck` and re-bake")
+    if size is not None and len(data) != size:
+        raise IntegrityError(f"blob {digest} is {len(data)} bytes, its descriptor says {size}")
+    return data
+
+
+def _read_index(store: Store) -> list[dict[str, Any]]:
+    path = store.root / "index.json"
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise StoreError(f"{path} is not valid JSON: {exc}",
+                         hint="remove it; baked images stay in blobs/ and can be re-named") from None
+    manifests = doc.get("manifests", []) if isinstance(doc, dict) else None
+    if not isinstance(manifests, list):
+        raise StoreError(f"{path} has no 'manifests' list")
+    return [m for m in manifests if isinstance(m, dict)]
+
+
+def _write_index(store: Store, manifests: list[dict[str, Any]]) -> None:
+    doc = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}
+    atomic_write(store.root / "index.json", canonical_json(doc))
+
+
+def add_ref(store: Store, name: str, desc: Descriptor) -> None:
+    """Point ``name`` at the manifest ``desc`` (replacing an older entry of that name)."""
+    ensure_layout(store)
+    if not store.has(desc.digest):
+        raise ImageError(f"cannot name {desc.digest}: the manifest is not in the store")
+    entry = desc.to_json()
+    entry["annotations"] = {**entry.get("annotations", {}), REF_NAME: name}
+    with store.lock(INDEX_LOCK):
+        manifests = [m for m in _read_index(store)
+                     if (m.get("annotations") or {}).get(REF_NAME) != name]
+        manifests.append(entry)
+        manifests.sort(key=lambda m: (m["annotations"].get(REF_NAME, ""), m.get("digest", "")))
+        _write_index(store, manifests)
+
+
+def refs(store: Store) -> dict[str, Descriptor]:
+    out: dict[str, Descriptor] = {}
+    for i, m in enumerate(_read_index(store)):
+        name = (m.get("annotations") or {}).get(REF_NAME)
+        if isinstance(name, str):
+            out[name] = Descriptor.from_json(m, f"index.json manifests[{i}]")
+    return out
+
+
+def resolve(store: Store, ref: str) -> Descriptor:
+    """A ref name from index.json, or a manifest digest already in the store."""
+    if ref.startswith("sha256:"):
+        data = read_verified(store, ref)
+        try:
+            mt = json.loads(data).get("mediaType") or OCI_MANIFEST
+        except (ValueError, AttributeError):
+            raise ImageError(f"{ref} in the store is not a JSON manifest") from None
+        return Descriptor(str(mt), ref, len(data))
+    known = refs(store)
+    if ref not in known:
+        raise ImageError(f"no image named '{ref}' in the store at {store.root}",
+                         hint="run `patchbake bake` first, or `patchbake image ls` to list names")
+    return known[ref]
