@@ -5,6 +5,7 @@ Layout under the store root (``PATCHBAKE_HOME`` or the user cache dir)::
     blobs/sha256/<hex>      immutable content
     trees/<hex>/            extracted trees keyed by the blob (or tree) digest
     locks/<name>.lock       advisory flock files
+    sources/<key>.json      source records written by patchbake.sources (pin -> tree)
     tmp/                    staging for downloads and extractions (same filesystem)
 """
 
@@ -52,7 +53,7 @@ class Store:
     def open(cls, root: str | os.PathLike[str] | None = None) -> Store:
         r = Path(root) if root else default_root()
         try:
-            for sub in ("blobs/sha256", "trees", "locks", "tmp"):
+            for sub in ("blobs/sha256", "trees", "locks", "tmp", "sources"):
                 (r / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(
@@ -150,6 +151,14 @@ class Store:
         if dest.exists():
             shutil.rmtree(staging, ignore_errors=True)
             return dest
-        os.replace(staging, dest)
+        try:
+            os.replace(staging, dest)
+        except OSError:
+            # another process published the same key between our check and rename
+            # (rename onto a non-empty directory fails): theirs is as good as ours
+            if not dest.is_dir():
+                raise
+            shutil.rmtree(staging, ignore_errors=True)
+            return dest
         fsync_dir(dest.parent)
         return dest

@@ -1,0 +1,238 @@
+"""fetch(): a lineage's pinned upstream -> verified bytes -> safely extracted tree in the
+store, with its tree digest recorded. Idempotent and keyed by content.
+
+Store layout used here (beside the store's own blobs/ trees/ locks/ tmp/)::
+
+    blobs/sha256/<archive sha256>        the archive, as pinned
+    trees/<tree digest hex>/             the extracted tree (top-level dir stripped)
+    sources/<key>.json                   source record: archive sha, tree digest, files
+
+A record's key is what the pin names: the archive sha256 (+ strip) or the git commit, so
+a second fetch of the same pin reads one small file and touches nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import config
+from ..errors import FetchError, IntegrityError
+from ..fsutil import atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
+from ..store import Store
+from . import extract as ex
+from . import gitsrc, http, index
+from .digest import digest_entries, tree_entries
+from .http import ProgressFactory
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Fetched:
+    archive_sha256: str | None  # hex; None for a directory or git source
+    tree_digest: str  # "sha256:<hex>"
+    root: Path  # the pristine tree in the store: treat as read-only
+    pin: str  # lineage.upstream.pin
+    files: int = 0  # files and symlinks in the tree
+    kind: str = ""
+    record: Path | None = None
+
+
+def _record_key(up: config.Upstream, archive: str | None, tree: str | None) -> str:
+    if up.kind == "git":
+        basis: dict[str, Any] = {"git": up.commit, "strip": up.strip}
+    elif archive:
+        basis = {"archive": archive, "strip": up.strip}
+    else:
+        basis = {"tree": tree, "strip": up.strip}
+    return sha256_bytes(canonical_json(basis))
+
+
+def _record_path(store: Store, key: str) -> Path:
+    return store.root / "sources" / f"{key}.json"
+
+
+def _load(store: Store, key: str, up: config.Upstream) -> Fetched | None:
+    p = _record_path(store, key)
+    try:
+        rec = json.loads(p.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # a damaged record is rebuilt, not trusted
+    if rec.get("version") != RECORD_VERSION:
+        return None
+    root = store.tree_path(rec["tree_digest"])
+    if not root.is_dir():
+        return None
+    return Fetched(rec.get("archive_sha256"), rec["tree_digest"], root, up.pin,
+                   int(rec.get("files", 0)), up.kind, p)
+
+
+def _save(store: Store, key: str, up: config.Upstream, archive: str | None, digest: str,
+          files: int, strip: str | None, origin: str) -> Path:
+    rec = {"version": RECORD_VERSION, "kind": up.kind, "package": up.package,
+           "upstream_version": up.version, "pin": up.pin, "archive_sha256": archive,
+           "tree_digest": digest, "files": files, "strip": strip, "origin": origin,
+           "commit": up.commit, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    p = _record_path(store, key)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(p, pretty_json(rec))
+    return p
+
+
+def _resolve_local(spec: str, base: Path | None) -> Path:
+    p = Path(spec).expanduser()
+    return p if p.is_absolute() else (base or Path.cwd()) / p
+
+
+def _publish(store: Store, staging: Path, tree_root: Path,
+             progress: ProgressFactory | None) -> tuple[str, int]:
+    with http.bar(progress, "tree digest", None, unit_bytes=False) as b:
+        entries = tree_entries(tree_root, on_item=b.advance)
+    digest = digest_entries(entries)
+    store.publish_tree(tree_root, digest)
+    return digest, len(entries)
+
+
+def _extract_blob(store: Store, blob: str, up: config.Upstream, *, auto_strip: bool,
+                  progress: ProgressFactory | None) -> tuple[str, int, str | None]:
+    staging = store.tmpdir("extract")
+    try:
+        with http.bar(progress, "extract", None, unit_bytes=False) as b:
+            root, used = ex.extract(store.blob_path(blob), staging / "tree", strip=up.strip,
+                                    auto_strip=auto_strip, on_member=b.advance)
+        digest, n = _publish(store, staging, root, progress)
+        return digest, n, used
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _archive_source(up: config.Upstream, store: Store, base: Path | None,
+                    progress: ProgressFactory | None) -> tuple[str, str]:
+    """Ensure the pinned archive is a blob in the store; (sha256 hex, origin)."""
+    if up.kind == "path":
+        src = _resolve_local(up.path or "", base)
+        if not src.is_file():
+            raise FetchError(f"path source: {src} does not exist",
+                             hint="upstream.path must name a local tarball or directory")
+        if up.sha256 and store.has(up.sha256):
+            return up.sha256.lower(), str(src)
+        with http.bar(progress, f"store {src.name}", src.stat().st_size) as b:
+            with open(src, "rb") as f:
+                got = store.put_stream(http._counted(iter(lambda: f.read(1 << 20), b""), b),
+                                       up.sha256)
+        return got, str(src)
+    assert up.sha256  # config requires it for index and url
+    if store.has(up.sha256):  # e.g. a record was lost but the bytes are here
+        return up.sha256, "store"
+    session = http.new_session()
+    if up.kind == "index":
+        assert up.filename
+        url = index.resolve(up.package, up.filename, up.sha256, session=session)
+    else:
+        url = up.url or ""
+    what = f"download of {up.package} {up.version}"
+    return http.download(url, store, up.sha256, what=what, progress=progress,
+                         session=session), http.redact(url)
+
+
+def fetch(lineage: config.Lineage, store: Store, *, progress: ProgressFactory | None = None,
+          base: Path | None = None, verify: bool = False) -> Fetched:
+    """Resolve ``lineage``'s upstream pin to a verified, extracted tree in ``store``.
+
+    ``base`` resolves relative ``path``/``repo`` (default: the working directory; the CLI
+    passes the pipeline's directory). ``verify`` re-hashes a cached tree against its
+    recorded digest. Safe to run concurrently: work on one pin happens under its lock.
+    """
+    up = lineage.upstream
+    if up.kind == "path":
+        src = _resolve_local(up.path or "", base)
+        if src.is_dir():
+            return _fetch_dir(up, src, store, progress)
+    if up.kind == "git":
+        key = _record_key(up, None, None)
+    elif up.kind == "path" and not up.sha256:
+        src = _resolve_local(up.path or "", base)
+        if not src.is_file():
+            raise FetchError(f"path source: {src} does not exist",
+                             hint="upstream.path must name a local tarball or directory")
+        key = _record_key(up, sha256_file(src), None)
+    else:
+        key = _record_key(up, (up.sha256 or "").lower(), None)
+    cached = _load(store, key, up)
+    if cached is None:
+        with store.lock(f"source-{key}"):
+            cached = _load(store, key, up)  # another process may have finished it
+            if cached is None:
+                cached = _fetch_locked(up, key, store, base, progress)
+    if verify:
+        check_tree(cached)
+    return cached
+
+
+def _fetch_locked(up: config.Upstream, key: str, store: Store, base: Path | None,
+                  progress: ProgressFactory | None) -> Fetched:
+    if up.kind == "git":
+        staging = store.tmpdir("git")
+        try:
+            tar = staging / "export.tar"
+            gitsrc.export(up.repo or "", up.commit or "", tar, root=base)
+            blob = store.put_file(tar)  # kept: the record names what was extracted
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        digest, n, used = _extract_blob(store, blob, up, auto_strip=False, progress=progress)
+        origin = f"{_resolve_local(up.repo or '', base)}@{up.commit}"
+        rec = _save(store, key, up, None, digest, n, used, origin)
+        return Fetched(None, digest, store.tree_path(digest), up.pin, n, up.kind, rec)
+    blob, origin = _archive_source(up, store, base, progress)
+    digest, n, used = _extract_blob(store, blob, up, auto_strip=True, progress=progress)
+    rec = _save(store, key, up, blob, digest, n, used, origin)
+    return Fetched(blob, digest, store.tree_path(digest), up.pin, n, up.kind, rec)
+
+
+def _fetch_dir(up: config.Upstream, src: Path, store: Store,
+               progress: ProgressFactory | None) -> Fetched:
+    """A directory is its own pin: hashed by tree digest (``sha256`` pins that digest)."""
+    entries = tree_entries(src)
+    digest = digest_entries(entries)
+    if up.sha256 and digest != f"sha256:{up.sha256.lower()}":
+        raise IntegrityError(f"path source {src}: tree digest is {digest}, but the pin is "
+                             f"sha256:{up.sha256}", hint="the directory changed since it "
+                             "was pinned; re-pin deliberately or restore it")
+    key = _record_key(up, None, digest)
+    cached = _load(store, key, up)
+    if cached is not None:
+        return cached
+    with store.lock(f"source-{key}"):
+        cached = _load(store, key, up)
+        if cached is not None:
+            return cached
+        staging = store.tmpdir("copy")
+        try:
+            copy = staging / "tree"
+            ex.copy_tree(src, copy)
+            got, n = _publish(store, staging, copy, progress)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if got != digest:
+            raise IntegrityError(f"path source {src} changed while it was copied "
+                                 f"({digest} then {got}); retry when it is quiet")
+        rec = _save(store, key, up, None, digest, n, None, str(src))
+        return Fetched(None, digest, store.tree_path(digest), up.pin, n, up.kind, rec)
+
+
+def check_tree(fetched: Fetched) -> None:
+    """Re-hash a stored tree; raise IntegrityError if it no longer has its digest."""
+    now = digest_entries(tree_entries(fetched.root))
+    if now != fetched.tree_digest:
+        raise IntegrityError(
+            f"stored tree {fetched.root} hashes to {now}, recorded {fetched.tree_digest}",
+            hint="something modified the store; delete that directory and fetch again")
+
+
