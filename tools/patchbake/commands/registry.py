@@ -1,0 +1,138 @@
+"""``patchbake push`` and ``patchbake pull``: move images between the store and a registry
+by digest. Printing lives here; the work is in ``patchbake.oci.registry``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .. import ui
+from ..cli import Ctx, pass_ctx
+from ..errors import ImageError
+from ..oci import layout
+from ..oci.media import Descriptor
+from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient
+from ..oci.registry_ref import parse_ref
+from ..store import Store
+
+PUSH_JSON_VERSION = 1
+
+
+def _latest_bake(ctx: Ctx, name: str) -> str | None:
+    """The manifest digest of the latest recorded bake of definition ``name``, if the
+    images stage knows the definition; None when it does not."""
+    try:
+        from .. import bake  # the images stage; absent in a partial checkout
+    except ImportError:
+        return None
+    finder = getattr(bake, "latest_digest", None)
+    if finder is None:
+        return None
+    digest = finder(ctx, name)
+    return str(digest) if digest else None
+
+
+def resolve_source(ctx: Ctx, store: Store, source: str) -> str:
+    """``sha256:<hex>`` in the store, a name in the store's index.json, or an image
+    definition (its latest recorded bake) -> manifest digest."""
+    if source.startswith("sha256:"):
+        return layout.resolve(store, source).digest
+    if source in layout.refs(store):
+        return layout.resolve(store, source).digest
+    digest = _latest_bake(ctx, source)
+    if digest:
+        return digest
+    raise ImageError(
+        f"'{source}' is neither a manifest digest in the store, an image name in its "
+        "index.json, nor an image definition with a recorded bake",
+        hint="run `patchbake bake NAME` first, or give sha256:<manifest digest>",
+    )
+
+
+def _push_json(res: PushResult) -> dict[str, Any]:
+    return {
+        "version": PUSH_JSON_VERSION, "ref": res.ref, "digest": res.digest,
+        "media_type": res.media_type, "pushed": list(res.uploaded),
+        "mounted": list(res.mounted), "skipped": list(res.skipped),
+        "manifests": list(res.manifests), "tag_existed": res.tag_existed,
+        "bytes_uploaded": res.bytes_uploaded,
+    }
+
+
+def _pull_json(res: PullResult, name: str) -> dict[str, Any]:
+    return {
+        "version": PUSH_JSON_VERSION, "ref": res.ref, "digest": res.digest,
+        "media_type": res.media_type, "index_digest": res.index_digest,
+        "platform": res.platform, "config_digest": res.config_digest,
+        "fetched": list(res.fetched), "present": list(res.present),
+        "bytes_fetched": res.bytes_fetched, "name": name,
+    }
+
+
+@click.command("push")
+@click.argument("source")
+@click.argument("dest")
+@click.option("--mount-from", "mount_from", multiple=True, metavar="REPO",
+              help="a repository on the destination registry that may hold the blobs "
+                   "(cross-repository mount instead of upload); repeatable")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@pass_ctx
+def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...],
+             as_json: bool) -> None:
+    """Push SOURCE (image definition, store name or sha256:DIGEST) to DEST
+    (HOST[:PORT]/repo:tag or HOST[:PORT]/repo@sha256:...). An existing tag that points
+    to another digest is never moved (exit 32)."""
+    ref = parse_ref(dest)
+    store = ctx.store
+    digest = resolve_source(ctx, store, source)
+    client = RegistryClient(ref.host)
+    if not (ctx.as_json or as_json):
+        ui.step(f"pushing {digest} to {ref}")
+    with ui.progress("push", None) as bar:
+        res = client.push(store, digest, ref, mount_from=mount_from, progress=bar.advance)
+    if ctx.as_json or as_json:
+        ui.emit_json(_push_json(res))
+        return
+    ui.kv("push", [
+        ("ref", res.ref), ("digest", res.digest), ("media type", res.media_type),
+        ("uploaded", f"{len(res.uploaded)} blobs, {res.bytes_uploaded} bytes"),
+        ("mounted", len(res.mounted)), ("skipped (already there)", len(res.skipped)),
+        ("manifests put", len(res.manifests)),
+        ("tag", "already pointed here" if res.tag_existed else ("set" if ref.tag else "-")),
+    ])
+
+
+@click.command("pull")
+@click.argument("ref")
+@click.option("--platform", default=DEFAULT_PLATFORM, show_default=True,
+              help="os/arch[/variant] to take from a multi-arch index")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@pass_ctx
+def pull_cmd(ctx: Ctx, ref: str, platform: str, as_json: bool) -> None:
+    """Pull REF (HOST[:PORT]/repo:tag or @sha256:...) into the store, every byte verified;
+    the image is named REF in the store's index.json."""
+    r = parse_ref(ref)
+    store = ctx.store
+    client = RegistryClient(r.host)
+    if not (ctx.as_json or as_json):
+        ui.step(f"pulling {r}")
+    with ui.progress("pull", None) as bar:
+        res = client.pull_image(store, r, platform=platform, progress=bar.advance)
+    size = store.blob_path(res.digest).stat().st_size
+    name = str(r)
+    layout.add_ref(store, name, Descriptor(res.media_type, res.digest, size))
+    if ctx.as_json or as_json:
+        ui.emit_json(_pull_json(res, name))
+        return
+    ui.kv("pull", [
+        ("ref", res.ref), ("digest", res.digest), ("config digest", res.config_digest),
+        ("index digest", res.index_digest or "-"), ("platform", res.platform or "-"),
+        ("fetched", f"{len(res.fetched)} blobs, {res.bytes_fetched} bytes"),
+        ("already in store", len(res.present)), ("store name", name),
+    ])
+
+
+def register(group: click.Group) -> None:
+    group.add_command(push_cmd)
+    group.add_command(pull_cmd)

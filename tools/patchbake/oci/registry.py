@@ -1,0 +1,464 @@
+"""OCI distribution client: push an image from the store by digest, pull one into it.
+
+Works purely on store blobs and manifest digests, so it does not care how an image was
+made. What it guarantees:
+
+- push: a tag that already points elsewhere is refused before anything is sent; blobs are
+  HEAD-checked, mounted from another repository of the same registry when one is known to
+  hold them, otherwise uploaded monolithically (POST, then one PUT with ``?digest=``; never
+  a chunked PATCH); manifests go up by digest first, are read back and compared byte for
+  byte, and only then is the tag set (and read back).
+- pull: every byte is hashed by us against the digest we asked for (the registry's
+  ``Docker-Content-Digest`` header is never trusted) and goes through
+  ``Store.put_stream(expected=...)``, so nothing half-written or unverified is ever stored.
+  A manifest is stored last, so a manifest in the store means its blobs are there too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import requests
+
+from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
+from ..fsutil import CHUNK
+from ..store import Store
+from . import registry_record
+from .registry_auth import Credentials, credentials_for
+from .registry_http import TRANSPORT_ERRORS, RetryableError, RetryPolicy, Transport
+from .registry_manifest import (MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest,
+                                parse_manifest, select_platform)
+from .registry_ref import RegistryRef, base_url, parse_ref
+
+DEFAULT_PLATFORM = "linux/amd64"
+SMALL_BODY = 1 << 20  # blobs below this are sent from memory (also avoids chunked bodies)
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    ref: str  # the destination as given (tag and/or digest)
+    digest: str  # manifest (or index) digest now in the registry
+    media_type: str
+    uploaded: tuple[str, ...]  # blob digests sent
+    mounted: tuple[str, ...]  # blob digests mounted from another repository
+    skipped: tuple[str, ...]  # blob digests the repository already held
+    manifests: tuple[str, ...]  # manifest digests put (index children first)
+    tag_existed: bool = False  # the tag already pointed at this digest
+    bytes_uploaded: int = 0
+
+
+@dataclass(frozen=True)
+class PullResult:
+    ref: str
+    digest: str  # the image manifest stored (the platform's, for an index)
+    media_type: str
+    index_digest: str | None  # set when ref named a multi-arch index
+    platform: str | None
+    config_digest: str
+    fetched: tuple[str, ...]  # blob digests downloaded and verified
+    present: tuple[str, ...]  # blob digests the store already had
+    bytes_fetched: int = 0
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _add_query(url: str, **params: str) -> str:
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True) + list(params.items())
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+class _CountingReader:
+    """A file body with a length (so requests sends Content-Length, never chunked)
+    that reports progress as http.client reads it."""
+
+    def __init__(self, f: object, size: int, progress: Progress | None) -> None:
+        self._f, self._size, self._progress = f, size, progress
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self._f.read(max(n, CHUNK) if n > 0 else n)  # type: ignore[attr-defined]
+        if self._progress and data:
+            self._progress(len(data))
+        return data
+
+    def close(self) -> None:
+        self._f.close()  # type: ignore[attr-defined]
+
+
+@dataclass
+class _PushTally:
+    uploaded: list[str] = field(default_factory=list)
+    mounted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    nbytes: int = 0
+
+
+class RegistryClient:
+    """A client for one registry host (``127.0.0.1:5000`` or ``https://host``)."""
+
+    def __init__(self, base_url_or_host: str, *, insecure_loopback_http: bool = True,
+                 auth: Credentials | None = None, session: requests.Session | None = None,
+                 retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
+                 record_mounts: bool = True) -> None:
+        self.base = base_url(base_url_or_host, insecure_loopback_http=insecure_loopback_http)
+        self.host = urlsplit(self.base).netloc.lower()
+        creds = auth if auth is not None else credentials_for(self.host)
+        self.http = Transport(self.base, session=session, credentials=creds, retry=retry,
+                              sleep=sleep, insecure_loopback_http=insecure_loopback_http)
+        self.record_mounts = record_mounts
+        self._pinged = False
+
+    @classmethod
+    def for_ref(cls, ref: str | RegistryRef, **kw: object) -> RegistryClient:
+        r = parse_ref(ref) if isinstance(ref, str) else ref
+        return cls(r.host, **kw)  # type: ignore[arg-type]
+
+    # -- basics ------------------------------------------------------------------------
+    def _ref(self, ref: str | RegistryRef) -> RegistryRef:
+        r = parse_ref(ref) if isinstance(ref, str) else ref
+        if r.host != self.host:
+            raise RegistryError(f"reference {r} is for {r.host}, this client talks to {self.host}")
+        return r
+
+    def ping(self) -> None:
+        """``GET /v2/``: the endpoint speaks the distribution API (and auth works)."""
+        if self._pinged:
+            return
+        resp = self.http.request("GET", "/v2/", ok=(200, 404))
+        resp.close()
+        if resp.status_code == 404:
+            raise RegistryError(f"{self.base} does not serve the OCI distribution API (/v2/ is 404)")
+        self._pinged = True
+
+    @staticmethod
+    def _pull_scope(repo: str) -> str:
+        return f"repository:{repo}:pull"
+
+    @staticmethod
+    def _push_scope(repo: str) -> str:
+        return f"repository:{repo}:pull,push"
+
+    def _read_capped(self, resp: requests.Response, limit: int, what: str) -> bytes:
+        buf = bytearray()
+        try:
+            for chunk in resp.iter_content(CHUNK):
+                buf += chunk
+                if len(buf) > limit:
+                    raise RegistryError(f"{what} is larger than {limit} bytes; refusing it")
+        except TRANSPORT_ERRORS as exc:
+            raise RetryableError(f"{what}: {exc}") from exc
+        finally:
+            resp.close()
+        return bytes(buf)
+
+    # -- manifests ---------------------------------------------------------------------
+    def _fetch_manifest(self, r: RegistryRef, reference: str, *, push_scope: bool = False,
+                        missing_ok: bool = False) -> tuple[bytes, str] | None:
+        scope = self._push_scope(r.repo) if push_scope else self._pull_scope(r.repo)
+
+        def attempt() -> tuple[bytes, str] | None:
+            resp = self.http.request("GET", f"/v2/{r.repo}/manifests/{reference}",
+                                     scopes=[scope], headers={"Accept": MANIFEST_ACCEPT},
+                                     stream=True, ok=(200, 404) if missing_ok else (200,),
+                                     retry=False)
+            if resp.status_code == 404:
+                resp.close()
+                return None
+            ctype = resp.headers.get("Content-Type", "")
+            return self._read_capped(resp, MAX_MANIFEST_BYTES, f"manifest {reference}"), ctype
+
+        return self.http.with_retries(f"GET manifest {r.repo}:{reference}", attempt)
+
+    def get_manifest(self, ref: str | RegistryRef) -> tuple[bytes, str, str]:
+        """(bytes, media type, digest) of ``ref``; by-digest answers are verified."""
+        r = self._ref(ref)
+        self.ping()
+        got = self._fetch_manifest(r, r.reference)
+        assert got is not None
+        data, ctype = got
+        digest = _sha(data)
+        if r.digest and digest != r.digest:
+            raise RegistryError(
+                f"the registry answered {r.repo}@{r.digest} with a manifest hashing to {digest}",
+                hint="the registry or something between us altered it; nothing was stored",
+            )
+        return data, parse_manifest(data, ctype).media_type, digest
+
+    # -- blobs -------------------------------------------------------------------------
+    def get_blob(self, ref: str | RegistryRef, digest: str, *, max_bytes: int = 64 << 20) -> bytes:
+        """A small blob (a config) in memory, verified against ``digest``."""
+        r = self._ref(ref)
+        self.ping()
+
+        def attempt() -> bytes:
+            resp = self.http.request("GET", f"/v2/{r.repo}/blobs/{digest}", stream=True,
+                                     scopes=[self._pull_scope(r.repo)], retry=False)
+            return self._read_capped(resp, max_bytes, f"blob {digest}")
+
+        data = self.http.with_retries(f"GET blob {digest}", attempt)
+        if _sha(data) != digest:
+            raise RegistryError(f"the registry answered blob {digest} with bytes hashing to "
+                                f"{_sha(data)}; nothing was stored")
+        return data
+
+    def fetch_blob(self, store: Store, repo: str, desc: Descriptor,
+                   progress: Progress | None = None) -> int:
+        """Stream one blob into the store, verified by size and sha256; returns bytes read."""
+
+        def body(resp: requests.Response, count: list[int]) -> Iterator[bytes]:
+            try:
+                for chunk in resp.iter_content(CHUNK):
+                    count[0] += len(chunk)
+                    if count[0] > desc.size:
+                        raise RegistryError(f"blob {desc.digest} is longer than its "
+                                            f"descriptor's {desc.size} bytes; nothing was stored")
+                    if progress:
+                        progress(len(chunk))
+                    yield chunk
+            except TRANSPORT_ERRORS as exc:
+                raise RetryableError(f"GET blob {desc.digest}: {exc}") from exc
+            if count[0] != desc.size:
+                raise RegistryError(f"blob {desc.digest} ended after {count[0]} of "
+                                    f"{desc.size} bytes; nothing was stored")
+
+        def attempt() -> int:
+            resp = self.http.request("GET", f"/v2/{repo}/blobs/{desc.digest}", stream=True,
+                                     scopes=[self._pull_scope(repo)], retry=False)
+            count = [0]
+            try:
+                store.put_stream(body(resp, count), expected=desc.digest)
+            except IntegrityError as exc:
+                raise RegistryError(
+                    f"the registry answered blob {desc.digest} with other bytes: {exc.message}",
+                    hint="the registry or something between us altered it",
+                ) from exc
+            finally:
+                resp.close()
+            return count[0]
+
+        return self.http.with_retries(f"GET blob {desc.digest}", attempt)
+
+    def _blob_present(self, repo: str, desc: Descriptor) -> bool:
+        resp = self.http.request("HEAD", f"/v2/{repo}/blobs/{desc.digest}", ok=(200, 404),
+                                 scopes=[self._push_scope(repo)])
+        resp.close()
+        if resp.status_code == 404:
+            return False
+        length = resp.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) != desc.size:
+            raise RegistryError(f"the registry holds {desc.digest} in {repo} with "
+                                f"{length} bytes, the manifest says {desc.size}")
+        return True
+
+    def _try_mount(self, repo: str, desc: Descriptor, sources: Sequence[str]) -> str | None:
+        """Mount from the first candidate. Returns None if mounted, else the upload
+        session the registry opened instead (it answers 202 when it cannot mount)."""
+        for src in sources:
+            resp = self.http.request(
+                "POST", f"/v2/{repo}/blobs/uploads/",
+                params={"mount": desc.digest, "from": src}, ok=(201, 202),
+                scopes=[self._push_scope(repo), self._pull_scope(src)])
+            resp.close()
+            if resp.status_code == 201:
+                return None
+            return self._location(resp)
+        return ""
+
+    @staticmethod
+    def _location(resp: requests.Response) -> str:
+        loc = resp.headers.get("Location")
+        if not loc:
+            raise RegistryError("the registry opened an upload without a Location header")
+        return loc if "://" in loc else requests.compat.urljoin(resp.url, loc)
+
+    def _upload(self, store: Store, repo: str, desc: Descriptor, session_url: str,
+                progress: Progress | None) -> None:
+        """Monolithic upload: one PUT with the whole body. A failed attempt starts a fresh
+        session instead of replaying into one the registry may have half-written."""
+        urls = [session_url] if session_url else []
+
+        def open_body() -> bytes | _CountingReader:
+            if desc.size < SMALL_BODY:
+                data = store.read_blob(desc.digest)
+                if progress:
+                    progress(len(data))
+                return data
+            return _CountingReader(store.open_blob(desc.digest), desc.size, progress)
+
+        def attempt() -> None:
+            url = urls.pop() if urls else None
+            if url is None:
+                resp = self.http.request("POST", f"/v2/{repo}/blobs/uploads/", ok=(202,),
+                                         scopes=[self._push_scope(repo)])
+                resp.close()
+                url = self._location(resp)
+            resp = self.http.request(
+                "PUT", _add_query(url, digest=desc.digest), body=open_body, ok=(201,),
+                headers={"Content-Type": "application/octet-stream"},
+                scopes=[self._push_scope(repo)], retry=False)
+            resp.close()
+
+        self.http.with_retries(f"upload of {desc.digest}", attempt)
+
+    def _push_blob(self, store: Store, repo: str, desc: Descriptor, mount_from: Sequence[str],
+                   tally: _PushTally, progress: Progress | None) -> None:
+        if self._blob_present(repo, desc):
+            tally.skipped.append(desc.digest)
+            return
+        if not store.has(desc.digest):
+            raise ImageError(
+                f"blob {desc.digest} is neither in {self.host}/{repo} nor in the local store",
+                hint="pull the image (or its base) into the store first, or pass --mount-from "
+                     "a repository on this registry that holds it",
+            )
+        known = registry_record.repos_holding(store, self.host, desc.digest)
+        sources = [s for s in dict.fromkeys([*mount_from, *known]) if s != repo]
+        session = self._try_mount(repo, desc, sources[:1])
+        if session is None:
+            tally.mounted.append(desc.digest)
+            return
+        self._upload(store, repo, desc, session, progress)
+        tally.uploaded.append(desc.digest)
+        tally.nbytes += desc.size
+
+    # -- push --------------------------------------------------------------------------
+    def _local_manifest(self, store: Store, digest: str) -> tuple[bytes, Manifest]:
+        try:
+            data = store.read_blob(digest)
+        except StoreError as exc:
+            raise ImageError(f"manifest {digest} is not in the local store at {store.root}",
+                             hint="bake or pull the image first") from exc
+        if _sha(data) != digest:
+            raise IntegrityError(f"the store's copy of {digest} hashes to {_sha(data)}",
+                                 hint="the store is damaged; run a store fsck")
+        return data, parse_manifest(data)
+
+    def _check_tag(self, r: RegistryRef, digest: str) -> bool:
+        """True if the tag already names ``digest``; TagMovedError if it names another."""
+        assert r.tag
+        got = self._fetch_manifest(r, r.tag, push_scope=True, missing_ok=True)
+        if got is None:
+            return False
+        current = _sha(got[0])
+        if current != digest:
+            raise TagMovedError(
+                f"{r.host}/{r.repo}:{r.tag} already points to {current}; refusing to move it "
+                f"to {digest}; nothing was pushed",
+                hint="tags never move: push under a new tag, or by digest",
+            )
+        return True
+
+    def _put_manifest(self, repo: str, digest: str, data: bytes, media_type: str) -> bool:
+        """PUT by digest unless already there; read back and compare. True if it was put."""
+        existing = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
+                                        push_scope=True, missing_ok=True)
+        if existing is not None and existing[0] == data:
+            return False
+        resp = self.http.request("PUT", f"/v2/{repo}/manifests/{digest}", body=lambda: data,
+                                 headers={"Content-Type": media_type}, ok=(201,),
+                                 scopes=[self._push_scope(repo)])
+        resp.close()
+        back = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
+                                    push_scope=True)
+        if back is None or back[0] != data:
+            raise RegistryError(
+                f"reading {repo}@{digest} back gave different bytes than were pushed",
+                hint="the registry rewrote the manifest; do not tag or release it",
+            )
+        return True
+
+    def push(self, store: Store, manifest_digest: str, ref: str | RegistryRef, *,
+             mount_from: Iterable[str] = (), progress: Progress | None = None) -> PushResult:
+        """Push the image (or index) ``manifest_digest`` from ``store`` to ``ref``."""
+        r = self._ref(ref)
+        if r.digest and r.digest != manifest_digest:
+            raise RegistryError(f"destination {r} names {r.digest}, the image is {manifest_digest}")
+        top, top_m = self._local_manifest(store, manifest_digest)
+        plan: list[tuple[str, bytes, Manifest]] = []
+        for child in top_m.manifests:
+            cdata, cm = self._local_manifest(store, child.digest)
+            plan.append((child.digest, cdata, cm))
+        plan.append((manifest_digest, top, top_m))
+        self.ping()
+        tag_existed = self._check_tag(r, manifest_digest) if r.tag else False
+        tally = _PushTally()
+        blobs = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
+        for desc in blobs.values():
+            self._push_blob(store, r.repo, desc, list(mount_from), tally, progress)
+        put = [d for d, data, m in plan if self._put_manifest(r.repo, d, data, m.media_type)]
+        if r.tag and not tag_existed:
+            # Re-check just before tagging: another pusher may have taken the tag meanwhile.
+            if not self._check_tag(r, manifest_digest):
+                resp = self.http.request("PUT", f"/v2/{r.repo}/manifests/{r.tag}",
+                                         body=lambda: top, ok=(201,),
+                                         headers={"Content-Type": top_m.media_type},
+                                         scopes=[self._push_scope(r.repo)])
+                resp.close()
+            if not self._check_tag(r, manifest_digest):
+                raise RegistryError(f"{r.host}/{r.repo}:{r.tag} does not resolve after tagging")
+        if self.record_mounts:
+            registry_record.note_blobs(store, self.host, r.repo, blobs)
+        return PushResult(str(r), manifest_digest, top_m.media_type, tuple(tally.uploaded),
+                          tuple(tally.mounted), tuple(tally.skipped), tuple(put),
+                          tag_existed, tally.nbytes)
+
+    # -- pull --------------------------------------------------------------------------
+    def pull_image(self, store: Store, ref: str | RegistryRef, *,
+                   platform: str = DEFAULT_PLATFORM, layers: bool = True,
+                   progress: Progress | None = None) -> PullResult:
+        """Pull ``ref`` into ``store``; for an index, the ``platform`` image (and the index).
+        With ``layers=False`` only manifest and config are fetched."""
+        r = self._ref(ref)
+        data, mt, digest = self.get_manifest(r)
+        m = parse_manifest(data, mt)
+        index_digest, chosen = None, None
+        index_data = b""
+        if m.is_index:
+            index_digest, index_data = digest, data
+            child = select_platform(m, platform)
+            chosen = platform
+            data, mt, digest = self.get_manifest(r.with_digest(child.digest))
+            m = parse_manifest(data, mt)
+            if m.is_index:
+                raise RegistryError(f"{child.digest} in index {index_digest} is another index")
+        fetched, present, nbytes = [], [], 0
+        for desc in (m.blobs if layers else m.blobs[:1]):
+            if desc.urls:
+                continue  # foreign layers are fetched from their own URLs by engines
+            if store.has(desc.digest):
+                present.append(desc.digest)
+                continue
+            nbytes += self.fetch_blob(store, r.repo, desc, progress)
+            fetched.append(desc.digest)
+        store.put_bytes(data, expected=digest)
+        if index_digest:
+            store.put_bytes(index_data, expected=index_digest)
+        if self.record_mounts:
+            registry_record.note_blobs(store, self.host, r.repo, [*fetched, *present])
+        return PullResult(str(r), digest, mt, index_digest, chosen, m.blobs[0].digest,
+                          tuple(fetched), tuple(present), nbytes)
+
+    def pull(self, store: Store, ref: str | RegistryRef, *, platform: str = DEFAULT_PLATFORM,
+             layers: bool = True) -> str:
+        """Pull ``ref`` into ``store``; returns the (platform's) image manifest digest."""
+        return self.pull_image(store, ref, platform=platform, layers=layers).digest
+
+
+def push(store: Store, manifest_digest: str, ref: str, **kw: object) -> PushResult:
+    """Push with a client made for ``ref``'s host (see RegistryClient.push)."""
+    return RegistryClient.for_ref(ref).push(store, manifest_digest, ref, **kw)  # type: ignore[arg-type]
+
+
+def pull(store: Store, ref: str, **kw: object) -> PullResult:
+    """Pull with a client made for ``ref``'s host (see RegistryClient.pull_image)."""
+    return RegistryClient.for_ref(ref).pull_image(store, ref, **kw)  # type: ignore[arg-type]

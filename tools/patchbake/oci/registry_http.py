@@ -1,0 +1,262 @@
+"""HTTP for the registry client: auth challenges, the retry policy, redirects, errors.
+
+Retry policy (the registries we copy from taught it): only 408, 429 and 5xx answers and
+transport errors are retried, with exponential backoff or the server's ``Retry-After``;
+401, 403 and 404 are answers, never retried. A request that carries an upload is retried
+by the caller with a fresh upload session (see ``with_retries``), never replayed into the
+same session.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar, Union
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from ..errors import RegistryError
+from .registry_auth import Credentials, parse_challenge
+from .registry_ref import check_url_allowed
+
+T = TypeVar("T")
+Body = Union[bytes, IO[bytes], None]
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def is_retry_status(status: int) -> bool:
+    return status in RETRY_STATUS or 500 <= status <= 599
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # total tries, the first included
+    backoff_s: float = 0.5  # first wait; doubles each retry
+    max_backoff_s: float = 8.0
+    max_retry_after_s: float = 60.0  # a longer Retry-After is capped, not obeyed blindly
+
+
+class RetryableError(RegistryError):
+    """One attempt failed in a way worth retrying; ``with_retries`` catches it."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: an integer, or an HTTP date relative to now."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def registry_error_text(resp: requests.Response) -> str:
+    """The registry's own ``errors[].code: message``, else the first bytes of the body."""
+    try:
+        doc = resp.json()
+        errs = doc.get("errors") if isinstance(doc, dict) else None
+        if isinstance(errs, list) and errs:
+            return "; ".join(f"{e.get('code', '?')}: {e.get('message', '')}".strip()
+                             for e in errs if isinstance(e, dict))
+    except ValueError:
+        pass
+    text = (resp.text or "").strip().replace("\n", " ")
+    return text[:200] or (resp.reason or "")
+
+
+class Transport:
+    """One registry endpoint: base URL, session, cached tokens, retry policy."""
+
+    def __init__(self, base: str, *, session: requests.Session | None = None,
+                 credentials: Credentials | None = None, retry: RetryPolicy | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 insecure_loopback_http: bool = True,
+                 timeout: tuple[float, float] = (10.0, 300.0)) -> None:
+        self.base = base.rstrip("/")
+        self.session = session or requests.Session()
+        self.credentials = credentials
+        self.retry = retry or RetryPolicy()
+        self.sleep = sleep
+        self.insecure_loopback_http = insecure_loopback_http
+        self.timeout = timeout
+        self._auth: dict[str, str] = {}  # scope -> Authorization header value
+        self.requests_sent = 0  # for tests and the benchmark
+
+    # -- retries -----------------------------------------------------------------------
+    def with_retries(self, what: str, attempt: Callable[[], T]) -> T:
+        """Run ``attempt`` until it stops raising RetryableError or the policy gives up."""
+        pol = self.retry
+        last: RetryableError | None = None
+        for n in range(pol.attempts):
+            try:
+                return attempt()
+            except RetryableError as exc:
+                last = exc
+                if n + 1 >= pol.attempts:
+                    break
+                wait = min(pol.backoff_s * (2 ** n), pol.max_backoff_s)
+                if exc.retry_after is not None:
+                    wait = min(exc.retry_after, pol.max_retry_after_s)
+                self.sleep(wait)
+        raise RegistryError(
+            f"{what} failed after {pol.attempts} attempts: {last.message if last else '?'}",
+            hint="the registry is unavailable or overloaded; retry later",
+        )
+
+    # -- requests ----------------------------------------------------------------------
+    def url(self, path: str) -> str:
+        return path if "://" in path else f"{self.base}{path}"
+
+    def request(self, method: str, path: str, *, scopes: Iterable[str] = (),
+                headers: Mapping[str, str] | None = None,
+                body: Callable[[], Body] | None = None, params: Mapping[str, str] | None = None,
+                stream: bool = False, ok: Iterable[int] = (200,),
+                retry: bool = True) -> requests.Response:
+        """Send one logical request; return the response if its status is in ``ok``.
+
+        ``body`` is a factory so a retry or an auth round-trip resends from the start.
+        With ``retry=False`` a retryable failure raises RetryableError for the caller's
+        own loop (uploads restart with a fresh session instead of replaying).
+        """
+        scope_list = tuple(scopes)
+        oks = frozenset(ok)
+
+        def once() -> requests.Response:
+            return self._authorized(method, self.url(path), scope_list, headers, body,
+                                    params, stream, oks)
+
+        if retry:
+            return self.with_retries(f"{method} {path}", once)
+        return once()
+
+    def _authorized(self, method: str, url: str, scopes: tuple[str, ...],
+                    headers: Mapping[str, str] | None, body: Callable[[], Body] | None,
+                    params: Mapping[str, str] | None, stream: bool,
+                    oks: frozenset[int]) -> requests.Response:
+        key = " ".join(sorted(scopes))
+        resp = self._send(method, url, headers, body, params, stream, self._auth.get(key))
+        if resp.status_code == 401:
+            header = resp.headers.get("WWW-Authenticate", "")
+            resp.close()
+            self._auth[key] = self._answer_challenge(header, scopes)
+            resp = self._send(method, url, headers, body, params, stream, self._auth[key])
+            if resp.status_code == 401:
+                detail = registry_error_text(resp)
+                resp.close()
+                raise RegistryError(
+                    f"{method} {urlsplit(url).path}: unauthorized after authenticating ({detail})",
+                    hint="check PATCHBAKE_REGISTRY_USER/PASSWORD or docker login for this host",
+                )
+        if resp.status_code in oks:
+            return resp
+        detail = registry_error_text(resp)
+        resp.close()
+        where = f"{method} {urlsplit(url).path}"
+        if is_retry_status(resp.status_code):
+            raise RetryableError(f"{where}: HTTP {resp.status_code} {detail}",
+                                 retry_after=retry_after_seconds(resp.headers.get("Retry-After")))
+        if resp.status_code == 403:
+            raise RegistryError(f"{where}: access denied (HTTP 403: {detail})",
+                                hint="the account lacks pull/push rights on this repository")
+        raise RegistryError(f"{where}: HTTP {resp.status_code} {detail}")
+
+    def _send(self, method: str, url: str, headers: Mapping[str, str] | None,
+              body: Callable[[], Body] | None, params: Mapping[str, str] | None,
+              stream: bool, authorization: str | None) -> requests.Response:
+        hdrs = dict(headers or {})
+        if authorization:
+            hdrs["Authorization"] = authorization
+        for _hop in range(6):
+            check_url_allowed(url, insecure_loopback_http=self.insecure_loopback_http)
+            data = body() if body else None
+            try:
+                self.requests_sent += 1
+                resp = self.session.request(method, url, headers=hdrs, data=data, params=params,
+                                            stream=stream, timeout=self.timeout,
+                                            allow_redirects=False)
+            except TRANSPORT_ERRORS as exc:
+                raise RetryableError(f"{method} {urlsplit(url).path}: {exc}") from exc
+            finally:
+                close = getattr(data, "close", None)
+                if close:
+                    close()
+            # Redirects are followed by hand so each hop passes the transport policy, and
+            # credentials never follow a redirect to another host (blob storage backends).
+            if resp.status_code in (301, 302, 303, 307, 308) and method in ("GET", "HEAD"):
+                target = urljoin(url, resp.headers.get("Location", ""))
+                resp.close()
+                if urlsplit(target).netloc != urlsplit(url).netloc:
+                    hdrs.pop("Authorization", None)
+                url, params = target, None
+                continue
+            return resp
+        raise RegistryError(f"{method} {urlsplit(url).path}: too many redirects")
+
+    # -- auth --------------------------------------------------------------------------
+    def _answer_challenge(self, header: str, scopes: tuple[str, ...]) -> str:
+        ch = parse_challenge(header)
+        if ch is None:
+            raise RegistryError("the registry answered 401 without a WWW-Authenticate challenge")
+        if ch.scheme == "basic":
+            if not self.credentials:
+                raise RegistryError(
+                    "the registry asks for a user name and password",
+                    hint="set PATCHBAKE_REGISTRY_USER and PATCHBAKE_REGISTRY_PASSWORD",
+                )
+            return self.credentials.basic_header()
+        if ch.scheme != "bearer":
+            raise RegistryError(f"unsupported auth scheme '{ch.scheme}' in WWW-Authenticate")
+        return "Bearer " + self._fetch_token(ch.params, scopes)
+
+    def _fetch_token(self, params: Mapping[str, str], scopes: tuple[str, ...]) -> str:
+        realm = params.get("realm")
+        if not realm:
+            raise RegistryError("the registry's Bearer challenge names no realm")
+        check_url_allowed(realm, insecure_loopback_http=self.insecure_loopback_http)
+        wanted = list(dict.fromkeys([*scopes, *params.get("scope", "").split()]))
+        query: list[tuple[str, str]] = [("scope", s) for s in wanted if s]
+        if params.get("service"):
+            query.insert(0, ("service", params["service"]))
+        hdrs = {"Authorization": self.credentials.basic_header()} if self.credentials else {}
+
+        def once() -> Any:
+            try:
+                self.requests_sent += 1
+                resp = self.session.get(realm, params=query, headers=hdrs, timeout=self.timeout)
+            except TRANSPORT_ERRORS as exc:
+                raise RetryableError(f"token request to {urlsplit(realm).netloc}: {exc}") from exc
+            if is_retry_status(resp.status_code):
+                raise RetryableError(f"token request: HTTP {resp.status_code}",
+                                     retry_after=retry_after_seconds(
+                                         resp.headers.get("Retry-After")))
+            if resp.status_code != 200:
+                raise RegistryError(
+                    f"the token service at {urlsplit(realm).netloc} refused "
+                    f"(HTTP {resp.status_code}: {registry_error_text(resp)})",
+                    hint="check the credentials for this registry",
+                )
+            try:
+                return resp.json()
+            except ValueError as exc:
+                raise RegistryError("the token service answered something other than JSON") from exc
+
+        doc = self.with_retries("token request", once)
+        token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
+        if not isinstance(token, str) or not token:
+            raise RegistryError("the token service's answer carries no token")
+        return token

@@ -1,0 +1,152 @@
+"""Registry references (``HOST[:PORT]/repo[:tag][@sha256:...]``) and the transport policy.
+
+A reference here always names its registry host: there is no implicit default registry,
+so a push can never land somewhere the user did not type. Plain http is allowed only to
+loopback hosts; everything else is https, which is why the scheme is decided here, next to
+the parsing, and not by whoever builds a URL.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ..errors import RegistryError, UsageError
+
+# The distribution spec's grammar for repository path components and tags.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REPO_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_HOST_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    """One parsed reference. ``tag`` and ``digest`` may both be set (``repo:tag@sha256:..``)."""
+
+    host: str
+    repo: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @property
+    def reference(self) -> str:
+        """What goes after ``/manifests/``: the digest when known, else the tag."""
+        if self.digest:
+            return self.digest
+        if self.tag:
+            return self.tag
+        raise UsageError(f"reference {self} names neither a tag nor a digest")
+
+    def with_digest(self, digest: str) -> RegistryRef:
+        return RegistryRef(self.host, self.repo, None, digest)
+
+    def __str__(self) -> str:
+        s = f"{self.host}/{self.repo}"
+        if self.tag:
+            s += f":{self.tag}"
+        if self.digest:
+            s += f"@{self.digest}"
+        return s
+
+
+def _looks_like_host(part: str) -> bool:
+    return "." in part or ":" in part or part == "localhost" or part.startswith("[")
+
+
+def parse_ref(text: str, *, need_tag_or_digest: bool = True) -> RegistryRef:
+    """Parse ``HOST[:PORT]/repo[:tag][@sha256:hex]``; raise UsageError with the rule broken."""
+    raw = text.strip()
+    for prefix in ("docker://", "oci://"):
+        raw = raw.removeprefix(prefix)
+    if "/" not in raw:
+        raise UsageError(
+            f"registry reference '{text}' names no registry host",
+            hint="write it as HOST[:PORT]/repo:tag, e.g. 127.0.0.1:5000/vllm-sm89:0.25.1",
+        )
+    host, rest = raw.split("/", 1)
+    if not _looks_like_host(host) or not _HOST_RE.match(host):
+        raise UsageError(
+            f"registry reference '{text}' does not start with a registry host ('{host}')",
+            hint="write it as HOST[:PORT]/repo:tag; there is no default registry",
+        )
+    digest = None
+    if "@" in rest:
+        rest, digest = rest.split("@", 1)
+        if not DIGEST_RE.match(digest):
+            raise UsageError(f"'{digest}' in '{text}' is not a sha256 digest (sha256:<64 hex>)")
+    tag = None
+    last = rest.rsplit("/", 1)[-1]
+    if ":" in last:
+        rest, tag = rest.rsplit(":", 1)
+        if not TAG_RE.match(tag):
+            raise UsageError(f"'{tag}' in '{text}' is not a valid tag ([A-Za-z0-9_][A-Za-z0-9_.-]*)")
+    if not REPO_RE.match(rest) or len(rest) > 255:
+        raise UsageError(
+            f"'{rest}' in '{text}' is not a valid repository name",
+            hint="lowercase letters, digits and . _ - separators, path components joined by /",
+        )
+    if need_tag_or_digest and not tag and not digest:
+        raise UsageError(f"registry reference '{text}' names neither a tag nor a digest",
+                         hint="add :TAG or @sha256:DIGEST")
+    return RegistryRef(host.lower(), rest, tag, digest)
+
+
+def _bare_host(hostport: str) -> str:
+    if hostport.startswith("["):
+        return hostport[1:hostport.index("]")]
+    return hostport.rsplit(":", 1)[0] if hostport.count(":") == 1 else hostport
+
+
+def is_loopback(hostport: str) -> bool:
+    """True for localhost, 127.0.0.0/8 and ::1 (with or without a port)."""
+    host = _bare_host(hostport).lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def base_url(host_or_url: str, *, insecure_loopback_http: bool = True) -> str:
+    """The scheme+host a client talks to, after applying the transport policy.
+
+    Loopback hosts get http (the local test registry has no certificate) unless disabled
+    or the caller wrote ``https://``; any other host gets https, and an explicit
+    ``http://`` to a non-loopback host is refused: credentials and manifests would travel
+    in the clear and could be rewritten on the way.
+    """
+    if "://" in host_or_url:
+        parts = urlsplit(host_or_url)
+        scheme, host = parts.scheme.lower(), parts.netloc
+    else:
+        scheme, host = "", host_or_url.rstrip("/")
+    if not host or not _HOST_RE.match(host):
+        raise UsageError(f"'{host_or_url}' is not a registry host")
+    check_url_allowed(f"{scheme or 'https'}://{host}", insecure_loopback_http=True)
+    if scheme == "http" and not insecure_loopback_http:
+        raise RegistryError(f"plain http to {host} is disabled", hint="use https://")
+    if scheme:
+        return f"{scheme}://{host}"
+    return f"http://{host}" if is_loopback(host) and insecure_loopback_http else f"https://{host}"
+
+
+def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
+    """Refuse any URL (registry, token realm, redirect) that would use plain http off-loopback."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "https":
+        return
+    if scheme == "http" and insecure_loopback_http and is_loopback(parts.netloc):
+        return
+    if scheme == "http":
+        raise RegistryError(
+            f"refusing plain http to {parts.netloc}: only loopback registries "
+            "(127.0.0.0/8, ::1, localhost) may be reached without TLS",
+            hint="serve the registry over https",
+        )
+    raise RegistryError(f"refusing URL with scheme '{scheme}': {url}")
