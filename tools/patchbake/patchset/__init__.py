@@ -1,1 +1,32 @@
-"""patchset stage."""
+"""patchset stage: canonical patch, FILES.txt, the lost-line guard, strict apply, series.
+
+Public API (imported lazily so that the standard-library-only modules -- diffparse,
+filelist, apply, strict, guard -- stay importable without the package's dependencies,
+which ``tools/check_patch_files.py`` relies on)::
+
+    from patchbake.patchset import patched_tree, PatchedTree
+    tree = patched_tree(lineage, store)   # root, files, deleted, patch_sha256, ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "patched_tree": "patched",
+    "PatchedTree": "patched",
+    "read_lineage_patch": "patched",
+    "parse_patch": "diffparse",
+    "parse_filelist": "filelist",
+    "apply_to_dir": "strict",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(name)

@@ -1,0 +1,127 @@
+"""The patched tree of a lineage, cached in the store and keyed by what it is made of.
+
+``patched_tree(lineage, store)`` is what later stages (bake, verify) build from: the
+pristine tree (by tree digest) plus the canonical patch (by sha256) plus FILES.txt (by
+sha256) name one directory under ``store/trees/``; building it is a strict apply with every
+post-image checked against FILES.txt, and a cached copy is re-checked on every use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ApplyError, GuardError
+from ..fsutil import atomic_write, pretty_json, sha256_bytes
+from ..store import Store
+from .diffparse import Patch, parse_patch
+from .filelist import FileList, parse_filelist
+from .strict import build_tree
+from .treeio import hash_touched
+
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PatchedTree:
+    root: Path  # read-only by convention: it is shared through the store
+    files: dict[str, str]  # touched path -> post-image sha256 (deleted paths excluded)
+    deleted: frozenset[str]
+    patch_sha256: str
+    files_sha256: str
+    tree_digest: str  # "sha256:<hex>" of the patched tree
+    pristine_digest: str  # "sha256:<hex>" of the upstream tree it was built from
+
+
+@dataclass(frozen=True)
+class LineagePatch:
+    """The committed patch and FILES.txt of a lineage, read once and parsed."""
+
+    patch: Patch
+    filelist: FileList | None
+    patch_bytes: bytes
+    files_bytes: bytes | None
+
+    @property
+    def patch_sha256(self) -> str:
+        return sha256_bytes(self.patch_bytes)
+
+    @property
+    def files_sha256(self) -> str:
+        return sha256_bytes(self.files_bytes or b"")
+
+
+def read_lineage_patch(patch_path: Path, files_path: Path) -> LineagePatch:
+    try:
+        data = patch_path.read_bytes()
+    except FileNotFoundError:
+        raise GuardError(f"{patch_path} does not exist",
+                         hint="create it with `patchbake patch workspace DIR`, edit, then "
+                              "`patchbake patch export --from DIR`") from None
+    try:
+        files_bytes: bytes | None = files_path.read_bytes()
+    except FileNotFoundError:
+        files_bytes = None
+    patch = parse_patch(data, patch_path.name)
+    fl = parse_filelist(files_bytes, files_path.name) if files_bytes is not None else None
+    return LineagePatch(patch, fl, data, files_bytes)
+
+
+def _meta_path(store: Store, key: str) -> Path:
+    return store.root / "patched" / f"{key}.json"
+
+
+def _load(store: Store, key: str, lp: LineagePatch) -> PatchedTree | None:
+    root = store.tree_path(key)
+    try:
+        meta: dict[str, Any] = json.loads(_meta_path(store, key).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if meta.get("version") != CACHE_VERSION or not root.is_dir():
+        return None
+    files: dict[str, str] = meta["files"]
+    deleted = frozenset(meta["deleted"])
+    # Re-check the touched files on every use: cheap, and a modified cache is caught.
+    now = hash_touched(root, [*files, *deleted])
+    if any(now[p] != h for p, h in files.items()) or any(now[p] is not None for p in deleted):
+        raise ApplyError(f"cached patched tree {root} was modified after it was built",
+                         hint=f"delete {root} and {_meta_path(store, key)}, then retry")
+    return PatchedTree(root, files, deleted, lp.patch_sha256, lp.files_sha256,
+                       meta["tree_digest"], meta["pristine_digest"])
+
+
+def patched_tree(lineage: Any, store: Store) -> PatchedTree:
+    """Fetch the lineage's pinned upstream and return its strictly patched tree (cached)."""
+    from ..sources import fetch, tree_digest
+
+    lp = read_lineage_patch(lineage.patch, lineage.files)
+    fetched = fetch(lineage, store)
+    basis = f"patched-tree v{CACHE_VERSION}\0{fetched.tree_digest}\0{lp.patch_sha256}\0" \
+            f"{lp.files_sha256}"
+    key = hashlib.sha256(basis.encode()).hexdigest()
+    cached = _load(store, key, lp)
+    if cached is not None:
+        return cached
+    with store.lock(f"patched-{key}"):
+        cached = _load(store, key, lp)
+        if cached is not None:
+            return cached
+        staging = store.tmpdir("patched")
+        try:
+            tree = staging / "tree"
+            applied = build_tree(lp.patch, fetched.root, tree, filelist=lp.filelist)
+            digest = tree_digest(tree)
+            root = store.publish_tree(tree, key)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        meta = {"version": CACHE_VERSION, "files": applied.files,
+                "deleted": sorted(applied.deleted), "tree_digest": digest,
+                "pristine_digest": fetched.tree_digest, "patch_sha256": lp.patch_sha256,
+                "files_sha256": lp.files_sha256}
+        atomic_write(_meta_path(store, key), pretty_json(meta))
+    return PatchedTree(root, applied.files, applied.deleted, lp.patch_sha256,
+                       lp.files_sha256, digest, fetched.tree_digest)

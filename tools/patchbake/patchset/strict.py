@@ -1,0 +1,119 @@
+"""Strict apply of a whole patch to a tree: staging copy, verified post-state, atomic move.
+
+Standard library only (the guard and ``tools/check_patch_files.py`` use it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ApplyError
+from .apply import Outcome, apply_patch
+from .diffparse import Patch
+from .filelist import FileList
+from .treeio import TreeReader, copy_tree, hash_touched, write_outcomes
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a strict apply produced: the touched files' post-image hashes and deletions."""
+
+    files: dict[str, str]  # path -> sha256 of the post-image (touched, not deleted)
+    deleted: frozenset[str]
+    outcomes: dict[str, Outcome]
+
+
+def _err(reason: str, msg: str, hint: str | None = None) -> ApplyError:
+    exc = ApplyError(msg, hint=hint)
+    exc.reason = reason  # type: ignore[attr-defined]
+    return exc
+
+
+def expected_hashes(outcomes: dict[str, Outcome]) -> dict[str, str | None]:
+    return {p: None if o.post is None else hashlib.sha256(o.post).hexdigest()
+            for p, o in outcomes.items()}
+
+
+def check_against_filelist(outcomes: dict[str, Outcome], filelist: FileList | None) -> None:
+    """The post-images must hash to what FILES.txt records (format 2), path for path."""
+    if filelist is None:
+        return
+    want = filelist.by_path()
+    got = expected_hashes(outcomes)
+    if set(want) != set(got):
+        missing = sorted(set(want) - set(got))
+        extra = sorted(set(got) - set(want))
+        raise _err("files", "FILES.txt and the patch name different paths"
+                   + (f"; only in FILES.txt: {', '.join(missing[:3])}" if missing else "")
+                   + (f"; only in the patch: {', '.join(extra[:3])}" if extra else ""),
+                   "run `patchbake patch check` to see which work is missing")
+    if filelist.legacy:
+        return
+    for path, h in sorted(got.items()):
+        if want[path].sha256 != h:
+            raise _err("hash", f"post-image of {path} hashes to {h or 'deleted'}, FILES.txt "
+                       f"records {want[path].sha256 or 'deleted'}",
+                       "run `patchbake patch check`")
+
+
+def apply_in_memory(patch: Patch, base_root: Path, *, pristine: bool = True,
+                    filelist: FileList | None = None) -> dict[str, Outcome]:
+    """Apply to the touched files of ``base_root`` without writing anything."""
+    outcomes = apply_patch(patch, TreeReader(base_root), pristine=pristine)
+    check_against_filelist(outcomes, filelist)
+    return outcomes
+
+
+def _verify_on_disk(root: Path, outcomes: dict[str, Outcome]) -> None:
+    want = expected_hashes(outcomes)
+    have = hash_touched(root, want)
+    for path in sorted(want):
+        if have[path] != want[path]:
+            raise _err("verify", f"after writing, {path} on disk hashes to "
+                       f"{have[path] or 'absent'}, expected {want[path] or 'absent'}",
+                       "the staging directory was modified during the apply; retry")
+
+
+def build_tree(patch: Patch, pristine_root: Path, staging: Path, *,
+               filelist: FileList | None = None) -> Applied:
+    """Copy ``pristine_root`` to ``staging`` (which must not exist) and apply there."""
+    outcomes = apply_in_memory(patch, pristine_root, filelist=filelist)
+    copy_tree(pristine_root, staging)
+    write_outcomes(staging, outcomes.values())
+    _verify_on_disk(staging, outcomes)
+    files = {p: h for p, h in expected_hashes(outcomes).items() if h is not None}
+    deleted = frozenset(p for p, o in outcomes.items() if o.post is None)
+    return Applied(files, deleted, outcomes)
+
+
+def apply_to_dir(patch: Patch, pristine_root: Path, dest: Path, *,
+                 filelist: FileList | None = None) -> Applied:
+    """Strict apply into ``dest``: it must not exist or be an empty directory.
+
+    The tree is built in a sibling staging directory and renamed into place, so ``dest``
+    holds either nothing or the complete, verified patched tree.
+    """
+    dest = Path(dest)
+    if dest.is_symlink():
+        raise _err("path", f"{dest} is a symbolic link; give a real directory")
+    if dest.exists():
+        if not dest.is_dir():
+            raise _err("dest", f"{dest} exists and is not a directory")
+        if any(dest.iterdir()):
+            raise _err("dest", f"{dest} is not empty; strict apply writes only into a new "
+                       "or empty directory", "pass a new directory with --to")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging.", dir=dest.parent))
+    try:
+        tree = staging / "tree"
+        applied = build_tree(patch, pristine_root, tree, filelist=filelist)
+        # rename(2) replaces an empty directory atomically.
+        os.replace(tree, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return applied
