@@ -1,0 +1,1 @@
+"""Image definitions, base sources, the offline stand-in base, and image records."""

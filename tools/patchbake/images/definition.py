@@ -1,0 +1,181 @@
+"""Image definitions: ``images/<name>.yaml``, referenced from pipeline.yaml ``images:``.
+
+A definition names its base BY DIGEST (a definition without one is an error), where the
+base comes from, the base's site-packages directory, and the bake mode. pipeline.yaml maps
+a definition name to its file::
+
+    images:
+      sm89-serving: images/sm89-serving.yaml
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import Pipeline
+from ..errors import ConfigError
+from ..fsutil import canonical_json, sha256_bytes
+from ..schema import Field, Schema, one_of, suggest, validate
+
+BASE_SOURCES = ("registry", "oci-layout", "docker-archive", "docker", "standin")
+MODES = ("overlay", "build")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _digest_check(value: Any) -> str | None:
+    return None if _DIGEST.fullmatch(str(value)) else "must be sha256:<64 hex digits>"
+
+
+def _abs_path_check(value: Any) -> str | None:
+    v = str(value)
+    if not v.startswith("/") or ".." in v.split("/") or v.endswith("/"):
+        return "must be an absolute path without '..' or a trailing '/'"
+    return None
+
+
+BASE_SCHEMA = Schema({
+    "source": Field(str, required=True, check=one_of(*BASE_SOURCES),
+                    help="registry, oci-layout, docker-archive, docker or standin"),
+    "name": Field(str, required=True, help="the base's name, e.g. vllm/vllm-openai:v0.25.1"),
+    "digest": Field(str, required=True, check=_digest_check,
+                    help="the base pinned by digest: tags move, digests do not"),
+    "platform": Field(str, default="linux/amd64"),
+    "platform_digest": Field(str, check=_digest_check,
+                             help="the platform manifest inside a multi-arch index"),
+    "path": Field(str, help="OCI layout directory or docker-archive tar (relative to the repo)"),
+    "verified": Field(bool, default=False,
+                      help="whether the digest was checked against the registry"),
+    "note": Field(str, default=""),
+})
+
+BUILD_SCHEMA = Schema({
+    "template": Field(str, default="Dockerfile.sm89.j2"),
+    "torch_cuda_arch_list": Field(str, default="8.9"),
+    "builder": Field(str, help="devel image (by digest) that compiles native changes"),
+    "max_jobs": Field(int, default=2),
+})
+
+DEFINITION_SCHEMA = Schema({
+    "version": Field(int, required=True, check=lambda v: None if v == 1 else "must be 1"),
+    "description": Field(str, default=""),
+    "base": Field(dict, required=True),
+    "site_packages": Field(str, required=True, check=_abs_path_check,
+                           help="where the base installs Python packages"),
+    "site_packages_note": Field(str, default=""),
+    "mode": Field(str, required=True, check=one_of(*MODES)),
+    "source": Field(str, default="", help="org.opencontainers.image.source for this image"),
+    "build": Field(dict, default={}),
+    "labels": Field(dict, default={}),
+})
+
+
+@dataclass(frozen=True)
+class Base:
+    source: str
+    name: str
+    digest: str
+    platform: str
+    platform_digest: str | None
+    path: Path | None
+    verified: bool
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    path: Path
+    description: str
+    base: Base
+    site_packages: str
+    mode: str
+    source: str
+    template: Path
+    torch_cuda_arch_list: str
+    builder: str | None
+    max_jobs: int
+    labels: tuple[tuple[str, str], ...]
+    fingerprint: str  # sha256 of the validated definition (part of the bake key)
+
+    @property
+    def sp_rel(self) -> str:
+        """site-packages as a layer path: 'usr/local/lib/python3.12/dist-packages'."""
+        return self.site_packages.strip("/")
+
+
+def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
+    source = f"{path.name}"
+    top = validate(data, DEFINITION_SCHEMA, "", source)
+    base = validate(top["base"], BASE_SCHEMA, "base", source)
+    build = validate(top["build"], BUILD_SCHEMA, "build", source)
+    if base["source"] in ("oci-layout", "docker-archive") and not base["path"]:
+        raise ConfigError(f"{source}: base.source '{base['source']}' needs 'base.path'")
+    for k, v in top["labels"].items():
+        if not isinstance(v, str):
+            raise ConfigError(f"{source}: 'labels.{k}' must be of type string")
+    if top["mode"] == "build" and not build["builder"]:
+        raise ConfigError(f"{source}: mode 'build' needs 'build.builder' (a devel image by "
+                          "digest that has the CUDA compiler)")
+    fingerprint = sha256_bytes(canonical_json({"top": {**top, "base": base, "build": build}}))
+    return Definition(
+        name=name, path=path, description=top["description"],
+        base=Base(base["source"], base["name"], base["digest"], base["platform"],
+                  base["platform_digest"], (root / base["path"]) if base["path"] else None,
+                  base["verified"]),
+        site_packages=top["site_packages"], mode=top["mode"], source=top["source"],
+        template=path.parent / build["template"],
+        torch_cuda_arch_list=build["torch_cuda_arch_list"], builder=build["builder"],
+        max_jobs=build["max_jobs"],
+        labels=tuple(sorted((str(k), str(v)) for k, v in top["labels"].items())),
+        fingerprint=fingerprint,
+    )
+
+
+def load_file(path: Path, name: str | None = None, root: Path | None = None) -> Definition:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"image definition {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path.name}: not valid YAML{at}") from None
+    return parse(data, name or path.stem, path, root or path.parent.parent)
+
+
+def names(pipeline: Pipeline) -> list[str]:
+    return sorted(pipeline.images)
+
+
+def load(pipeline: Pipeline, name: str) -> Definition:
+    """The definition ``name`` from pipeline.yaml ``images:`` (name -> file path)."""
+    images = pipeline.images
+    if name not in images:
+        known = sorted(images)
+        raise ConfigError(f"{pipeline.path.name}: no image definition '{name}'"
+                          f"{suggest(name, known)}"
+                          + (f" (definitions: {', '.join(known)})" if known else
+                             " (pipeline.yaml declares no images)"))
+    rel = images[name]
+    if not isinstance(rel, str):
+        raise ConfigError(f"{pipeline.path.name}: 'images.{name}' must be the path of a "
+                          f"definition file, got {type(rel).__name__}")
+    return load_file(pipeline.root / rel, name, pipeline.root)
+
+
+def default_name(pipeline: Pipeline) -> str:
+    """The image `bake` acts on without an argument: the only one, or the offline one."""
+    known = names(pipeline)
+    if not known:
+        raise ConfigError(f"{pipeline.path.name}: declares no image definitions under 'images:'")
+    if len(known) == 1:
+        return known[0]
+    offline = [n for n in known if n.endswith("-offline")]
+    if len(offline) == 1:
+        return offline[0]
+    raise ConfigError(f"{pipeline.path.name}: several image definitions "
+                      f"({', '.join(known)}); name one")

@@ -1,0 +1,156 @@
+"""An image as data: manifest + config + layer descriptors, every byte digest-checked.
+
+Blob sources (the store, an OCI layout directory, a docker-archive) all answer
+``open(digest)``; :func:`load_image` reads the manifest and config through one and refuses
+any JSON whose bytes do not hash to the digest that names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from ..errors import ImageError, IntegrityError
+from ..store import Store
+from .media import INDEX_TYPES, MANIFEST_TYPES, Descriptor
+
+
+class Blobs(Protocol):
+    def open(self, digest: str) -> BinaryIO: ...
+
+    def has(self, digest: str) -> bool: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class StoreBlobs:
+    store: Store
+
+    def open(self, digest: str) -> BinaryIO:
+        return self.store.open_blob(digest)
+
+    def has(self, digest: str) -> bool:
+        return self.store.has(digest)
+
+    def describe(self) -> str:
+        return f"store {self.store.root}"
+
+
+@dataclass(frozen=True)
+class DirBlobs:
+    """``<dir>/blobs/sha256/<hex>``: an OCI image layout directory."""
+
+    root: Path
+
+    def _path(self, digest: str) -> Path:
+        hexd = digest.removeprefix("sha256:")
+        if len(hexd) != 64 or not all(c in "0123456789abcdef" for c in hexd):
+            raise ImageError(f"{digest!r} is not a sha256 digest")
+        return self.root / "blobs" / "sha256" / hexd
+
+    def open(self, digest: str) -> BinaryIO:
+        p = self._path(digest)
+        if not p.is_file():
+            raise ImageError(f"blob {digest} is missing from the OCI layout {self.root}")
+        return open(p, "rb")
+
+    def has(self, digest: str) -> bool:
+        return self._path(digest).is_file()
+
+    def describe(self) -> str:
+        return f"OCI layout {self.root}"
+
+
+def read_checked(blobs: Blobs, digest: str, size: int | None, what: str) -> bytes:
+    with blobs.open(digest) as f:
+        data = f.read()
+    got = "sha256:" + hashlib.sha256(data).hexdigest()
+    if got != digest:
+        raise IntegrityError(f"{what} {digest} in {blobs.describe()} hashes to {got}: "
+                             "its bytes were changed")
+    if size is not None and len(data) != size:
+        raise IntegrityError(f"{what} {digest} is {len(data)} bytes; the manifest says {size}")
+    return data
+
+
+def parse_json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise ImageError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ImageError(f"{what} is not a JSON object")
+    return doc
+
+
+@dataclass(frozen=True)
+class Image:
+    manifest_digest: str
+    manifest_bytes: bytes
+    manifest: dict[str, Any]
+    config_desc: Descriptor
+    config_bytes: bytes
+    config: dict[str, Any]
+    layers: tuple[Descriptor, ...]
+
+    @property
+    def media_type(self) -> str:
+        return str(self.manifest.get("mediaType") or "application/vnd.oci.image.manifest.v1+json")
+
+    @property
+    def diff_ids(self) -> list[str]:
+        return list(self.config.get("rootfs", {}).get("diff_ids", []))
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict((self.config.get("config") or {}).get("Labels") or {})
+
+
+def parse_manifest(data: bytes, digest: str) -> tuple[dict[str, Any], Descriptor,
+                                                       tuple[Descriptor, ...]]:
+    doc = parse_json(data, f"manifest {digest}")
+    mt = doc.get("mediaType")
+    if mt in INDEX_TYPES or "manifests" in doc:
+        raise ImageError(f"{digest} is an image index, not a manifest",
+                         hint="name the platform manifest digest (linux/amd64) instead")
+    if doc.get("schemaVersion") != 2 or (mt is not None and mt not in MANIFEST_TYPES):
+        raise ImageError(f"manifest {digest} has schemaVersion {doc.get('schemaVersion')!r} "
+                         f"and mediaType {mt!r}; only OCI and Docker v2 schema 2 are supported")
+    config = Descriptor.from_json(doc.get("config"), f"manifest {digest} config")
+    raw_layers = doc.get("layers")
+    if not isinstance(raw_layers, list):
+        raise ImageError(f"manifest {digest} has no layers list")
+    layers = tuple(Descriptor.from_json(x, f"manifest {digest} layers[{i}]")
+                   for i, x in enumerate(raw_layers))
+    return doc, config, layers
+
+
+def image_from_bytes(manifest_bytes: bytes, manifest_digest: str, config_bytes: bytes
+                     ) -> Image:
+    got = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+    if got != manifest_digest:
+        raise IntegrityError(f"manifest {manifest_digest} hashes to {got}: its bytes were changed")
+    doc, cdesc, layers = parse_manifest(manifest_bytes, manifest_digest)
+    got_cfg = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+    if got_cfg != cdesc.digest or len(config_bytes) != cdesc.size:
+        raise IntegrityError(f"config of {manifest_digest} hashes to {got_cfg} "
+                             f"({len(config_bytes)} bytes); the manifest names {cdesc.digest} "
+                             f"({cdesc.size} bytes)")
+    config = parse_json(config_bytes, f"config {cdesc.digest}")
+    diff_ids = (config.get("rootfs") or {}).get("diff_ids")
+    if not isinstance(diff_ids, list) or len(diff_ids) != len(layers):
+        raise ImageError(f"config {cdesc.digest} lists "
+                         f"{len(diff_ids) if isinstance(diff_ids, list) else 'no'} diff_ids for "
+                         f"{len(layers)} layers")
+    return Image(manifest_digest, manifest_bytes, doc, cdesc, config_bytes, config, layers)
+
+
+def load_image(blobs: Blobs, manifest_digest: str) -> Image:
+    mbytes = read_checked(blobs, manifest_digest, None, "manifest")
+    _, cdesc, _ = parse_manifest(mbytes, manifest_digest)
+    cbytes = read_checked(blobs, cdesc.digest, cdesc.size, "config")
+    return image_from_bytes(mbytes, manifest_digest, cbytes)
