@@ -12,11 +12,14 @@ created only after every file is written, and then each is resolved and checked.
 
 from __future__ import annotations
 
+import gzip
+import lzma
 import os
 import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,9 @@ from ..errors import FetchError, UnsafeArchiveError
 
 FILE, DIR, SYMLINK, HARDLINK = "file", "dir", "symlink", "hardlink"
 _COPY = 1 << 20
+# what reading a damaged archive raises while a member's bytes are copied
+_CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError,
+            zipfile.BadZipFile)
 
 
 @dataclass
@@ -125,7 +131,10 @@ def _strip(rel: str, strip: str | None, member: str) -> str | None:
 def _write_file(dest: Path, src: IO[bytes], mode: int, member: str) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    except (FileExistsError, NotADirectoryError):
+        raise _unsafe(member, "lies under a path that is a file, not a directory") from None
+    try:
         fd = os.open(dest, flags, 0o600)
     except FileExistsError:
         raise _unsafe(member, "appears twice or clashes with another entry") from None
@@ -163,8 +172,12 @@ def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = 
                 raise _unsafe(m.name, "is a directory under or at a file's path") from None
         elif m.kind == FILE:
             assert m.open is not None
-            with m.open() as src:
-                _write_file(target, src, m.mode, m.name)
+            try:
+                with m.open() as src:
+                    _write_file(target, src, m.mode, m.name)
+            except _CORRUPT as exc:
+                raise FetchError(f"{archive.name}: not a readable archive: member "
+                                 f"'{m.name}' is truncated or corrupt ({exc})") from exc
             files.add(stripped)
         elif m.kind == HARDLINK:
             lrel = normalise(m.linkname, m.name)

@@ -1,0 +1,355 @@
+"""fetch(): every source kind against a fake HTTP adapter (no sockets), the index
+resolution rules, retries, integrity, idempotence and concurrent use of one store."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from requests.adapters import BaseAdapter
+from requests.structures import CaseInsensitiveDict
+
+from patchbake import config
+from patchbake.errors import FetchError, IntegrityError, UnsafeArchiveError
+from patchbake.sources import fetch, http, index, tree_digest
+from patchbake.store import Store
+
+INDEX = "https://index.test/simple"
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+
+
+def sdist(files: dict[str, bytes], top: str = "demo-1.0") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in sorted(files.items()):
+            ti = tarfile.TarInfo(f"{top}/{name}")
+            ti.size, ti.mode = len(data), 0o644
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+ARCHIVE = sdist({"setup.py": b"setup()\n", "demo/__init__.py": b"x = 1\n"})
+SHA = hashlib.sha256(ARCHIVE).hexdigest()
+FILE_URL = "https://files.index.test/packages/demo-1.0.tar.gz"
+
+
+class FakeHTTP(BaseAdapter):
+    """Answers from a script: url -> list of (status, headers, body) or an exception."""
+
+    def __init__(self, routes: dict[str, list[Any]]) -> None:
+        super().__init__()
+        self.routes = routes
+        self.calls: list[str] = []
+
+    def send(self, request: requests.PreparedRequest, **kw: Any) -> requests.Response:
+        url = str(request.url)
+        self.calls.append(url)
+        script = self.routes.get(url) or [(404, {}, b"not found")]
+        step = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(step, Exception):
+            raise step
+        status, headers, body = step
+        r = requests.Response()
+        r.status_code, r.url, r.request, r.reason = status, url, request, "fake"
+        r.headers = CaseInsensitiveDict({"Content-Length": str(len(body)), **headers})
+        r.raw = io.BytesIO(body)
+        return r
+
+    def close(self) -> None:
+        pass
+
+
+def page(files: list[dict[str, Any]]) -> tuple[int, dict[str, str], bytes]:
+    return 200, {"Content-Type": JSON_TYPE}, json.dumps({"meta": {"api-version": "1.1"},
+                                                         "name": "demo", "files": files}).encode()
+
+
+GOOD_PAGE = page([{"filename": "demo-1.0.tar.gz", "url": FILE_URL, "hashes": {"sha256": SHA}},
+                  {"filename": "demo-0.9.tar.gz", "url": "../x", "hashes": {}}])
+
+
+@pytest.fixture
+def net(monkeypatch: pytest.MonkeyPatch) -> FakeHTTP:
+    fake = FakeHTTP({f"{INDEX}/demo/": [GOOD_PAGE], FILE_URL: [(200, {}, ARCHIVE)]})
+
+    def session() -> requests.Session:
+        s = requests.Session()
+        s.mount("https://", fake)
+        s.mount("http://", fake)
+        return s
+
+    monkeypatch.setattr(http, "new_session", session)
+    monkeypatch.setattr(http, "_sleep", lambda s: fake.calls.append(f"sleep {s}"))
+    monkeypatch.setenv("PIP_INDEX_URL", INDEX)
+    return fake
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "store")
+
+
+def lineage(**up: Any) -> config.Lineage:
+    base = {"kind": "index", "package": "demo", "version": "1.0",
+            "filename": "demo-1.0.tar.gz", "sha256": SHA}
+    base.update(up)
+    data = {"version": 1, "name": "t", "lineages": {"l": {
+        "name": "n", "patch": "p", "files": "f", "source_record": "s",
+        "upstream": {k: v for k, v in base.items() if v is not None}}}}
+    return config.parse(data, Path("/nonexistent/pipeline.yaml")).lineage()
+
+
+def leftovers(store: Store) -> list[str]:
+    return sorted(str(p.relative_to(store.root)) for p in
+                  [*(store.root / "blobs" / "sha256").iterdir(), *(store.root / "tmp").iterdir(),
+                   *(store.root / "trees").iterdir()])
+
+
+def test_index_fetch_then_cached(net: FakeHTTP, store: Store) -> None:
+    f = fetch(lineage(), store)
+    assert f.archive_sha256 == SHA and f.files == 2 and f.kind == "index"
+    assert (f.root / "setup.py").read_bytes() == b"setup()\n"
+    assert f.tree_digest == tree_digest(f.root) and f.pin == f"demo==1.0 sha256:{SHA}"
+    assert net.calls == [f"{INDEX}/demo/", FILE_URL]
+    rec = json.loads(f.record.read_text()) if f.record else {}
+    assert rec["tree_digest"] == f.tree_digest and rec["files"] == 2 and rec["strip"] == "demo-1.0"
+    assert fetch(lineage(), store) == f
+    assert len(net.calls) == 2, "the second fetch must not touch the network"
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+def test_hash_mismatch_leaves_nothing(net: FakeHTTP, store: Store) -> None:
+    net.routes[FILE_URL] = [(200, {}, ARCHIVE + b"tampered")]
+    with pytest.raises(IntegrityError, match=f"expected sha256:{SHA}; nothing was stored") as e:
+        fetch(lineage(), store)
+    assert e.value.exit_code == 11
+    assert leftovers(store) == []
+
+
+def test_index_states_other_hash(net: FakeHTTP, store: Store) -> None:
+    net.routes[f"{INDEX}/demo/"] = [page([{"filename": "demo-1.0.tar.gz", "url": FILE_URL,
+                                           "hashes": {"sha256": "0" * 64}}])]
+    with pytest.raises(IntegrityError, match="the index states sha256:0{64} for demo-1.0.tar.gz"):
+        fetch(lineage(), store)
+    assert FILE_URL not in net.calls and leftovers(store) == []
+
+
+def test_index_lacks_file(net: FakeHTTP, store: Store) -> None:
+    with pytest.raises(FetchError, match="lists no file 'demo-2.0.tar.gz'.*demo-1.0.tar.gz") as e:
+        fetch(lineage(filename="demo-2.0.tar.gz"), store)
+    assert e.value.exit_code == 10
+
+
+def test_index_not_json(net: FakeHTTP, store: Store) -> None:
+    net.routes[f"{INDEX}/demo/"] = [(200, {"Content-Type": "text/html"}, b"<html>")]
+    with pytest.raises(FetchError, match="not the JSON simple API"):
+        fetch(lineage(), store)
+
+
+def test_404_not_retried(net: FakeHTTP, store: Store) -> None:
+    net.routes[FILE_URL] = [(404, {}, b"gone")]
+    with pytest.raises(FetchError, match="answered HTTP 404") as e:
+        fetch(lineage(), store)
+    assert e.value.exit_code == 10 and "a client error is not retried" in e.value.one_line()
+    assert net.calls.count(FILE_URL) == 1 and not any(c.startswith("sleep") for c in net.calls)
+
+
+@pytest.mark.parametrize("status", [401, 403, 410])
+def test_client_errors_not_retried(net: FakeHTTP, store: Store, status: int) -> None:
+    net.routes[f"{INDEX}/demo/"] = [(status, {}, b"")]
+    with pytest.raises(FetchError, match=f"HTTP {status}"):
+        fetch(lineage(), store)
+    assert net.calls == [f"{INDEX}/demo/"]
+
+
+def test_503_retried_honouring_retry_after(net: FakeHTTP, store: Store) -> None:
+    net.routes[FILE_URL] = [(503, {"Retry-After": "7"}, b""), (429, {}, b""),
+                            (200, {}, ARCHIVE)]
+    f = fetch(lineage(), store)
+    assert f.archive_sha256 == SHA
+    assert net.calls[1:] == [FILE_URL, "sleep 7.0", FILE_URL, "sleep 1.0", FILE_URL]
+
+
+def test_connection_errors_retried_then_give_up(net: FakeHTTP, store: Store) -> None:
+    net.routes[FILE_URL] = [requests.ConnectionError("reset")]
+    with pytest.raises(FetchError, match="failed 5 times; last: ConnectionError: reset"):
+        fetch(lineage(), store)
+    assert net.calls.count(FILE_URL) == 5
+    assert [c for c in net.calls if c.startswith("sleep")] == [
+        "sleep 0.5", "sleep 1.0", "sleep 2.0", "sleep 4.0"]
+    assert leftovers(store) == []
+
+
+def test_broken_transfer_restarts(net: FakeHTTP, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = requests.Response.iter_content
+    state = {"n": 0}
+
+    def flaky(self: requests.Response, *a: Any, **k: Any) -> Any:
+        if self.url == FILE_URL:
+            state["n"] += 1
+        if state["n"] == 1 and self.url == FILE_URL:
+            yield ARCHIVE[:10]
+            raise requests.exceptions.ChunkedEncodingError("cut")
+        yield from real(self, *a, **k)
+
+    monkeypatch.setattr(requests.Response, "iter_content", flaky)
+    assert fetch(lineage(), store).archive_sha256 == SHA
+    assert net.calls.count(FILE_URL) == 2 and list((store.root / "tmp").iterdir()) == []
+
+
+def test_url_kind_and_progress(net: FakeHTTP, store: Store) -> None:
+    seen: list[tuple[str, int | None, int]] = []
+
+    class Bar:
+        def __init__(self, d: str, t: int | None) -> None:
+            self.item = [d, t, 0]
+
+        def advance(self, n: int) -> None:
+            self.item[2] += n
+
+        def __enter__(self) -> Bar:
+            return self
+
+        def __exit__(self, *a: Any) -> None:
+            seen.append(tuple(self.item))  # type: ignore[arg-type]
+
+    f = fetch(lineage(kind="url", url=FILE_URL, filename=None), store,
+              progress=lambda d, t, unit_bytes=True: Bar(d, t))
+    assert f.archive_sha256 == SHA and net.calls == [FILE_URL]
+    assert ("download demo-1.0.tar.gz", len(ARCHIVE), len(ARCHIVE)) in seen
+
+
+def test_url_bad_scheme(net: FakeHTTP, store: Store) -> None:
+    with pytest.raises(FetchError, match="unsupported URL scheme 'ftp'"):
+        fetch(lineage(kind="url", url="ftp://x/y.tar.gz"), store)
+
+
+def test_file_url_and_missing(tmp_path: Path, store: Store) -> None:
+    (tmp_path / "demo.tar.gz").write_bytes(ARCHIVE)
+    f = fetch(lineage(kind="url", url=f"file://{tmp_path}/demo.tar.gz"), store)
+    assert f.archive_sha256 == SHA
+    with pytest.raises(FetchError, match="missing.tar.gz does not exist"):
+        fetch(lineage(kind="url", url=f"file://{tmp_path}/missing.tar.gz", sha256="1" * 64),
+              store)
+
+
+def test_path_tarball_with_and_without_pin(tmp_path: Path, store: Store) -> None:
+    (tmp_path / "demo.tar.gz").write_bytes(ARCHIVE)
+    a = fetch(lineage(kind="path", path="demo.tar.gz"), store, base=tmp_path)
+    b = fetch(lineage(kind="path", path=str(tmp_path / "demo.tar.gz"), sha256=None), store)
+    assert a.tree_digest == b.tree_digest and a.archive_sha256 == b.archive_sha256 == SHA
+    with pytest.raises(IntegrityError, match="expected sha256:2{64}"):
+        fetch(lineage(kind="path", path=str(tmp_path / "demo.tar.gz"), sha256="2" * 64), store)
+
+
+def test_path_missing(tmp_path: Path, store: Store) -> None:
+    with pytest.raises(FetchError, match="nope.tar.gz does not exist") as e:
+        fetch(lineage(kind="path", path=str(tmp_path / "nope.tar.gz")), store)
+    assert e.value.exit_code == 10
+
+
+def test_path_directory(tmp_path: Path, store: Store) -> None:
+    src = tmp_path / "tree"
+    (src / "demo").mkdir(parents=True)
+    (src / "setup.py").write_bytes(b"setup()\n")
+    (src / "demo" / "__init__.py").write_bytes(b"x = 1\n")
+    f = fetch(lineage(kind="path", path=str(src), sha256=None), store)
+    assert f.archive_sha256 is None and f.files == 2 and f.root.is_relative_to(store.root)
+    from_archive = fetch(lineage(kind="path", path=str(tmp_path / "a.tgz"), sha256=None), store) \
+        if (tmp_path / "a.tgz").write_bytes(ARCHIVE) else None
+    assert from_archive is not None and from_archive.tree_digest == f.tree_digest
+    pinned = fetch(lineage(kind="path", path=str(src), sha256=f.tree_digest[7:]), store)
+    assert pinned.root == f.root
+    (src / "setup.py").write_bytes(b"changed\n")
+    with pytest.raises(IntegrityError, match="tree digest is sha256:.*but the pin is"):
+        fetch(lineage(kind="path", path=str(src), sha256=f.tree_digest[7:]), store)
+
+
+def test_unsafe_archive_leaves_nothing_extracted(tmp_path: Path, store: Store) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        ti = tarfile.TarInfo("demo-1.0/ok")
+        ti.size = 2
+        tf.addfile(ti, io.BytesIO(b"ok"))
+        ti = tarfile.TarInfo("demo-1.0/../../evil")
+        tf.addfile(ti, io.BytesIO(b""))
+    (tmp_path / "bad.tgz").write_bytes(buf.getvalue())
+    with pytest.raises(UnsafeArchiveError, match="'demo-1.0/../../evil' has a '..' component"):
+        fetch(lineage(kind="path", path=str(tmp_path / "bad.tgz"), sha256=None), store)
+    assert list((store.root / "trees").iterdir()) == []
+    assert list((store.root / "tmp").iterdir()) == []
+    assert list((store.root / "sources").iterdir()) == []
+
+
+def test_verify_detects_tampered_store(net: FakeHTTP, store: Store) -> None:
+    f = fetch(lineage(), store)
+    (f.root / "setup.py").write_bytes(b"tampered\n")
+    assert fetch(lineage(), store) == f  # cached: no re-hash by default
+    with pytest.raises(IntegrityError, match="hashes to sha256:.*recorded"):
+        fetch(lineage(), store, verify=True)
+
+
+def test_concurrent_fetches_share_one_download(net: FakeHTTP, store: Store) -> None:
+    results: list[Any] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(fetch(lineage(), Store.open(store.root)))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and len({r.tree_digest for r in results}) == 1
+    assert net.calls.count(FILE_URL) == 1
+    assert len(list((store.root / "trees").iterdir())) == 1
+
+
+# -- which index ------------------------------------------------------------------------
+def test_index_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", "https://a.test/simple https://ignored.test")
+    assert index.configured_index() == ("https://a.test/simple", "PIP_INDEX_URL")
+
+
+def test_index_from_config_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    glob, user, env = tmp_path / "g.conf", tmp_path / "u.conf", tmp_path / "e.conf"
+    glob.write_text("[global]\nindex-url = https://global.test/simple\n"
+                    "extra-index-url = file:///opt/x\n")
+    user.write_text("[install]\nindex-url = https://user.test/simple\n")
+    monkeypatch.setattr(index, "_pip_file_locations",
+                        lambda: ([str(glob)], [str(user)], [str(tmp_path / "none.conf")]))
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    assert index.configured_index()[0] == "https://user.test/simple"
+    env.write_text("[global]\nindex-url = https://env.test/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(env))
+    url, origin = index.configured_index()
+    assert url == "https://env.test/simple" and origin.startswith(str(env))
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    from pip._internal.models.index import PyPI
+    assert index.configured_index() == (PyPI.simple_url, "pip's default")
+
+
+def test_index_default_is_pips(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    monkeypatch.setattr(index, "_pip_file_locations", lambda: ([], [], []))
+    from pip._internal.models.index import PyPI
+    assert index.configured_index() == (PyPI.simple_url, "pip's default")
+
+
+def test_name_normalisation() -> None:
+    assert index.normalise_name("Foo_Bar.baz") == "foo-bar-baz"
+
+
+def test_redact() -> None:
+    assert http.redact("https://u:secret@h.test:8443/simple") == "https://***@h.test:8443/simple"
