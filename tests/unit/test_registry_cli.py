@@ -1,0 +1,115 @@
+"""`patchbake push` / `patchbake pull`: JSON shape, tables, exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patchbake import cli
+from patchbake.commands import registry as cmd
+from patchbake.oci.registry import RegistryClient
+from patchbake.store import Store
+
+from registry_fake import HOST, FakeRegistry, make_image, session_for, store_image
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRegistry:
+    reg = FakeRegistry()
+
+    def factory(host: str, **kw: Any) -> RegistryClient:
+        return RegistryClient(host, session=session_for(reg), sleep=lambda s: None, **kw)
+
+    monkeypatch.setattr(cmd, "RegistryClient", factory)
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    return reg
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_push_json_then_pull_json(home: Path, fake: FakeRegistry,
+                                  capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    img = make_image()
+    digest = store_image(Store.open(home), img)
+    rc, out, err = run(capsys, "push", digest, f"{HOST}/app:v1", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["digest"] == digest and doc["ref"] == f"{HOST}/app:v1"
+    assert sorted(doc["pushed"]) == sorted(img.blobs)
+    assert doc["mounted"] == [] and doc["skipped"] == [] and doc["version"] == 1
+
+    other = home.parent / "other"
+    monkeypatch.setenv("PATCHBAKE_HOME", str(other))
+    rc, out, err = run(capsys, "pull", f"{HOST}/app:v1", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["digest"] == digest and doc["config_digest"] == img.config_digest
+    assert sorted(doc["fetched"]) == sorted(img.blobs) and doc["index_digest"] is None
+    index = json.loads((other / "index.json").read_text())
+    assert index["manifests"][0]["digest"] == digest
+    assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == \
+        f"{HOST}/app:v1"
+
+
+def test_push_by_store_name_prints_a_table(home: Path, fake: FakeRegistry,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from patchbake.oci import layout
+    from patchbake.oci.media import Descriptor
+
+    store = Store.open(home)
+    img = make_image()
+    store_image(store, img)
+    layout.add_ref(store, "demo", Descriptor("application/vnd.oci.image.manifest.v1+json",
+                                             img.digest, len(img.manifest)))
+    rc, out, err = run(capsys, "push", "demo", f"{HOST}/app:v2")
+    assert rc == 0, err
+    assert "uploaded" in out and "2 blobs" in out and img.digest[:30] in out
+
+
+def test_tag_move_exit_32(home: Path, fake: FakeRegistry,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    old = make_image(b"old\n")
+    fake.seed_image("app", old, tag="v1")
+    digest = store_image(Store.open(home), make_image(b"new\n"))
+    rc, out, err = run(capsys, "push", digest, f"{HOST}/app:v1")
+    assert rc == 32
+    assert f"{HOST}/app:v1 already points to {old.digest}; refusing to move it" in err
+    assert "tags never move" in err
+
+
+def test_unknown_source_exit_30(home: Path, fake: FakeRegistry,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(capsys, "push", "no-such-image", f"{HOST}/app:v1")
+    assert rc == 30
+    assert "'no-such-image' is neither a manifest digest in the store" in err
+
+
+def test_bad_destination_exit_2(home: Path, fake: FakeRegistry,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(capsys, "push", "sha256:" + "0" * 64, "app:v1")
+    assert rc == 2 and "names no registry host" in err
+
+
+def test_pull_of_tampered_blob_exit_31(home: Path, fake: FakeRegistry,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    fake.tamper_blobs = True
+    rc, out, err = run(capsys, "pull", f"{HOST}/app:v1", "--json")
+    assert rc == 31 and out == ""
+    assert "answered blob" in err and "nothing was stored" in err
+    assert not (home / "index.json").exists() or img.digest not in (home / "index.json").read_text()
+
+
+def test_pull_missing_manifest_exit_31(home: Path, fake: FakeRegistry,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(capsys, "pull", f"{HOST}/app:nope")
+    assert rc == 31 and "HTTP 404 MANIFEST_UNKNOWN" in err

@@ -1,0 +1,328 @@
+"""Registry client against an in-memory registry (no sockets): uploads, mounts, auth,
+retries, verification of every pulled byte, and tags that never move."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+
+from patchbake.errors import RegistryError, TagMovedError
+from patchbake.oci.registry import SMALL_BODY, RegistryClient
+from patchbake.oci.registry_auth import Credentials
+from patchbake.oci.registry_http import RetryPolicy
+from patchbake.store import Store
+
+from registry_fake import HOST, FakeRegistry, Seen, make_image, make_index, session_for, store_image
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "store")
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+def client(fake: FakeRegistry, sleeps: list[float], **kw: object) -> RegistryClient:
+    return RegistryClient(HOST, session=session_for(fake), sleep=sleeps.append,
+                          retry=RetryPolicy(attempts=4), auth=kw.pop("auth", None), **kw)  # type: ignore[arg-type]
+
+
+def test_push_is_monolithic_then_reread(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image(layer_size=SMALL_BODY + 4096)  # big enough to go as a file body
+    digest = store_image(store, img)
+    res = client(fake, sleeps).push(store, digest, f"{HOST}/team/app:v1")
+    assert res.digest == digest
+    assert sorted(res.uploaded) == sorted(img.blobs)
+    assert res.mounted == () and res.skipped == ()
+    assert fake.blobs["team/app"] == img.blobs
+    assert fake.manifests["team/app"]["v1"][0] == img.manifest
+    puts = [s for s in fake.calls("PUT") if "/blobs/uploads/" in s.path]
+    assert len(puts) == 2 and all(s.query["digest"][0] in img.blobs for s in puts)
+    # Every upload PUT declared its length (a monolithic body, not chunked).
+    assert all(int(s.headers["Content-Length"]) == s.body_len for s in puts)
+    assert not fake.calls("PATCH")
+    # Manifest by digest first, then by tag, and it was read back by digest in between.
+    order = [(s.method, s.path.rsplit("/", 1)[-1]) for s in fake.log if "/manifests/" in s.path]
+    assert order.index(("PUT", digest)) < order.index(("PUT", "v1"))
+    assert ("GET", digest) in order[order.index(("PUT", digest)):order.index(("PUT", "v1"))]
+
+
+def test_repush_skips_blobs_after_head(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    digest = store_image(store, make_image())
+    c = client(fake, sleeps)
+    c.push(store, digest, f"{HOST}/app:v1")
+    fake.log.clear()
+    res = c.push(store, digest, f"{HOST}/app:v1")
+    assert res.uploaded == () and len(res.skipped) == 2 and res.tag_existed
+    assert res.manifests == ()
+    assert not fake.calls("PUT") and not fake.calls("POST")
+    assert len(fake.calls("HEAD")) == 2
+
+
+def test_cross_repo_mount_from_record(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    digest = store_image(store, img)
+    c = client(fake, sleeps)
+    c.push(store, digest, f"{HOST}/first:v1")
+    fake.log.clear()
+    res = c.push(store, digest, f"{HOST}/second:v1")
+    assert sorted(res.mounted) == sorted(img.blobs) and res.uploaded == ()
+    posts = fake.calls("POST")
+    assert {p.query["from"][0] for p in posts} == {"first"}
+    assert not [s for s in fake.calls("PUT") if "/blobs/" in s.path]
+
+
+def test_refused_mount_falls_back_to_the_opened_session(store: Store,
+                                                        sleeps: list[float]) -> None:
+    fake = FakeRegistry(refuse_mounts=True)
+    img = make_image()
+    digest = store_image(store, img)
+    res = client(fake, sleeps, record_mounts=False).push(
+        store, digest, f"{HOST}/b:v1", mount_from=["elsewhere"])
+    assert sorted(res.uploaded) == sorted(img.blobs) and res.mounted == ()
+    # One POST per blob: the session opened by the refused mount carried the upload.
+    assert len(fake.calls("POST")) == 2
+
+
+def test_bearer_challenge_fetches_token_once_per_scope(store: Store,
+                                                       sleeps: list[float]) -> None:
+    fake = FakeRegistry(auth="bearer")
+    img = make_image()
+    fake.seed_image("lib/app", img, tag="v1")
+    dig = client(fake, sleeps).pull(store, f"{HOST}/lib/app:v1")
+    assert dig == img.digest and all(store.has(d) for d in img.blobs)
+    scopes = [q.get("scope", []) for q in fake.token_requests]
+    assert ["repository:lib/app:pull"] in scopes
+    assert all(q["service"] == [HOST] for q in fake.token_requests)
+    # /v2/ ping and one scope: two token fetches in all, not one per request.
+    assert len(fake.token_requests) == 2
+    assert sum(1 for s in fake.log if s.headers.get("Authorization") == "Bearer tok-123") >= 4
+
+
+def test_basic_auth_uses_credentials(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry(auth="basic")
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    c = client(fake, sleeps, auth=Credentials("alice", "s3cret"))
+    assert c.pull(store, f"{HOST}/app:v1") == img.digest
+
+
+def test_basic_auth_without_credentials_is_a_clear_error(store: Store, sleeps: list[float],
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "none"))
+    fake = FakeRegistry(auth="basic")
+    with pytest.raises(RegistryError, match="asks for a user name and password") as ei:
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 31
+
+
+def test_wrong_credentials_fail_without_retrying(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry(auth="basic")
+    c = client(fake, sleeps, auth=Credentials("alice", "wrong"))
+    with pytest.raises(RegistryError, match="unauthorized after authenticating"):
+        c.pull(store, f"{HOST}/app:v1")
+    assert len(fake.log) == 2 and sleeps == []
+
+
+def _fail_first(n: int, status: int, headers: dict[str, str] | None = None,
+                when: str = "/manifests/") -> object:
+    left = [n]
+
+    def fail(seen: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if when in seen.path and left[0] > 0:
+            left[0] -= 1
+            return status, headers or {}, b'{"errors":[{"code":"UNAVAILABLE","message":"busy"}]}'
+        return None
+    return fail
+
+
+def test_503_is_retried_honouring_retry_after(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    fake.fail = _fail_first(2, 503, {"Retry-After": "7"})  # type: ignore[assignment]
+    assert client(fake, sleeps).pull(store, f"{HOST}/app:v1") == img.digest
+    assert sleeps == [7.0, 7.0]
+
+
+def test_429_and_transport_errors_back_off(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    calls = [0]
+
+    def fail(seen: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if "/blobs/" in seen.path:
+            calls[0] += 1
+            if calls[0] == 1:
+                return 429, {}, b""
+            if calls[0] == 2:
+                raise requests.ConnectionError("connection reset")
+        return None
+
+    fake.fail = fail  # type: ignore[assignment]
+    assert client(fake, sleeps).pull(store, f"{HOST}/app:v1") == img.digest
+    assert sleeps == [0.5, 1.0]  # exponential backoff without Retry-After
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_client_errors_are_never_retried(store: Store, sleeps: list[float], status: int) -> None:
+    fake = FakeRegistry()
+    fake.seed_image("app", make_image(), tag="v1")
+    fake.fail = _fail_first(99, status)  # type: ignore[assignment]
+    with pytest.raises(RegistryError) as ei:
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert sleeps == []
+    assert len([s for s in fake.log if "/manifests/" in s.path]) <= 2  # 401: one auth retry
+    assert ei.value.exit_code == 31
+
+
+def test_persistent_5xx_gives_up_after_the_policy(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    fake.seed_image("app", make_image(), tag="v1")
+    fake.fail = _fail_first(99, 502)  # type: ignore[assignment]
+    with pytest.raises(RegistryError, match="failed after 4 attempts.*HTTP 502"):
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert sleeps == [0.5, 1.0, 2.0]
+
+
+def test_failed_upload_restarts_with_a_fresh_session(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    digest = store_image(store, img)
+    fake.fail = _fail_first(1, 500, when="/blobs/uploads/0")  # type: ignore[assignment]
+    res = client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert sorted(res.uploaded) == sorted(img.blobs)
+    uploads = [s.path for s in fake.calls("PUT") if "/blobs/uploads/" in s.path]
+    assert len(uploads) == 3 and len(set(uploads)) == 3  # never replayed into one session
+
+
+def test_tampered_manifest_is_refused_and_nothing_stored(store: Store,
+                                                          sleeps: list[float]) -> None:
+    fake = FakeRegistry(tamper_manifests=True)
+    img = make_image()
+    fake.seed_image("app", img)
+    with pytest.raises(RegistryError, match="hashing to sha256:") as ei:
+        client(fake, sleeps).pull(store, f"{HOST}/app@{img.digest}")
+    assert ei.value.exit_code == 31
+    assert not any(store.has(d) for d in [img.digest, *img.blobs])
+
+
+def test_tampered_blob_is_refused_and_nothing_stored(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry(tamper_blobs=True)
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    with pytest.raises(RegistryError, match="other bytes.*nothing was stored") as ei:
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 31
+    assert not any(store.has(d) for d in [img.digest, *img.blobs])
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+def test_lying_digest_header_is_ignored(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry(lying_digest_header=True)
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    assert client(fake, sleeps).pull(store, f"{HOST}/app:v1") == img.digest
+
+
+def test_tag_that_points_elsewhere_is_never_moved(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    old, new = make_image(b"old\n"), make_image(b"new\n")
+    fake.seed_image("app", old, tag="v1")
+    digest = store_image(store, new)
+    with pytest.raises(TagMovedError, match=f"already points to {old.digest}") as ei:
+        client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 32
+    assert not fake.calls("PUT") and not fake.calls("POST")  # nothing changed
+    assert fake.manifests["app"]["v1"][0] == old.manifest
+
+
+def test_manifest_rewritten_by_registry_is_caught(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry(rewrite_on_put=True)
+    digest = store_image(store, make_image())
+    with pytest.raises(RegistryError, match="back gave different bytes"):
+        client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert "v1" not in fake.manifests["app"]  # never tagged
+
+
+def test_pull_selects_platform_from_index(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    amd, arm = make_image(b"amd\n"), make_image(b"arm\n", arch="arm64")
+    idx, idx_digest = make_index((arm, "arm64"), (amd, "amd64"))
+    fake.seed_image("app", amd)
+    fake.seed_image("app", arm)
+    fake.manifests["app"]["multi"] = (idx, "application/vnd.oci.image.index.v1+json")
+    c = client(fake, sleeps)
+    res = c.pull_image(store, f"{HOST}/app:multi")
+    assert res.digest == amd.digest and res.index_digest == idx_digest
+    assert store.has(idx_digest) and not store.has(arm.config_digest)
+    res = c.pull_image(store, f"{HOST}/app:multi", platform="linux/arm64")
+    assert res.digest == arm.digest and res.config_digest == arm.config_digest
+    with pytest.raises(RegistryError, match="offers no linux/s390x.*linux/arm64, linux/amd64"):
+        c.pull_image(store, f"{HOST}/app:multi", platform="linux/s390x")
+
+
+def test_push_index_pushes_children_first(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    amd, arm = make_image(b"amd\n"), make_image(b"arm\n", arch="arm64")
+    idx, idx_digest = make_index((amd, "amd64"), (arm, "arm64"))
+    store_image(store, amd)
+    store_image(store, arm)
+    store.put_bytes(idx)
+    res = client(fake, sleeps).push(store, idx_digest, f"{HOST}/app:multi")
+    assert res.manifests == (amd.digest, arm.digest, idx_digest)
+    assert fake.manifests["app"]["multi"][0] == idx
+
+
+def test_pull_without_layers_fetches_config_only(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    res = client(fake, sleeps).pull_image(store, f"{HOST}/app:v1", layers=False)
+    assert res.fetched == (img.config_digest,)
+
+
+def test_push_of_blob_missing_everywhere_says_what_to_do(store: Store,
+                                                         sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    store.put_bytes(img.manifest)
+    with pytest.raises(Exception, match="neither in registry.test/app nor in the local store"):
+        client(fake, sleeps).push(store, img.digest, f"{HOST}/app:v1")
+
+
+def test_get_blob_verifies(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    fake.seed_image("app", img)
+    c = client(fake, sleeps)
+    assert c.get_blob(f"{HOST}/app:x", img.config_digest) == img.blobs[img.config_digest]
+    fake.tamper_blobs = True
+    with pytest.raises(RegistryError, match="bytes hashing to"):
+        c.get_blob(f"{HOST}/app:x", img.config_digest)
+
+
+def test_redirect_to_plain_http_elsewhere_is_refused(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+
+    def redirect(seen: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if "/blobs/" in seen.path and seen.method == "GET":
+            return 307, {"Location": "http://10.0.0.9/blob"}, b""
+        return None
+
+    fake.fail = redirect  # type: ignore[assignment]
+    with pytest.raises(RegistryError, match="refusing plain http to 10.0.0.9"):
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert not store.has(img.digest)
