@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from patchbake import cli, config
 from patchbake.errors import FetchError
 from patchbake.sources import fetch, tree_digest

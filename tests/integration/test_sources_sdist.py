@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from patchbake import cli, config
 from patchbake.sources import fetch, tree_digest
 from patchbake.store import Store

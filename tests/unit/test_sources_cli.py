@@ -11,7 +11,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from patchbake import cli, config
 from patchbake.sources import fetch
 from patchbake.store import Store
@@ -77,7 +76,7 @@ def test_fetch_errors(tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[
     up = {"missing": "kind: path, version: '1.0', path: gone.tar.gz",
           "mismatch": f"kind: path, version: '1.0', path: demo.tar.gz, sha256: '{'1' * 64}'",
           "unsafe": f"kind: path, version: '1.0', path: demo.tar.gz, sha256: {sha}",
-          "strip": f"kind: path, version: '1.0', path: demo.tar.gz, strip: other"}[case]
+          "strip": "kind: path, version: '1.0', path: demo.tar.gz, strip: other"}[case]
     rc, out, err = run(["--pipeline", str(pipeline(tmp_path, up)), "fetch"], capsys)
     assert rc == code and message in err and err.startswith("patchbake: error: "), err
     assert out == ""

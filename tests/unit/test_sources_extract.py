@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from patchbake.errors import FetchError, UnsafeArchiveError
 from patchbake.sources.extract import copy_tree, extract
 

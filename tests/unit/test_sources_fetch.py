@@ -13,13 +13,12 @@ from typing import Any
 
 import pytest
 import requests
-from requests.adapters import BaseAdapter
-from requests.structures import CaseInsensitiveDict
-
 from patchbake import config
 from patchbake.errors import FetchError, IntegrityError, UnsafeArchiveError
 from patchbake.sources import fetch, http, index, tree_digest
 from patchbake.store import Store
+from requests.adapters import BaseAdapter
+from requests.structures import CaseInsensitiveDict
 
 INDEX = "https://index.test/simple"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -214,10 +213,10 @@ def test_url_kind_and_progress(net: FakeHTTP, store: Store) -> None:
         def advance(self, n: int) -> None:
             self.item[2] += n
 
-        def __enter__(self) -> Bar:
+        def __enter__(self) -> Bar:  # noqa: PYI034 - a final test double
             return self
 
-        def __exit__(self, *a: Any) -> None:
+        def __exit__(self, *a: object) -> None:
             seen.append(tuple(self.item))  # type: ignore[arg-type]
 
     f = fetch(lineage(kind="url", url=FILE_URL, filename=None), store,

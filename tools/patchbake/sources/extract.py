@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import lzma
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -50,7 +51,7 @@ def _unsafe(member: str, why: str) -> UnsafeArchiveError:
 
 def normalise(name: str, member: str) -> str:
     """Archive path -> relative '/'-path, or '' for the archive root itself."""
-    if name.startswith("/") or name.startswith("\\") or (len(name) > 1 and name[1] == ":"):
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[/\\]", name):
         raise _unsafe(member, "has an absolute path")
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
     if ".." in parts:

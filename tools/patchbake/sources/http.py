@@ -7,7 +7,6 @@ A 4xx other than 408/429 is an answer, not an accident: it is never retried.
 from __future__ import annotations
 
 import email.utils
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -70,27 +69,22 @@ def redact(url: str) -> str:
 
 
 def retry_after(resp: requests.Response, attempt: int) -> float:
-    """Seconds to wait before the next attempt: Retry-After if given, else backoff."""
-    value = resp.headers.get("Retry-After", "").strip() if resp is not None else ""
-    if re.fullmatch(r"\d+", value):
+    """Seconds to wait before the next attempt: Retry-After (seconds or HTTP date) if the
+    server gave one, capped at MAX_WAIT_S; else exponential backoff."""
+    value = str(resp.headers.get("Retry-After", "")).strip()
+    if value.isdigit():
         return min(float(value), MAX_WAIT_S)
     if value:
-        when = email.utils.parsedate_to_datetime(value) if _is_date(value) else None
-        if when is not None:
-            return max(0.0, min(when.timestamp() - time.time(), MAX_WAIT_S))
+        try:
+            when = email.utils.parsedate_to_datetime(value).timestamp()
+        except (TypeError, ValueError):
+            return backoff(attempt)
+        return max(0.0, min(when - time.time(), MAX_WAIT_S))
     return backoff(attempt)
 
 
-def _is_date(value: str) -> bool:
-    try:
-        email.utils.parsedate_to_datetime(value)
-        return True
-    except (TypeError, ValueError):
-        return False
-
-
 def backoff(attempt: int) -> float:
-    return min(BACKOFF_S * (2 ** attempt), MAX_WAIT_S)
+    return min(BACKOFF_S * float(2 ** attempt), MAX_WAIT_S)
 
 
 def request(session: requests.Session, url: str, *, what: str, stream: bool = False,
@@ -139,9 +133,9 @@ def download(url: str, store: Store, expected: str, *, what: str,
         path = _file_path(url)
         if not path.is_file():
             raise FetchError(f"{what}: {path} does not exist or is not a file")
-        with bar(progress, f"copy {path.name}", path.stat().st_size) as b:
-            with open(path, "rb") as f:
-                return store.put_stream(_counted(iter(lambda: f.read(CHUNK), b""), b), expected)
+        with bar(progress, f"copy {path.name}", path.stat().st_size) as b, \
+                open(path, "rb") as f:
+            return store.put_stream(counted(iter(lambda: f.read(CHUNK), b""), b), expected)
     if scheme not in ("http", "https"):
         raise FetchError(f"{what}: unsupported URL scheme '{scheme}' in {redact(url)}",
                          hint="use https://, http:// or file://")
@@ -153,7 +147,7 @@ def download(url: str, store: Store, expected: str, *, what: str,
         name = Path(urlsplit(url).path).name or "download"
         try:
             with resp, bar(progress, f"download {name}", total) as b:
-                return store.put_stream(_counted(resp.iter_content(CHUNK), b), expected)
+                return store.put_stream(counted(resp.iter_content(CHUNK), b), expected)
         except (requests.ConnectionError, requests.Timeout,
                 requests.exceptions.ChunkedEncodingError) as exc:
             # the transfer broke mid-way: start over (the partial file is already gone)
@@ -164,7 +158,7 @@ def download(url: str, store: Store, expected: str, *, what: str,
                      f"last: {last}", hint="the network is failing; retry later")
 
 
-def _counted(chunks: Iterator[bytes], b: Any) -> Iterator[bytes]:
+def counted(chunks: Iterator[bytes], b: Any) -> Iterator[bytes]:
     for c in chunks:
         if c:
             b.advance(len(c))

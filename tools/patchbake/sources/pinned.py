@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import config
 from ..errors import FetchError, IntegrityError
-from ..fsutil import atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
+from ..fsutil import CHUNK, atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
 from ..store import Store
 from . import extract as ex
 from . import gitsrc, http, index
@@ -91,8 +91,7 @@ def _resolve_local(spec: str, base: Path | None) -> Path:
     return p if p.is_absolute() else (base or Path.cwd()) / p
 
 
-def _publish(store: Store, staging: Path, tree_root: Path,
-             progress: ProgressFactory | None) -> tuple[str, int]:
+def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None) -> tuple[str, int]:
     with http.bar(progress, "tree digest", None, unit_bytes=False) as b:
         entries = tree_entries(tree_root, on_item=b.advance)
     digest = digest_entries(entries)
@@ -107,7 +106,7 @@ def _extract_blob(store: Store, blob: str, up: config.Upstream, *, auto_strip: b
         with http.bar(progress, "extract", None, unit_bytes=False) as b:
             root, used = ex.extract(store.blob_path(blob), staging / "tree", strip=up.strip,
                                     auto_strip=auto_strip, on_member=b.advance)
-        digest, n = _publish(store, staging, root, progress)
+        digest, n = _publish(store, root, progress)
         return digest, n, used
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -123,10 +122,9 @@ def _archive_source(up: config.Upstream, store: Store, base: Path | None,
                              hint="upstream.path must name a local tarball or directory")
         if up.sha256 and store.has(up.sha256):
             return up.sha256.lower(), str(src)
-        with http.bar(progress, f"store {src.name}", src.stat().st_size) as b:
-            with open(src, "rb") as f:
-                got = store.put_stream(http._counted(iter(lambda: f.read(1 << 20), b""), b),
-                                       up.sha256)
+        with http.bar(progress, f"store {src.name}", src.stat().st_size) as b, \
+                open(src, "rb") as f:
+            got = store.put_stream(http.counted(iter(lambda: f.read(CHUNK), b""), b), up.sha256)
         return got, str(src)
     assert up.sha256  # config requires it for index and url
     if store.has(up.sha256):  # e.g. a record was lost but the bytes are here
@@ -217,7 +215,7 @@ def _fetch_dir(up: config.Upstream, src: Path, store: Store,
         try:
             copy = staging / "tree"
             ex.copy_tree(src, copy)
-            got, n = _publish(store, staging, copy, progress)
+            got, n = _publish(store, copy, progress)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         if got != digest:
