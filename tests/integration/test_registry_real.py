@@ -1,0 +1,179 @@
+"""The registry client against the real distribution registry (Debian's docker-registry on
+127.0.0.1) and the real Docker engine: what we push, docker pulls, by digest."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from patchbake.errors import TagMovedError
+from patchbake.fsutil import canonical_json
+from patchbake.oci.registry import RegistryClient
+from patchbake.store import Store
+
+pytestmark = [pytest.mark.integration, pytest.mark.registry]
+
+
+@dataclass(frozen=True)
+class Built:
+    digest: str
+    config_digest: str
+    layer_digest: str
+    blobs: tuple[str, ...]
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def build_image(store: Store, marker: str, extra_bytes: int = 0) -> Built:
+    """A small deterministic image: one uncompressed tar layer, config, OCI manifest."""
+    files = {"etc/patchbake-test": marker.encode() + b"\n"}
+    if extra_bytes:
+        # Deterministic, incompressible filler: big enough to travel as a streamed file body.
+        seed, chunks = marker.encode(), []
+        for i in range(extra_bytes // 32 + 1):
+            chunks.append(hashlib.sha256(seed + i.to_bytes(8, "big")).digest())
+        files["opt/filler.bin"] = b"".join(chunks)[:extra_bytes]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for d in sorted({p.rsplit("/", 1)[0] for p in files}):
+            ti = tarfile.TarInfo(d)
+            ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, 0
+            tf.addfile(ti)
+        for path, data in sorted(files.items()):
+            ti = tarfile.TarInfo(path)
+            ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
+            tf.addfile(ti, io.BytesIO(data))
+    layer = buf.getvalue()
+    cfg = canonical_json({
+        "architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z",
+        "config": {"Cmd": ["/etc/patchbake-test"], "Labels": {"patchbake.test": marker}},
+        "rootfs": {"type": "layers", "diff_ids": [_sha(layer)]},
+        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "patchbake test"}]})
+    man = canonical_json({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": _sha(cfg), "size": len(cfg)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": _sha(layer), "size": len(layer)}]})
+    for blob in (layer, cfg, man):
+        store.put_bytes(blob)
+    return Built(_sha(man), _sha(cfg), _sha(layer), (_sha(cfg), _sha(layer)))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "store")
+
+
+def _head(registry: str, path: str) -> int:
+    return requests.head(f"http://{registry}/v2/{path}", timeout=10,
+                         headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}
+                         ).status_code
+
+
+def test_push_repush_pull_roundtrip(registry: str, store: Store, tmp_path: Path) -> None:
+    img = build_image(store, "roundtrip", extra_bytes=3 << 20)
+    client = RegistryClient(registry)
+    res = client.push(store, img.digest, f"{registry}/pb/roundtrip:v1")
+    assert sorted(res.uploaded) == sorted(img.blobs) and res.manifests == (img.digest,)
+    assert res.bytes_uploaded > 3 << 20
+
+    again = RegistryClient(registry).push(store, img.digest, f"{registry}/pb/roundtrip:v1")
+    assert again.uploaded == () and sorted(again.skipped) == sorted(img.blobs)
+    assert again.tag_existed and again.manifests == ()
+
+    raw = requests.get(f"http://{registry}/v2/pb/roundtrip/manifests/v1", timeout=10,
+                       headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    assert raw.content == store.read_blob(img.digest)
+
+    fresh = Store.open(tmp_path / "fresh")
+    res2 = RegistryClient(registry).pull_image(fresh, f"{registry}/pb/roundtrip:v1")
+    assert res2.digest == img.digest and res2.config_digest == img.config_digest
+    for d in (img.digest, *img.blobs):
+        assert fresh.read_blob(d) == store.read_blob(d)
+    assert fresh.fsck() == []
+
+
+def test_mount_across_repositories(registry: str, store: Store) -> None:
+    img = build_image(store, "mount")
+    client = RegistryClient(registry)
+    client.push(store, img.digest, f"{registry}/pb/mount-src:v1")
+    res = client.push(store, img.digest, f"{registry}/pb/mount-dst:v1")
+    assert sorted(res.mounted) == sorted(img.blobs) and res.uploaded == ()
+    for d in img.blobs:
+        assert _head(registry, f"pb/mount-dst/blobs/{d}") == 200
+    # Without a record, --mount-from names the source.
+    bare = RegistryClient(registry, record_mounts=False)
+    res = bare.push(store, img.digest, f"{registry}/pb/mount-dst2@{img.digest}",
+                    mount_from=["pb/mount-src"])
+    assert sorted(res.mounted) == sorted(img.blobs)
+
+
+def test_tag_move_refused_and_nothing_changed(registry: str, store: Store) -> None:
+    first, second = build_image(store, "tag-a"), build_image(store, "tag-b")
+    client = RegistryClient(registry)
+    client.push(store, first.digest, f"{registry}/pb/tags:stable")
+    with pytest.raises(TagMovedError, match=f"already points to {first.digest}") as ei:
+        client.push(store, second.digest, f"{registry}/pb/tags:stable")
+    assert ei.value.exit_code == 32
+    assert _head(registry, f"pb/tags/manifests/{second.digest}") == 404
+    assert _head(registry, f"pb/tags/blobs/{second.layer_digest}") == 404
+    raw = requests.get(f"http://{registry}/v2/pb/tags/manifests/stable", timeout=10,
+                       headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    assert _sha(raw.content) == first.digest
+
+
+def _patchbake(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATCHBAKE_HOME": str(home), "PATCHBAKE_NO_PROGRESS": "1"}
+    return subprocess.run([sys.executable, "-m", "patchbake", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_push_pull_and_tag_move(registry: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    store = Store.open(home)
+    img, other = build_image(store, "cli"), build_image(store, "cli-other")
+    r = _patchbake(home, "push", img.digest, f"{registry}/pb/cli:1.0", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["digest"] == img.digest and sorted(doc["pushed"]) == sorted(img.blobs)
+
+    r = _patchbake(home, "push", other.digest, f"{registry}/pb/cli:1.0")
+    assert r.returncode == 32
+    assert f"pb/cli:1.0 already points to {img.digest}; refusing to move it" in r.stderr
+
+    r = _patchbake(tmp_path / "home2", "pull", f"{registry}/pb/cli:1.0", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["digest"] == img.digest and doc["config_digest"] == img.config_digest
+
+
+@pytest.mark.docker
+def test_docker_pulls_what_we_pushed(registry: str, store: Store, docker_engine: str) -> None:
+    img = build_image(store, "docker-pull")
+    RegistryClient(registry).push(store, img.digest, f"{registry}/pb/docker:v1")
+    ref = f"{registry}/pb/docker@{img.digest}"
+    try:
+        pulled = subprocess.run(["docker", "pull", ref], capture_output=True, text=True,
+                                timeout=120)
+        assert pulled.returncode == 0, pulled.stderr
+        info = subprocess.run(["docker", "image", "inspect", ref], capture_output=True,
+                              text=True, timeout=60, check=True)
+        doc = json.loads(info.stdout)[0]
+        assert doc["Id"] == img.config_digest  # the classic store reports the config digest
+        assert ref in doc["RepoDigests"]
+        assert doc["Config"]["Labels"]["patchbake.test"] == "docker-pull"
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, timeout=60)
