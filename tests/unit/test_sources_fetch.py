@@ -352,3 +352,37 @@ def test_name_normalisation() -> None:
 
 def test_redact() -> None:
     assert http.redact("https://u:secret@h.test:8443/simple") == "https://***@h.test:8443/simple"
+
+
+def test_path_directory_ignores_its_git_dir(tmp_path: Path, store: Store) -> None:
+    src = tmp_path / "tree"
+    (src / ".git").mkdir(parents=True)
+    (src / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (src / "setup.py").write_bytes(b"setup()\n")
+    f = fetch(lineage(kind="path", path=str(src), sha256=None), store)
+    assert f.files == 1 and not (f.root / ".git").exists()
+    (src / ".git" / "HEAD").write_text("moved\n")
+    assert fetch(lineage(kind="path", path=str(src), sha256=None), store) == f
+
+
+def test_retry_after_forms() -> None:
+    import email.utils
+    import time as _time
+
+    def resp(value: str) -> requests.Response:
+        r = requests.Response()
+        r.headers = CaseInsensitiveDict({"Retry-After": value} if value else {})
+        return r
+
+    assert http.retry_after(resp("3"), 0) == 3.0
+    assert http.retry_after(resp("100000"), 0) == http.MAX_WAIT_S
+    assert http.retry_after(resp(""), 2) == 2.0
+    assert http.retry_after(resp("soon"), 1) == 1.0
+    later = email.utils.formatdate(_time.time() + 10, usegmt=True)
+    assert 5 < http.retry_after(resp(later), 0) <= 10
+
+
+def test_408_retried(net: FakeHTTP, store: Store) -> None:
+    net.routes[f"{INDEX}/demo/"] = [(408, {}, b""), GOOD_PAGE]
+    assert fetch(lineage(), store).archive_sha256 == SHA
+    assert net.calls.count(f"{INDEX}/demo/") == 2

@@ -42,7 +42,7 @@ def _hash_file(path: bytes) -> str:
     return h.hexdigest()
 
 
-def _scan(root: Path) -> list[tuple[bytes, bytes, int]]:
+def _scan(root: Path, skip_top: frozenset[bytes]) -> list[tuple[bytes, bytes, int]]:
     """(relative path, absolute path, st_mode) of every non-directory, unsorted."""
     base = os.fsencode(root)
     found: list[tuple[bytes, bytes, int]] = []
@@ -51,6 +51,8 @@ def _scan(root: Path) -> list[tuple[bytes, bytes, int]]:
         rel = stack.pop()
         with os.scandir(os.path.join(base, rel) if rel else base) as it:
             for e in it:
+                if not rel and e.name in skip_top:
+                    continue
                 relpath = rel + b"/" + e.name if rel else e.name
                 m = e.stat(follow_symlinks=False).st_mode
                 if stat.S_ISDIR(m):
@@ -71,15 +73,17 @@ def _entry(item: tuple[bytes, bytes, int]) -> Entry:
     return Entry(relpath, MODE_EXEC if m & 0o111 else MODE_FILE, _hash_file(full))
 
 
-def tree_entries(root: Path, *, on_item: Callable[[int], None] | None = None) -> list[Entry]:
+def tree_entries(root: Path, *, on_item: Callable[[int], None] | None = None,
+                 skip_top: frozenset[bytes] = frozenset()) -> list[Entry]:
     """Every file and symlink under ``root``, sorted bytewise by relative path.
 
     Directories count only through what they hold (as in git): an empty directory does
-    not change the digest. Devices, fifos and sockets are refused.
+    not change the digest. Devices, fifos and sockets are refused. ``skip_top`` names
+    top-level entries to leave out (a source directory's ``.git``).
     """
     if not root.is_dir():
         raise UnsafeArchiveError(f"{root}: not a directory; cannot compute a tree digest")
-    items = _scan(root)
+    items = _scan(root, skip_top)
     items.sort(key=lambda t: t[0])
     # hashlib releases the GIL on large buffers and file reads block: two threads
     # overlap I/O with hashing; map() keeps the sorted order.

@@ -99,12 +99,14 @@ def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None) ->
     return digest, len(entries)
 
 
-def _extract_blob(store: Store, blob: str, up: config.Upstream, *, auto_strip: bool,
-                  progress: ProgressFactory | None) -> tuple[str, int, str | None]:
+def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bool,
+             progress: ProgressFactory | None) -> tuple[str, int, str | None]:
+    """Extract into a staging dir under the store's tmp/, digest, publish atomically.
+    On any failure the staging dir goes and nothing is published."""
     staging = store.tmpdir("extract")
     try:
         with http.bar(progress, "extract", None, unit_bytes=False) as b:
-            root, used = ex.extract(store.blob_path(blob), staging / "tree", strip=up.strip,
+            root, used = ex.extract(archive, staging / "tree", strip=up.strip,
                                     auto_strip=auto_strip, on_member=b.advance)
         digest, n = _publish(store, root, progress)
         return digest, n, used
@@ -177,19 +179,21 @@ def fetch(lineage: config.Lineage, store: Store, *, progress: ProgressFactory | 
 def _fetch_locked(up: config.Upstream, key: str, store: Store, base: Path | None,
                   progress: ProgressFactory | None) -> Fetched:
     if up.kind == "git":
+        # git archive output is not canonical across git versions: it is extracted and
+        # dropped, never stored as a blob; the commit id and tree digest are the identity
         staging = store.tmpdir("git")
         try:
             tar = staging / "export.tar"
             gitsrc.export(up.repo or "", up.commit or "", tar, root=base)
-            blob = store.put_file(tar)  # kept: the record names what was extracted
+            digest, n, used = _extract(store, tar, up, auto_strip=False, progress=progress)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        digest, n, used = _extract_blob(store, blob, up, auto_strip=False, progress=progress)
         origin = f"{_resolve_local(up.repo or '', base)}@{up.commit}"
         rec = _save(store, key, up, None, digest, n, used, origin)
         return Fetched(None, digest, store.tree_path(digest), up.pin, n, up.kind, rec)
     blob, origin = _archive_source(up, store, base, progress)
-    digest, n, used = _extract_blob(store, blob, up, auto_strip=True, progress=progress)
+    digest, n, used = _extract(store, store.blob_path(blob), up, auto_strip=True,
+                               progress=progress)
     rec = _save(store, key, up, blob, digest, n, used, origin)
     return Fetched(blob, digest, store.tree_path(digest), up.pin, n, up.kind, rec)
 
@@ -197,8 +201,7 @@ def _fetch_locked(up: config.Upstream, key: str, store: Store, base: Path | None
 def _fetch_dir(up: config.Upstream, src: Path, store: Store,
                progress: ProgressFactory | None) -> Fetched:
     """A directory is its own pin: hashed by tree digest (``sha256`` pins that digest)."""
-    entries = tree_entries(src)
-    digest = digest_entries(entries)
+    digest = digest_entries(tree_entries(src, skip_top=frozenset({b".git"})))
     if up.sha256 and digest != f"sha256:{up.sha256.lower()}":
         raise IntegrityError(f"path source {src}: tree digest is {digest}, but the pin is "
                              f"sha256:{up.sha256}", hint="the directory changed since it "
