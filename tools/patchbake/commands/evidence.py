@@ -1,0 +1,175 @@
+"""`patchbake keys generate` and `patchbake evidence sign|verify|summary`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import ui
+from ..cli import Ctx, pass_ctx
+from ..errors import EvidenceError, ImageError, PatchbakeError
+from ..evidence import keys as keymod
+from ..evidence import policy as policymod
+from ..evidence import records, settings, statement, summary
+from ..evidence.failures import reason_of
+from ..fixtures import image as imagemod
+
+
+def _signing(ctx: Ctx) -> settings.Signing:
+    p = ctx.pipeline
+    return settings.parse(p.signing, p.root, p.path.name)
+
+
+def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
+    # A reference carrying its digest verifies with no store at all (CI, reviewers).
+    return imagemod.digest_only(ref) or imagemod.resolve(ctx.store, ref)
+
+
+def _verified_json(v: records.Verified) -> dict[str, Any]:
+    s = v.statement
+    return {"path": str(v.path), "verified": True, "keyid": v.keyid, "signer": v.signer,
+            "suite": s.suite, "result": s.result, "counts": s.counts, "runner": s.runner,
+            "subject": {"name": s.subject_name, "digest": s.subject_digest},
+            "counts_as_evidence": v.counts_as_evidence, "envelope_sha256": v.envelope_sha256,
+            "flags": statement.probe_flags(s.probes)}
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """Signing keys for evidence (Ed25519)."""
+
+
+@keys_group.command("generate")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="directory for signing.key (0600) and signing.pub "
+                   "[default: the user config dir's patchbake/keys]")
+@click.option("--name", default="release", show_default=True, help="the key's name in the policy")
+@click.option("--suites", default="*", show_default=True,
+              help="comma-separated suite patterns the printed policy entry allows")
+@pass_ctx
+def keys_generate(ctx: Ctx, out: Path | None, name: str, suites: str) -> None:
+    """Generate an Ed25519 key pair; print the trust-policy entry for its public key."""
+    made = keymod.generate(out or keymod.default_key_dir())
+    entry = policymod.render_entry(name, made.keyid, made.public_pem, "", suites.split(","),
+                                   statement.PREDICATE_TYPE)
+    if ctx.as_json:
+        ui.emit_json({"keyid": made.keyid, "private_key": str(made.private_path),
+                      "public_key": str(made.public_path), "policy_entry": entry})
+        return
+    ui.kv("signing key", [("keyid", made.keyid), ("private key (keep out of git)",
+                                                  made.private_path),
+                          ("public key", made.public_path)])
+    ui.out.print("add under 'keys:' in the trust policy:\n" + entry.rstrip(), markup=False)
+
+
+@click.group("evidence")
+def evidence_group() -> None:
+    """Signed test evidence bound to an image manifest digest."""
+
+
+@evidence_group.command("sign")
+@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None,
+              help="private key [default: signing.key from pipeline.yaml, "
+                   "$PATCHBAKE_SIGNING_KEY, or the user config dir]")
+@click.option("--image", "image_ref", default=None,
+              help="refuse unless every result is about this image")
+@pass_ctx
+def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
+                  image_ref: str | None) -> None:
+    """Sign suite results (from `fixtures run --results-out`) into manifests/evidence/."""
+    sig = _signing(ctx)
+    key = keymod.load_private(key_path or sig.key)
+    want = _image(ctx, image_ref) if image_ref else None
+    rows = []
+    for rp in results:
+        result = records.load_result(rp)
+        digest = (result.get("image") or {}).get("digest")
+        if want and digest != want.digest:
+            raise EvidenceError(f"{rp} is a result for image {digest}, not {want.digest}")
+        path, written, stmt = records.sign_result(result, key, sig.evidence_dir)
+        rows.append({"result": str(rp), "evidence": str(path), "written": written,
+                     "suite": stmt["predicate"]["suite"], "outcome": stmt["predicate"]["result"],
+                     "keyid": keymod.keyid_of(key.public_key())})
+    if ctx.as_json:
+        ui.emit_json({"signed": rows})
+    else:
+        ui.table("signed evidence", ["suite", "result", "evidence", "new"],
+                 [(r["suite"], r["outcome"], r["evidence"], "yes" if r["written"] else
+                   "unchanged") for r in rows])
+
+
+@evidence_group.command("verify")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--image", "image_ref", required=True, help="the image the evidence must be about")
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
+              help="trust policy [default: signing.trust_policy from pipeline.yaml]")
+@pass_ctx
+def evidence_verify(ctx: Ctx, file: Path, image_ref: str, policy_path: Path | None) -> None:
+    """Verify signature, key trust, subject digest and predicate shape (fail-closed)."""
+    pol = policymod.load(policy_path or _signing(ctx).trust_policy)
+    ref = _image(ctx, image_ref)
+    v = records.verify_file(file, ref.digest, pol)
+    if ctx.as_json:
+        ui.emit_json(_verified_json(v))
+        return
+    s = v.statement
+    ui.kv("evidence verified", [("file", v.path), ("image", f"{s.subject_name} {s.subject_digest}"),
+                                ("suite", s.suite), ("result", s.result),
+                                ("counts", " ".join(f"{k}={n}" for k, n in s.counts.items())),
+                                ("signed by", f"{v.signer} ({v.keyid[:16]})"),
+                                ("counts as evidence", "yes" if v.counts_as_evidence else "no")])
+
+
+def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.ImageFacts:
+    from ..evidence import facts
+
+    patch, matched, total = facts.patch_and_match(ctx, ref, verify_files)
+    m = re.search(r"sm(\d+)", ref.name)
+    return summary.ImageFacts(ref.name, ref.digest, patch, matched, total,
+                              f"sm{m.group(1)}" if m else None)
+
+
+@evidence_group.command("summary")
+@click.option("--image", "image_ref", required=True)
+@click.option("--markdown", is_flag=True, help="print the reviewer paragraph as Markdown")
+@click.option("--no-verify-files", is_flag=True,
+              help="skip re-verifying the baked files (the paragraph then omits N/N)")
+@pass_ctx
+def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: bool) -> None:
+    """The reviewer's paragraph for an image, from verified evidence only."""
+    sig = _signing(ctx)
+    ref = _image(ctx, image_ref)
+    try:
+        pol = policymod.load(sig.trust_policy)
+        found = records.verify_suites(sig.evidence_dir, ref.digest, pol,
+                                      sorted(ctx.pipeline.suites))
+    except EvidenceError as exc:  # no policy: every suite is unverifiable, said so
+        found = {s: exc for s in sorted(ctx.pipeline.suites)}
+    facts = _facts(ctx, ref, not no_verify_files)
+    text = summary.paragraph(facts, found)
+    if ctx.as_json:
+        ui.emit_json({"image": ref.name, "digest": ref.digest, "paragraph": text,
+                      "suites": {k: (_verified_json(v) if isinstance(v, records.Verified)
+                                     else records.describe_failure(v))
+                                 for k, v in found.items()}})
+    elif markdown:
+        ui.out.print(text, markup=False, highlight=False)
+    else:
+        ui.table(f"evidence for {ref.name} {ref.digest}", ["suite", "status", "detail"],
+                 [(k, v.statement.result if isinstance(v, records.Verified) else reason_of(v),
+                   "counts" if isinstance(v, records.Verified) and v.counts_as_evidence
+                   else (v.message if isinstance(v, PatchbakeError) else "does not count"))
+                  for k, v in found.items()])
+        ui.out.print(text, markup=False, highlight=False)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(keys_group)
+    group.add_command(evidence_group)
+
+
+__all__ = ["register", "ImageError"]

@@ -1,0 +1,136 @@
+"""The trust policy: which public keys may sign which evidence.
+
+A committed YAML file (``signing.trust_policy`` in pipeline.yaml, by default
+``manifests/trust-policy.yaml``)::
+
+    version: 1
+    keys:
+      release-2026:
+        keyid: <sha256 of the raw public key>
+        public_key: |
+          -----BEGIN PUBLIC KEY-----
+          ...
+        owner: who holds the private key
+        allow:
+          - predicate_type: https://in-toto.io/attestation/test-result/v0.1
+            suites: ["dsv4-topk-*"]      # fnmatch patterns
+
+A keyid that does not match its PEM is a policy error, never silently recomputed.
+Verification is fail-closed: a missing or invalid policy trusts nobody.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ..errors import ConfigError
+from ..schema import Field, Schema, sha256_check, validate
+from .failures import fail
+from .keys import keyid_of, parse_public
+
+POLICY_SCHEMA = Schema({
+    "version": Field(int, required=True, check=lambda v: None if v == 1 else "must be 1"),
+    "keys": Field(dict, required=True, help="name -> key entry"),
+})
+KEY_SCHEMA = Schema({
+    "keyid": Field(str, required=True, check=sha256_check),
+    "public_key": Field(str, required=True, help="the PEM public key"),
+    "owner": Field(str, default=""),
+    "allow": Field(list, required=True, help="list of {predicate_type, suites}"),
+})
+ALLOW_SCHEMA = Schema({
+    "predicate_type": Field(str, required=True),
+    "suites": Field(list, default=["*"]),
+})
+
+
+@dataclass(frozen=True)
+class Grant:
+    predicate_type: str
+    suites: tuple[str, ...]
+
+    def covers(self, predicate_type: str, suite: str) -> bool:
+        return predicate_type == self.predicate_type and any(
+            fnmatch.fnmatchcase(suite, pat) for pat in self.suites)
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    name: str
+    keyid: str
+    key: Ed25519PublicKey
+    owner: str
+    grants: tuple[Grant, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    path: Path
+    keys: dict[str, TrustedKey]  # by keyid
+
+    def public_keys(self) -> dict[str, Ed25519PublicKey]:
+        return {k: t.key for k, t in self.keys.items()}
+
+    def check_allowed(self, keyid: str, predicate_type: str, suite: str, where: str) -> TrustedKey:
+        trusted = self.keys[keyid]
+        if not any(g.covers(predicate_type, suite) for g in trusted.grants):
+            fail("not-allowed", f"{where}: key '{trusted.name}' ({keyid[:16]}) is trusted but "
+                 f"not allowed to sign suite '{suite}' ({predicate_type})",
+                 hint=f"extend its 'allow' list in {self.path.name} if that is intended")
+        return trusted
+
+
+def parse(data: Any, path: Path) -> Policy:
+    src = path.name
+    top = validate(data, POLICY_SCHEMA, "", src)
+    keys: dict[str, TrustedKey] = {}
+    for name, raw in top["keys"].items():
+        where = f"keys.{name}"
+        entry = validate(raw, KEY_SCHEMA, where, src)
+        try:
+            pub = parse_public(entry["public_key"], f"{src}: {where}.public_key")
+        except Exception as exc:  # EvidenceError from the PEM parser: a config problem here
+            raise ConfigError(str(exc)) from None
+        if keyid_of(pub) != entry["keyid"]:
+            raise ConfigError(f"{src}: '{where}.keyid' is {entry['keyid'][:16]}..., but the "
+                              f"public key's id is {keyid_of(pub)[:16]}...")
+        grants = []
+        for i, g in enumerate(entry["allow"]):
+            a = validate(g, ALLOW_SCHEMA, f"{where}.allow[{i}]", src)
+            if not all(isinstance(s, str) for s in a["suites"]):
+                raise ConfigError(f"{src}: '{where}.allow[{i}].suites' must list strings")
+            grants.append(Grant(a["predicate_type"], tuple(a["suites"])))
+        keys[entry["keyid"]] = TrustedKey(str(name), entry["keyid"], pub, entry["owner"],
+                                          tuple(grants))
+    return Policy(path, keys)
+
+
+def load(path: Path) -> Policy:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail("policy", f"trust policy {path} does not exist: nothing can be verified",
+             hint="commit a trust policy listing the public keys that sign evidence")
+    except OSError as exc:
+        fail("policy", f"trust policy {path} is unreadable: {exc.strerror}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path.name}: not valid YAML: {exc}") from None
+    return parse(data, path)
+
+
+def render_entry(name: str, keyid: str, pem: str, owner: str, suites: list[str],
+                 predicate_type: str) -> str:
+    """One key's entry as YAML text (PEM as a literal block), ready to paste under keys:."""
+    pem_lines = "".join(f"      {line}\n" for line in pem.strip().splitlines())
+    suite_list = ", ".join(f'"{s}"' for s in suites)
+    return (f"  {name}:\n    keyid: \"{keyid}\"\n    owner: \"{owner}\"\n"
+            f"    public_key: |\n{pem_lines}    allow:\n"
+            f"      - predicate_type: {predicate_type}\n        suites: [{suite_list}]\n")

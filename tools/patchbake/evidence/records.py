@@ -1,0 +1,144 @@
+"""Signing suite results into stored evidence, and verifying stored evidence.
+
+Layout: ``<evidence_dir>/<image-digest-hex>/<suite>.dsse.json``. A file is written once:
+signing the same result with the same key reproduces the same bytes (Ed25519 signatures
+are deterministic), anything else for the same image and suite is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .. import __version__
+from ..errors import EvidenceError
+from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
+from . import dsse, statement
+from .failures import fail, reason_of
+from .policy import Policy
+
+SUFFIX = ".dsse.json"
+_SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Verified:
+    """Evidence whose signature, key, subject and predicate all checked out."""
+
+    path: Path
+    keyid: str
+    signer: str
+    statement: statement.Statement
+    envelope_sha256: str
+
+    @property
+    def counts_as_evidence(self) -> bool:
+        return self.statement.result == "PASSED"
+
+
+def _digest_hex(digest: str) -> str:
+    if not _DIGEST.match(digest):
+        raise EvidenceError(f"'{digest}' is not an image manifest digest (sha256:<64 hex>)")
+    return digest.removeprefix("sha256:")
+
+
+def evidence_path(evidence_dir: Path, image_digest: str, suite: str) -> Path:
+    if not _SUITE_NAME.match(suite):
+        raise EvidenceError(f"suite name {suite!r} cannot name an evidence file")
+    return evidence_dir / _digest_hex(image_digest) / f"{suite}{SUFFIX}"
+
+
+def load_result(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        fail("missing", f"suite result {path} does not exist",
+             hint="produce it with `patchbake fixtures run SUITE --results-out FILE`")
+    except OSError as exc:
+        fail("unreadable", f"suite result {path} is unreadable: {exc.strerror}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        fail("malformed", f"suite result {path} is not JSON: {exc}")
+    if not isinstance(data, dict):
+        fail("malformed", f"suite result {path} is not a JSON object")
+    return data
+
+
+def sign_result(result: dict[str, Any], key: Ed25519PrivateKey, evidence_dir: Path,
+                ) -> tuple[Path, bool, dict[str, Any]]:
+    """Sign one suite result; store it; return (path, newly written, statement)."""
+    steps = list(result.get("steps") or [])
+    # Where signing happened, without a time: re-signing the same result on the same
+    # machine must give the same bytes, so the write-once store accepts it.
+    steps.append({"step": "sign", "host": platform.node(), "tool": f"patchbake {__version__}"})
+    stmt = statement.build(result, steps)
+    statement.check(stmt, "the statement about to be signed")
+    env = dsse.sign(canonical_json(stmt), key)
+    data = pretty_json(env.to_json())
+    path = evidence_path(evidence_dir, result["image"]["digest"], result["suite"]["name"])
+    try:
+        written = write_once(path, data)
+    except FileExistsError:
+        fail("exists", f"{path} already holds different evidence for this image and suite; "
+             "evidence is never overwritten", hint="a new run of the suite needs a new image "
+             "or the old file removed deliberately in review")
+    return path, written, stmt
+
+
+def verify_bytes(data: bytes, where: str, image_digest: str, policy: Policy,
+                 suite: str | None = None) -> tuple[str, statement.Statement]:
+    env = dsse.parse(data, where)
+    keyid = dsse.verify(env, policy.public_keys(), where)
+    try:
+        obj = json.loads(env.payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        fail("bad-predicate", f"{where}: the signed payload is not JSON ({exc})")
+    stmt = statement.check(obj, where)
+    policy.check_allowed(keyid, statement.PREDICATE_TYPE, stmt.suite, where)
+    if stmt.subject_digest != image_digest:
+        fail("wrong-subject", f"{where}: evidence is about image {stmt.subject_digest}, not "
+             f"{image_digest}: it does not carry over to another image")
+    if suite is not None and stmt.suite != suite:
+        fail("bad-predicate", f"{where}: the statement is about suite '{stmt.suite}', but "
+             f"the file is stored as suite '{suite}'")
+    return keyid, stmt
+
+
+def verify_file(path: Path, image_digest: str, policy: Policy,
+                suite: str | None = None) -> Verified:
+    """Verify one envelope file against an image digest; raise EvidenceError otherwise."""
+    _digest_hex(image_digest)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        fail("missing", f"evidence {path} does not exist",
+             hint="run the suite and sign its result (`patchbake evidence sign`)")
+    except IsADirectoryError:
+        fail("unreadable", f"evidence {path} is a directory, not an envelope")
+    except OSError as exc:
+        fail("unreadable", f"evidence {path} is unreadable: {exc.strerror}")
+    keyid, stmt = verify_bytes(data, str(path), image_digest, policy, suite)
+    return Verified(path, keyid, policy.keys[keyid].name, stmt, sha256_bytes(data))
+
+
+def verify_suites(evidence_dir: Path, image_digest: str, policy: Policy,
+                  suites: list[str]) -> dict[str, Verified | EvidenceError]:
+    """Each declared suite's evidence for one image: verified, or the reason it is not."""
+    out: dict[str, Verified | EvidenceError] = {}
+    for name in suites:
+        try:
+            out[name] = verify_file(evidence_path(evidence_dir, image_digest, name),
+                                    image_digest, policy, name)
+        except EvidenceError as exc:
+            out[name] = exc
+    return out
+
+
+def describe_failure(exc: EvidenceError) -> dict[str, str]:
+    return {"reason": reason_of(exc), "message": exc.one_line()}

@@ -1,0 +1,97 @@
+"""The reviewer's paragraph, computed from verified evidence only.
+
+Every sentence is backed by a checked fact: the patch hash from the image record, the
+N/N match from a fresh identity verification, test counts from signed statements that
+verified against the trust policy and this exact digest. Whatever could not be verified
+is listed under "Not run" with its reason, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import EvidenceError
+from .failures import reason_of
+from .records import Verified
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    name: str
+    digest: str  # manifest digest, sha256:<hex>
+    patch_sha256: str | None
+    matched: int | None  # baked files that matched a fresh apply (None: not verified)
+    total: int | None
+    target_sm: str | None = None  # e.g. "sm89": the hardware the image is built for
+
+
+def sm_of(capability: str | None) -> str | None:
+    if not capability:
+        return None
+    return "sm" + capability.replace(".", "")
+
+
+def gpu_label(env: dict[str, Any]) -> str:
+    name = str(env.get("gpu_name") or "GPU").replace("NVIDIA ", "")
+    name = name.split()[0] if name else "GPU"
+    sm = sm_of(env.get("compute_capability"))
+    return f"{name}, {sm}" if sm else name
+
+
+def _suite_sentence(v: Verified) -> str:
+    s = v.statement
+    env = s.environment
+    kind = "CUDA" if env.get("gpu_name") and s.predicate.get("suiteDeclaration", {}).get(
+        "requires", {}).get("gpu") else "CPU"
+    where = f" ({gpu_label(env)})" if kind == "CUDA" else ""
+    runner = "host runner on the image's materialised tree" if s.runner == "host" else \
+        "Docker runner inside the image"
+    text = (f"The exact image passed {s.counts['passed']} focused {kind} tests{where} of suite "
+            f"`{s.suite}` with the {runner}")
+    if s.counts["skipped"]:
+        text += f" ({s.counts['skipped']} skipped)"
+    probes = []
+    sens = s.probes.get("patch_sensitivity") or {}
+    if sens.get("status") == "ok":
+        probes.append(f"on the pristine upstream tree it fails ({sens.get('failed', '?')} of "
+                      f"{sens.get('tests', '?')} tests), so it tests the patch")
+    det = s.probes.get("determinism") or {}
+    if det.get("status") == "ok":
+        probes.append(f"{det.get('repeats')} repeats were bit-identical"
+                      + (f" across {det.get('digests')} output digests" if det.get("digests") else ""))
+    if probes:
+        text += "; " + "; ".join(probes)
+    return text + "."
+
+
+def paragraph(facts: ImageFacts, evidence: dict[str, Verified | EvidenceError]) -> str:
+    parts = []
+    patch = f"SHA-256 `{facts.patch_sha256}`" if facts.patch_sha256 else "(unrecorded)"
+    parts.append(f"This exact patch is {patch} and was baked into image `{facts.name}` "
+                 f"`{facts.digest}`.")
+    if facts.matched is not None and facts.total is not None:
+        if facts.matched == facts.total:
+            parts.append(f"All {facts.total} baked source files matched a fresh apply.")
+        else:
+            parts.append(f"Only {facts.matched} of {facts.total} baked source files matched a "
+                         "fresh apply: this image is not the patch.")
+    not_run = []
+    gpu_sms = set()
+    for suite, v in sorted(evidence.items()):
+        if isinstance(v, EvidenceError):
+            not_run.append(f"`{suite}` ({reason_of(v)}: {v.message})")
+        elif not v.counts_as_evidence:
+            not_run.append(f"`{suite}` (evidence present but {v.statement.result}; it does "
+                           "not count)")
+        else:
+            parts.append(_suite_sentence(v))
+            sm = sm_of(v.statement.environment.get("compute_capability"))
+            if sm:
+                gpu_sms.add(sm)
+    if facts.target_sm and gpu_sms and facts.target_sm not in gpu_sms:
+        not_run.append(f"the GPU suites on {facts.target_sm} hardware (the GPU evidence is "
+                       f"{', '.join(sorted(gpu_sms))} evidence, not {facts.target_sm})")
+    if not_run:
+        parts.append("Not run: " + "; ".join(not_run) + ".")
+    return " ".join(parts)
