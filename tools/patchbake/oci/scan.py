@@ -30,6 +30,8 @@ from .media import compression_of
 _READ = 1 << 20
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
+KEEP = "opt/patchbake/"  # the identity record and verifier: kept in memory for checks
+_KEEP_MAX = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class LayerReport:
 @dataclass
 class View:
     files: dict[str, FileInfo] = field(default_factory=dict)
+    contents: dict[str, bytes] = field(default_factory=dict)  # small files under KEEP
     layers: list[LayerReport] = field(default_factory=list)
     bytes_read: int = 0
 
@@ -145,6 +148,7 @@ class _Scanner:
                   if v.layer < layer and (k.startswith(pre) or (k == path and not children_only))]
         for k in doomed:
             del self.view.files[k]
+            self.view.contents.pop(k, None)
         dest = self._dest(path + "/") if children_only else self._dest(path)
         if dest is not None and (dest.exists() or dest.is_symlink()):
             if dest.is_dir() and not dest.is_symlink():
@@ -204,6 +208,7 @@ class _Scanner:
         src_f = tar.extractfile(m)
         assert src_f is not None
         out = None
+        keep: list[bytes] | None = [] if path.startswith(KEEP) and m.size <= _KEEP_MAX else None
         if dest is not None:
             self.remove(path, layer)
             for anc in reversed(dest.relative_to(self.write_root).parents):  # type: ignore[arg-type]
@@ -216,11 +221,17 @@ class _Scanner:
                 h.update(chunk)
                 if out is not None:
                     out.write(chunk)
+                if keep is not None:
+                    keep.append(chunk)
         finally:
             if out is not None:
                 out.close()
                 os.chmod(dest, 0o755 if m.mode & 0o111 else 0o644)  # type: ignore[arg-type]
         self.view.files[path] = FileInfo("file", m.mode & 0o7777, m.size, h.hexdigest(), layer)
+        if keep is not None:
+            self.view.contents[path] = b"".join(keep)
+        else:
+            self.view.contents.pop(path, None)
 
 
 def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,

@@ -1,0 +1,211 @@
+"""``patchbake bake``, ``patchbake verify`` and ``patchbake image ls|show|standin|export|
+materialise``. Printing lives here; the work is in ``patchbake.bake`` and
+``patchbake.identity``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import ui
+from ..cli import Ctx, pass_ctx
+from ..errors import ImageError
+
+
+def _json_opt(f):  # type: ignore[no-untyped-def]
+    return click.option("--json", "as_json", is_flag=True, help="print the result as JSON")(f)
+
+
+@click.command("bake")
+@click.argument("image", required=False)
+@click.option("--docker-archive", "archive", type=click.Path(path_type=Path), default=None,
+              help="also write a `docker load`-able archive of the image here")
+@click.option("--backend", type=click.Choice(["embedded", "engine"]), default="embedded",
+              show_default=True, help="embedded: one deterministic layer, no daemon; "
+              "engine: docker build --network none (not reproducible)")
+@_json_opt
+@pass_ctx
+def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str,
+             as_json: bool) -> None:
+    """Bake IMAGE (a definition from pipeline.yaml; default: the offline one)."""
+    from ..bake import bake_image
+
+    if not (as_json or ctx.as_json):
+        ui.step(f"bake {image or '(default image)'}")
+    res = bake_image(ctx.pipeline, image, ctx.store, lineage=ctx.lineage_key, backend=backend,
+                     docker_archive=archive)
+    if as_json or ctx.as_json:
+        ui.emit_json(res.to_json())
+        return
+    for w in res.warnings:
+        ui.err.print(f"warning: {w}")
+    ui.kv(f"{res.image}: {'cached (nothing changed)' if res.cached else 'baked'}", [
+        ("manifest digest", res.digest), ("config digest (Image ID)", res.config_digest),
+        ("layers", len(res.layers)), ("our layer", res.layers[-1]),
+        ("baked files", res.baked_files), ("base", f"{res.base['name']}@{res.base['digest']}"),
+        ("mode / backend", f"{res.mode} / {res.backend}"), ("record", res.record),
+        *([("docker archive", res.docker_archive)] if res.docker_archive else []),
+    ])
+
+
+@click.command("verify")
+@click.argument("ref")
+@click.option("--site-packages", default=None,
+              help="the image's site-packages (default: from its patchbake label)")
+@_json_opt
+@pass_ctx
+def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, as_json: bool) -> None:
+    """Verify REF's vLLM files against a fresh strict apply of the patch.
+
+    REF: a definition (its latest bake), sha256:<manifest>, an OCI layout dir, a
+    docker-archive file, docker:NAME, or HOST:PORT/repo@sha256:<digest>.
+    """
+    from ..identity import raise_on_failure, verify_image
+
+    res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
+                       site_packages=site_packages)
+    if as_json or ctx.as_json:
+        ui.emit_json(res.to_json())
+    else:
+        d = res.base_drift
+        ui.kv(f"verify {ref}", [
+            ("digest", res.digest), ("config digest", res.config_digest),
+            ("layers", f"{len(res.layers)} (each digest and diff_id checked to EOF)"),
+            ("baked files", res.summary()),
+            ("base drift", f"{d['unchanged']} unchanged, {d['counts']['changed']} changed, "
+                           f"{d['counts']['missing']} missing, {d['counts']['extra']} extra "
+                           f"(excluded: {', '.join(d['excluded_generated']) or 'none'})"),
+        ])
+        if res.mismatched:
+            ui.table("mismatched files", ["path", "expected (fresh apply)", "found (image)",
+                                          "why"],
+                     [(m["path"], m["expected"], m["found"], m["why"]) for m in res.mismatched])
+        for p in res.problems:
+            ui.err.print(f"problem: {p}")
+        for kind in ("changed", "missing", "extra"):
+            paths = d[kind]
+            if paths:
+                ui.err.print(f"base drift, {kind}: {', '.join(paths[:10])}"
+                             + (f" (+{len(paths) - 10} more)" if len(paths) > 10 else ""))
+        if res.ok:
+            ui.out.print(res.summary())
+    raise_on_failure(res)
+
+
+@click.group("image")
+def image_group() -> None:
+    """Image definitions, the offline stand-in base, export and materialise."""
+
+
+@image_group.command("ls")
+@_json_opt
+@pass_ctx
+def image_ls(ctx: Ctx, as_json: bool) -> None:
+    """Definitions with their latest recorded bake, and images named in the store."""
+    from ..images import definition, record
+    from ..oci import layout
+
+    rows = []
+    for name in definition.names(ctx.pipeline):
+        try:
+            digest = record.latest(ctx.pipeline.root, name)["manifest_digest"]
+        except ImageError:
+            digest = None
+        rows.append({"definition": name, "file": ctx.pipeline.images[name],
+                     "latest": digest, "in_store": bool(digest and ctx.store.has(digest))})
+    named = {n: d.digest for n, d in layout.refs(ctx.store).items()}
+    if as_json or ctx.as_json:
+        ui.emit_json({"definitions": rows, "store": named})
+        return
+    ui.table("image definitions", ["definition", "file", "latest bake", "in store"],
+             [(r["definition"], r["file"], r["latest"] or "-", r["in_store"]) for r in rows])
+    ui.table(f"images in the store ({ctx.store.root})", ["name", "manifest digest"],
+             sorted(named.items()))
+
+
+@image_group.command("show")
+@click.argument("name")
+@_json_opt
+@pass_ctx
+def image_show(ctx: Ctx, name: str, as_json: bool) -> None:
+    """The validated (effective) definition NAME."""
+    from ..images import definition
+
+    d = definition.load(ctx.pipeline, name)
+    fields = {"name": d.name, "file": str(d.path.relative_to(ctx.pipeline.root)),
+              "base.source": d.base.source, "base.name": d.base.name,
+              "base.digest": d.base.digest, "base.platform": d.base.platform,
+              "base.platform_digest": d.base.platform_digest,
+              "base.verified": d.base.verified, "site_packages": d.site_packages,
+              "mode": d.mode, "template": str(d.template.relative_to(ctx.pipeline.root)),
+              "torch_cuda_arch_list": d.torch_cuda_arch_list, "fingerprint": d.fingerprint}
+    if as_json or ctx.as_json:
+        ui.emit_json(fields)
+    else:
+        ui.kv(f"image definition {name}", list(fields.items()))
+
+
+@image_group.command("standin")
+@click.option("--with-python", is_flag=True,
+              help="add the host's python3 and busybox (for running verify.py in a container)")
+@click.option("--site-packages", default="/usr/local/lib/python3.12/dist-packages",
+              show_default=True)
+@click.option("--docker-archive", "archive", type=click.Path(path_type=Path), default=None)
+@_json_opt
+@pass_ctx
+def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path | None,
+                  as_json: bool) -> None:
+    """Build the offline stand-in base from the pinned sdist (deterministic)."""
+    from ..images.standin import build_standin
+    from ..oci.archive import export_docker_archive
+
+    variant = "with-python" if with_python else "plain"
+    s = build_standin(ctx.store, ctx.lineage(), site_packages, variant=variant)
+    if archive:
+        export_docker_archive(ctx.store, s.manifest.digest, archive,
+                              [f"patchbake/standin-{variant}:{s.manifest.digest[7:19]}"])
+    out = {"digest": s.manifest.digest, "config_digest": s.config_digest,
+           "layers": list(s.layers), "files": s.files, "variant": variant, "cached": s.cached,
+           "docker_archive": str(archive) if archive else None}
+    if as_json or ctx.as_json:
+        ui.emit_json(out)
+    else:
+        ui.kv(f"stand-in base ({variant})", list(out.items()))
+
+
+@image_group.command("export")
+@click.argument("ref")
+@click.argument("dest", type=click.Path(path_type=Path))
+@click.option("--tag", default=None, help="RepoTag for docker load (default: from REF)")
+@pass_ctx
+def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
+    """Write REF (definition, store name or digest) as a docker-archive to DEST."""
+    from ..images.refs import resolve
+    from ..oci.archive import export_docker_archive
+
+    with resolve(ctx.store, ref, ctx.pipeline) as res:
+        if res.kind not in ("definition", "store"):
+            raise ImageError(f"export reads images from the store; {ref} is a {res.kind}")
+        digest = res.image.manifest_digest
+    export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
+                                                    f":{digest[7:19]}"])
+    ui.out.print(f"{dest}: {digest}")
+
+
+@image_group.command("materialise")
+@click.argument("ref")
+@click.argument("dest", type=click.Path(path_type=Path))
+@pass_ctx
+def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
+    """Write REF's verified vLLM tree (all layers, whiteouts applied) to DEST/vllm."""
+    from ..identity import materialise
+
+    out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
+    ui.out.print(str(out / "vllm"))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(bake_cmd)
+    group.add_command(verify_cmd)
+    group.add_command(image_group)

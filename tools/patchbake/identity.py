@@ -1,0 +1,242 @@
+"""identity: prove an image's vLLM files are exactly a fresh strict apply of the patch.
+
+``verify_image`` streams the image's layers (no extraction; every layer digest and diff_id
+checked after draining to EOF), applies whiteouts in memory, then compares every baked
+file with a fresh apply of the patch to the pinned source, and the base's unpatched vLLM
+files with the pristine upstream (base drift). ``materialise`` writes the verified vLLM
+tree of an image to a directory (the fixtures' host runner runs suites against it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import Lineage, Pipeline
+from .errors import ImageError, VerifyError
+from .images import definition as definitions
+from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched
+from .images.refs import Resolved, resolve
+from .oci.scan import View, scan_image
+from .store import Store
+
+PACKAGE = "vllm/"
+_IGNORED_DRIFT = ("__pycache__/",)
+
+
+@dataclass
+class VerifyResult:
+    ref: str
+    kind: str
+    digest: str  # manifest digest of what was verified
+    config_digest: str
+    matched: int
+    total: int
+    mismatched: list[dict[str, Any]]
+    base_drift: dict[str, Any]
+    problems: list[str]
+    layers: list[dict[str, Any]]
+    identity: dict[str, Any] | None
+    bytes_read: int
+    seconds: float
+    definition: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatched and not self.problems and self.total > 0
+
+    def summary(self) -> str:
+        return f"{self.matched}/{self.total} baked source files matched a fresh apply"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matched": self.matched, "total": self.total, "mismatched": self.mismatched,
+                "base_drift": self.base_drift, "digest": self.digest,
+                "config_digest": self.config_digest, "ref": self.ref, "kind": self.kind,
+                "problems": self.problems, "layers": self.layers, "ok": self.ok,
+                "bytes_read": self.bytes_read, "seconds": self.seconds,
+                "definition": self.definition}
+
+
+def _site_packages(res: Resolved, pipeline: Pipeline | None, given: str | None) -> str:
+    if given:
+        return given.strip("/")
+    label = res.image.labels.get("dev.patchbake.site-packages")
+    if label:
+        return label.strip("/")
+    if pipeline is not None and res.definition:
+        return definitions.load(pipeline, res.definition).sp_rel
+    raise ImageError(f"{res.ref} carries no dev.patchbake.site-packages label (not a patchbake "
+                     "image?)", hint="pass --site-packages /usr/local/lib/python3.12/dist-packages")
+
+
+def _pristine_hashes(root: Path) -> dict[str, str]:
+    from .sources.digest import MODE_LINK, tree_entries
+
+    return {os.fsdecode(e.path): e.sha256 for e in tree_entries(root / "vllm")
+            if e.mode != MODE_LINK} if (root / "vllm").is_dir() else {}
+
+
+def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
+            generated: tuple[str, ...], last_layer: int | None
+            ) -> tuple[int, int, list[dict[str, Any]], dict[str, Any]]:
+    """(matched, total, mismatched, base_drift) for a scanned image."""
+    prefix = f"{sp}/"
+    mismatched: list[dict[str, Any]] = []
+    touched = {p for p in patched.files if p.startswith(PACKAGE)}
+    deleted = {p for p in patched.deleted if p.startswith(PACKAGE)}
+    for rel in sorted(touched):
+        info = view.files.get(prefix + rel)
+        want = patched.files[rel]
+        if info is None or info.kind != "file":
+            mismatched.append({"path": rel, "expected": want, "found": None,
+                               "why": "missing from the image"})
+        elif info.sha256 != want:
+            mismatched.append({"path": rel, "expected": want, "found": info.sha256,
+                               "why": "content differs from a fresh apply"})
+    for rel in sorted(deleted):
+        if prefix + rel in view.files:
+            mismatched.append({"path": rel, "expected": None,
+                               "found": view.files[prefix + rel].sha256,
+                               "why": "the patch deletes it, the image has it"})
+    if last_layer is not None:  # files our layer carries that the patch does not touch
+        for path, info in sorted(view.files.items()):
+            rel = path[len(prefix):] if path.startswith(prefix + PACKAGE) else None
+            if rel and info.layer == last_layer and rel not in touched:
+                mismatched.append({"path": rel, "expected": pristine.get(rel),
+                                   "found": info.sha256,
+                                   "why": "baked but not touched by the patch"})
+    total = len(touched) + len(deleted)
+    bad = {m["path"] for m in mismatched}
+    matched = len((touched | deleted) - bad)
+    gen = set(generated)
+    changed, missing, extra, excluded = [], [], [], sorted(gen)
+    same = 0
+    for rel, sha in sorted(pristine.items()):
+        full = f"vllm/{rel}"
+        if full in touched or full in deleted or full in gen:
+            continue
+        info = view.files.get(prefix + full)
+        if info is None:
+            missing.append(full)
+        elif info.sha256 != sha:
+            changed.append(full)
+        else:
+            same += 1
+    for path in sorted(view.files):
+        if not path.startswith(prefix + PACKAGE):
+            continue
+        rel = path[len(prefix):]
+        if rel[len(PACKAGE):] in pristine or rel in touched or rel in gen \
+                or any(x in rel for x in _IGNORED_DRIFT):
+            continue
+        extra.append(rel)
+    drift = {"unchanged": same, "changed": changed, "missing": missing, "extra": extra,
+             "excluded_generated": excluded, "counts": {"changed": len(changed),
+                                                        "missing": len(missing),
+                                                        "extra": len(extra)}}
+    return matched, total, mismatched, drift
+
+
+def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Lineage | None = None,
+                 *, patched: Patched | None = None, pristine_root: Path | None = None,
+                 site_packages: str | None = None,
+                 progress: Callable[[int], None] | None = None) -> VerifyResult:
+    """Verify ``ref``; returns the result (check ``.ok``); raises on a tampered image."""
+    t0 = time.monotonic()
+    lin = lineage if isinstance(lineage, Lineage) else pipeline.lineage(lineage)
+    if patched is None:
+        from .patchset import patched_tree
+
+        patched = patched_tree(lin, store)
+    if pristine_root is None:
+        from .sources import fetch
+
+        pristine_root = fetch(lin, store).root
+    with resolve(store, ref, pipeline) as res:
+        sp = _site_packages(res, pipeline, site_packages)
+        view = scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}", "opt/patchbake/"),
+                          progress=progress)
+        identity, problems = _identity_checks(view, res)
+        last = len(res.image.layers) - 1 if identity is not None else None
+        matched, total, mismatched, drift = compare(
+            view, sp, patched, _pristine_hashes(pristine_root), lin.upstream.generated, last)
+        if identity is not None and identity.get("patch", {}).get("sha256") \
+                not in (None, patched.patch_sha256):
+            problems.append(f"the image was baked from patch sha256:"
+                            f"{identity['patch']['sha256']}; the fresh apply is of patch "
+                            f"sha256:{patched.patch_sha256}")
+        return VerifyResult(
+            ref=ref, kind=res.kind, digest=res.image.manifest_digest,
+            config_digest=res.image.config_desc.digest, matched=matched, total=total,
+            mismatched=mismatched, base_drift=drift, problems=problems,
+            layers=[{"digest": x.digest, "diff_id": x.diff_id, "size": x.size,
+                     "entries": x.entries} for x in view.layers],
+            identity=identity, bytes_read=view.bytes_read,
+            seconds=round(time.monotonic() - t0, 3), definition=res.definition)
+
+
+def _identity_checks(view: View, res: Resolved) -> tuple[dict[str, Any] | None, list[str]]:
+    """The in-image identity record must describe the image it is in."""
+    problems: list[str] = []
+    info = view.files.get(IDENTITY_PATH.lstrip("/"))
+    if info is None:
+        return None, [f"no {IDENTITY_PATH} in the image: it was not baked by patchbake"]
+    raw = view.contents.get(IDENTITY_PATH.lstrip("/"))
+    try:
+        identity = json.loads(raw or b"")
+    except ValueError:
+        return {}, [f"{IDENTITY_PATH} is not valid JSON"]
+    for f in identity.get("files", []):
+        got = view.files.get(str(f.get("path", "")).lstrip("/"))
+        if got is None or got.sha256 != f.get("sha256"):
+            problems.append(f"identity record lists {f.get('path')} as sha256:{f.get('sha256')}"
+                            f", the image has {got.sha256 if got else 'nothing'}")
+    ver = identity.get("verifier") or {}
+    got = view.files.get(VERIFIER_PATH.lstrip("/"))
+    if got is None or got.sha256 != ver.get("sha256"):
+        problems.append(f"{VERIFIER_PATH} does not match the identity record")
+    return identity, problems
+
+
+def materialise(store: Store, ref: str, dest: Path, *, pipeline: Pipeline | None = None,
+                site_packages: str | None = None) -> Path:
+    """Write the image's vLLM tree (all layers, whiteouts applied, every layer digest and
+    diff_id checked) to ``dest/vllm``. ``dest`` must not exist; it appears atomically."""
+    if dest.exists():
+        raise ImageError(f"{dest} already exists; materialise writes a fresh directory")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with resolve(store, ref, pipeline) as res:
+        sp = _site_packages(res, pipeline, site_packages)
+        staging = Path(store.tmpdir("materialise"))
+        try:
+            scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}",), write_root=staging,
+                       write_prefix=f"{sp}/")
+            if not (staging / "vllm").is_dir():
+                raise ImageError(f"{ref} has no {sp}/vllm package")
+            os.replace(staging, dest) if _same_fs(staging, dest.parent) else \
+                shutil.move(str(staging), str(dest))
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return dest
+
+
+def _same_fs(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+def raise_on_failure(result: VerifyResult) -> None:
+    if result.ok:
+        return
+    first = result.mismatched[0] if result.mismatched else None
+    detail = (f"; first: {first['path']} expected {first['expected']} found {first['found']}"
+              if first else f"; {result.problems[0]}" if result.problems else "")
+    raise VerifyError(f"{result.ref} ({result.digest}): {result.summary()}"
+                      f"{detail}", hint="re-bake from the committed patch (`patchbake bake`)")

@@ -1,0 +1,121 @@
+"""What the overlay layer holds: the patch's touched ``vllm/`` files under site-packages,
+whiteouts for files the patch deletes, ``/opt/patchbake/identity.json`` (the in-image
+identity record) and ``/opt/patchbake/verify.py`` (the stdlib-only verifier).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..config import Lineage
+from ..errors import ImageError, IntegrityError
+from ..fsutil import canonical_json
+from ..oci.tarwriter import Entry, file_entry, whiteout_entry
+from .definition import Definition
+
+IDENTITY_FORMAT = "patchbake-identity/1"
+IDENTITY_PATH = "/opt/patchbake/identity.json"
+VERIFIER_PATH = "/opt/patchbake/verify.py"
+PACKAGE = "vllm/"
+_NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hip")
+_NATIVE_NAMES = ("CMakeLists.txt", "setup.py", "pyproject.toml", "build_rust.sh")
+_NATIVE_DIRS = ("csrc/", "cmake/", "rust/")
+
+
+class Patched(Protocol):
+    """What bake needs from ``patchset.PatchedTree`` (tests pass a small stand-in)."""
+
+    root: Path
+    files: dict[str, str]
+    deleted: frozenset[str]
+    patch_sha256: str
+    files_sha256: str
+    tree_digest: str
+    pristine_digest: str
+
+
+def native_paths(paths: list[str]) -> list[str]:
+    """Paths whose change needs a compiler: native sources and build configuration."""
+    return sorted(p for p in paths if p.startswith(_NATIVE_DIRS)
+                  or p.endswith(_NATIVE_SUFFIXES) or p.rsplit("/", 1)[-1] in _NATIVE_NAMES)
+
+
+def decide_mode(defn: Definition, patched: Patched) -> tuple[str, list[str]]:
+    """The mode FILES.txt calls for, and warnings when the definition says otherwise.
+
+    A patch touching native sources cannot be overlaid (its compiled code would be stale):
+    that is an error. A Python-only patch in a ``build`` definition is allowed, with a note.
+    """
+    touched = sorted({*patched.files, *patched.deleted})
+    native = native_paths(touched)
+    if native and defn.mode == "overlay":
+        shown = ", ".join(native[:5]) + (f" (+{len(native) - 5} more)" if len(native) > 5 else "")
+        raise ImageError(f"{defn.path.name}: mode is 'overlay' but FILES.txt touches native "
+                         f"sources ({shown}); an overlay would ship stale compiled code",
+                         hint="set `mode: build` in the definition (Docker engine backend)")
+    warnings = []
+    if not native and defn.mode == "build":
+        warnings.append(f"{defn.path.name}: mode is 'build' but FILES.txt touches no native "
+                        "source; 'overlay' would give a reproducible image")
+    outside = [p for p in touched if not p.startswith(PACKAGE) and p not in native]
+    if outside:
+        warnings.append(f"{len(outside)} touched path(s) outside {PACKAGE} are not installed "
+                        f"in the image and not baked (first: {outside[0]})")
+    return ("build" if native else "overlay"), warnings
+
+
+def verifier_bytes() -> bytes:
+    return resources.files("patchbake").joinpath("data/verify.py").read_bytes()
+
+
+@dataclass(frozen=True)
+class Overlay:
+    entries: list[Entry]
+    identity: dict[str, Any]
+    identity_bytes: bytes
+    baked: list[dict[str, Any]]  # path, mode, size, sha256 (absolute paths in the image)
+    deleted: list[str]
+
+
+def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
+                  base_name: str, base_digest: str) -> Overlay:
+    sp = defn.sp_rel
+    entries: list[Entry] = []
+    baked: list[dict[str, Any]] = []
+    for rel in sorted(p for p in patched.files if p.startswith(PACKAGE)):
+        src = patched.root / rel
+        data = src.read_bytes()
+        got = hashlib.sha256(data).hexdigest()
+        if got != patched.files[rel]:
+            raise IntegrityError(f"patched tree file {rel} hashes to {got}, the apply recorded "
+                                 f"{patched.files[rel]}: the store's patched tree was modified")
+        exe = bool(src.stat().st_mode & 0o111)
+        entries.append(file_entry(f"{sp}/{rel}", data=data, executable=exe))
+        baked.append({"path": f"/{sp}/{rel}", "mode": "0755" if exe else "0644",
+                      "size": len(data), "sha256": got})
+    deleted = [f"/{sp}/{p}" for p in sorted(patched.deleted) if p.startswith(PACKAGE)]
+    entries += [whiteout_entry(d.lstrip("/")) for d in deleted]
+    verifier = verifier_bytes()
+    up = lineage.upstream
+    identity = {
+        "format": IDENTITY_FORMAT,
+        "definition": defn.name,
+        "upstream": {"package": up.package, "version": up.version, "pin": up.pin,
+                     "tree_digest": patched.pristine_digest},
+        "patch": {"name": lineage.name, "sha256": patched.patch_sha256},
+        "files_sha256": patched.files_sha256,
+        "patched_tree_digest": patched.tree_digest,
+        "site_packages": defn.site_packages,
+        "base": {"name": base_name, "digest": base_digest},
+        "files": baked,
+        "deleted": deleted,
+        "verifier": {"path": VERIFIER_PATH, "sha256": hashlib.sha256(verifier).hexdigest()},
+    }
+    identity_bytes = canonical_json(identity) + b"\n"
+    entries.append(file_entry(IDENTITY_PATH.lstrip("/"), data=identity_bytes))
+    entries.append(file_entry(VERIFIER_PATH.lstrip("/"), data=verifier, executable=True))
+    return Overlay(entries, identity, identity_bytes, baked, deleted)

@@ -1,0 +1,127 @@
+"""Resolve a verify/materialise REF to an image and a way to read its blobs.
+
+REF forms, tried in this order:
+
+- a definition name from pipeline.yaml ``images:`` -> its latest recorded bake, in the store
+- ``sha256:<hex>`` -> a manifest in the store; a store ref name (``patchbake image ls``)
+- ``docker:NAME`` -> ``docker save`` from the engine (spooled to a private temp store)
+- an existing directory with ``oci-layout`` (optionally ``DIR@sha256:<hex>``)
+- an existing file -> a docker-archive tar (ours or ``docker save``'s)
+- ``HOST:PORT/repo@sha256:<hex>`` (or ``:tag``) -> pulled by the registry client into a
+  private temp store (every byte hash-checked on arrival)
+
+Temporary stores live under ``<store>/tmp`` and are removed when the context exits, so a
+refused image leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Pipeline
+from ..errors import ImageError
+from ..oci import layout
+from ..oci.image import Blobs, DirBlobs, Image, StoreBlobs, load_image, parse_json
+from ..store import Store
+from . import record as records
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?/[a-z0-9._/-]+([:@].+)$")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    ref: str
+    kind: str  # definition | store | docker | oci-layout | docker-archive | registry
+    image: Image
+    blobs: Blobs
+    definition: str | None = None
+
+
+def _layout_manifest(root: Path, pinned: str | None) -> str:
+    if pinned:
+        return pinned
+    index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json")
+    manifests = index.get("manifests") or []
+    if len(manifests) != 1:
+        raise ImageError(f"{root}/index.json lists {len(manifests)} manifests; name one as "
+                         f"{root}@sha256:<hex>")
+    return str(manifests[0]["digest"])
+
+
+@contextmanager
+def _temp_store(store: Store) -> Iterator[Store]:
+    tmp = store.tmpdir("verify")
+    try:
+        yield Store.open(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterator[Resolved]:
+    if pipeline is not None and ref in pipeline.images:
+        rec = records.latest(pipeline.root, ref)
+        digest = rec["manifest_digest"]
+        if not store.has(digest):
+            raise ImageError(f"'{ref}' was last baked as {digest}, which is not in the store at "
+                             f"{store.root}", hint=f"run `patchbake bake {ref}` here")
+        yield Resolved(ref, "definition", load_image(StoreBlobs(store), digest),
+                       StoreBlobs(store), ref)
+        return
+    if _DIGEST.fullmatch(ref):
+        yield Resolved(ref, "store", load_image(StoreBlobs(store), ref), StoreBlobs(store))
+        return
+    if ref.startswith("docker:"):
+        from ..oci import engine
+        from ..oci.archive import import_docker_archive
+
+        with _temp_store(store) as tmp:
+            archive = engine.save(ref[len("docker:"):], tmp.root / "tmp" / "image.tar")
+            imp = import_docker_archive(tmp, archive)
+            archive.unlink()
+            yield Resolved(ref, "docker", load_image(StoreBlobs(tmp), imp.manifest_digest),
+                           StoreBlobs(tmp))
+        return
+    path_part, _, pin = ref.partition("@")
+    path = Path(path_part)
+    if path.is_dir():
+        if not (path / "oci-layout").is_file():
+            raise ImageError(f"{path} is a directory but not an OCI image layout (no oci-layout)")
+        blobs = DirBlobs(path)
+        digest = _layout_manifest(path, pin or None)
+        yield Resolved(ref, "oci-layout", load_image(blobs, digest), blobs)
+        return
+    if path.is_file():
+        from ..oci.archive import import_docker_archive
+
+        with _temp_store(store) as tmp:
+            imp = import_docker_archive(tmp, path)
+            yield Resolved(ref, "docker-archive",
+                           load_image(StoreBlobs(tmp), imp.manifest_digest), StoreBlobs(tmp))
+        return
+    if _REGISTRY.match(ref):
+        from ..oci import registry
+
+        with _temp_store(store) as tmp:
+            pulled = registry.pull(tmp, ref)
+            yield Resolved(ref, "registry", load_image(StoreBlobs(tmp), pulled.digest),
+                           StoreBlobs(tmp))
+        return
+    if ref in layout.refs(store):
+        desc = layout.resolve(store, ref)
+        yield Resolved(ref, "store", load_image(StoreBlobs(store), desc.digest),
+                       StoreBlobs(store))
+        return
+    known = sorted(pipeline.images) if pipeline is not None else []
+    raise ImageError(f"cannot resolve image reference '{ref}': not a definition"
+                     + (f" ({', '.join(known)})" if known else "")
+                     + ", digest, docker:NAME, OCI layout, archive file or registry reference")
+
+
+__all__ = ["Resolved", "resolve"]

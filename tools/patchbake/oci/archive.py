@@ -1,0 +1,207 @@
+"""docker-archive export and import (``docker save`` / ``docker load`` format).
+
+Export writes one deterministic tar (patchbake-tar/1) that is BOTH a docker-archive
+(``manifest.json`` naming config and layers by path) and an OCI image layout
+(``oci-layout``, ``index.json``, ``blobs/sha256/...``): ``docker load`` reads the first,
+and verify reads the second, so the manifest digest survives the round trip.
+
+Import accepts either form: an archive with ``index.json`` keeps its manifest; a classic
+``docker save`` archive (``<config-hex>.json`` + ``<id>/layer.tar``) carries no manifest,
+so one is made from its config and layers (identity = the config digest, "Image ID").
+Every blob is hashed before anything is stored: a tampered archive stores nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ..errors import ImageError, IntegrityError
+from ..fsutil import atomic_writer, canonical_json
+from ..store import Store
+from . import layout
+from .image import Image, image_from_bytes, load_image, parse_json, StoreBlobs
+from .media import (OCI_CONFIG, OCI_INDEX, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST,
+                    Descriptor)
+from .tarwriter import file_entry, with_parents, write_layer
+
+_READ = 1 << 20
+
+
+def export_docker_archive(store: Store, manifest_digest: str, dest: Path,
+                          repo_tags: list[str]) -> Path:
+    """Write ``dest`` (docker-archive + OCI layout in one tar) atomically."""
+    image = load_image(StoreBlobs(store), manifest_digest)
+    missing = [d.digest for d in image.layers if not store.has(d.digest)]
+    if missing:
+        raise ImageError(f"cannot export {manifest_digest}: {len(missing)} layer(s) are not in "
+                         f"the store (first {missing[0]})",
+                         hint="pull the base with its layers (`patchbake pull`) first")
+    blobs = [manifest_digest, image.config_desc.digest, *[d.digest for d in image.layers]]
+    entries = [file_entry(f"blobs/sha256/{d.removeprefix('sha256:')}",
+                          source=store.blob_path(d)) for d in dict.fromkeys(blobs)]
+    docker_manifest = [{
+        "Config": f"blobs/sha256/{image.config_desc.hex}",
+        "RepoTags": repo_tags,
+        "Layers": [f"blobs/sha256/{d.hex}" for d in image.layers],
+    }]
+    ann = {layout.REF_NAME: repo_tags[0]} if repo_tags else {}
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        Descriptor(image.media_type, manifest_digest, len(image.manifest_bytes),
+                   tuple(ann.items())).to_json()]}
+    entries += [file_entry("manifest.json", data=canonical_json(docker_manifest)),
+                file_entry("index.json", data=canonical_json(index)),
+                file_entry("oci-layout", data=layout.LAYOUT_VERSION)]
+    with atomic_writer(dest) as f:
+        for chunk in write_layer(with_parents(entries), 0):
+            f.write(chunk)
+    return dest
+
+
+@dataclass(frozen=True)
+class Imported:
+    manifest_digest: str
+    config_digest: str
+    from_oci_index: bool  # False: a classic docker save archive (manifest made here)
+
+
+def _hash_member(tf: tarfile.TarFile, name: str) -> tuple[str, str, int, bool]:
+    """(digest, diff_id, size, gzipped) of an archive member, streamed."""
+    member = _member(tf, name)
+    f = tf.extractfile(member)
+    assert f is not None
+    raw, tar = hashlib.sha256(), hashlib.sha256()
+    first = f.read(_READ)
+    gz = first[:2] == b"\x1f\x8b"
+    inflate = zlib.decompressobj(31) if gz else None
+    size = 0
+    chunk = first
+    while chunk:
+        size += len(chunk)
+        raw.update(chunk)
+        tar.update(inflate.decompress(chunk) if inflate else chunk)
+        chunk = f.read(_READ)
+    if inflate:
+        tar.update(inflate.flush())
+    return "sha256:" + raw.hexdigest(), "sha256:" + tar.hexdigest(), size, gz
+
+
+def _member(tf: tarfile.TarFile, name: str) -> tarfile.TarInfo:
+    clean = name.lstrip("./")
+    try:
+        m = tf.getmember(clean)
+    except KeyError:
+        raise ImageError(f"archive has no member {name!r}") from None
+    if not m.isreg():
+        raise ImageError(f"archive member {name!r} is not a regular file")
+    return m
+
+
+def _read(tf: tarfile.TarFile, name: str) -> bytes:
+    f = tf.extractfile(_member(tf, name))
+    assert f is not None
+    return f.read()
+
+
+def _store_member(store: Store, tf: tarfile.TarFile, name: str, digest: str) -> None:
+    if store.has(digest):
+        return
+    f: IO[bytes] | None = tf.extractfile(_member(tf, name))
+    assert f is not None
+    store.put_stream(iter(lambda: f.read(_READ), b""), expected=digest)
+
+
+def import_docker_archive(store: Store, path: Path) -> Imported:
+    try:
+        tf = tarfile.open(path, "r:")
+    except (OSError, tarfile.TarError) as exc:
+        raise ImageError(f"{path} is not a readable docker-archive tar: {exc}") from None
+    with tf:
+        for m in tf.getmembers():
+            parts = m.name.split("/")
+            if m.name.startswith("/") or ".." in parts or not (m.isreg() or m.isdir() or
+                                                               m.issym()):
+                from ..errors import UnsafeArchiveError
+
+                raise UnsafeArchiveError(f"{path}: unsafe archive entry {m.name!r}")
+        names = set(tf.getnames())
+        if "index.json" in names:
+            return _import_oci(store, tf, path)
+        return _import_classic(store, tf, path)
+
+
+def _import_oci(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
+    index = parse_json(_read(tf, "index.json"), f"{path}:index.json")
+    manifests = index.get("manifests") or []
+    if len(manifests) != 1:
+        raise ImageError(f"{path}: index.json lists {len(manifests)} manifests; expected one")
+    desc = Descriptor.from_json(manifests[0], f"{path}:index.json")
+    mbytes = _read(tf, f"blobs/sha256/{desc.hex}")
+    cdesc = Descriptor.from_json(parse_json(mbytes, "manifest").get("config"), "manifest")
+    cbytes = _read(tf, f"blobs/sha256/{cdesc.hex}")
+    image = image_from_bytes(mbytes, desc.digest, cbytes)
+    for i, layer in enumerate(image.layers):
+        digest, diff_id, size, _ = _hash_member(tf, f"blobs/sha256/{layer.hex}")
+        _check_layer(i, layer, digest, size, diff_id, image.diff_ids[i])
+    for layer in image.layers:
+        _store_member(store, tf, f"blobs/sha256/{layer.hex}", layer.digest)
+    store.put_bytes(cbytes, expected=cdesc.digest)
+    store.put_bytes(mbytes, expected=desc.digest)
+    return Imported(desc.digest, cdesc.digest, True)
+
+
+def _check_layer(i: int, layer: Descriptor, digest: str, size: int, diff_id: str,
+                 want_diff: str) -> None:
+    if digest != layer.digest or size != layer.size:
+        raise IntegrityError(f"layer {i}: archive blob {layer.digest} hashes to {digest} "
+                             f"({size} bytes); nothing was stored")
+    if diff_id != want_diff:
+        raise IntegrityError(f"layer {i}: uncompressed tar hashes to {diff_id}; the config's "
+                             f"diff_id is {want_diff}; nothing was stored")
+
+
+def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
+    try:
+        entries = json.loads(_read(tf, "manifest.json"))
+    except ValueError as exc:
+        raise ImageError(f"{path}: manifest.json is not JSON: {exc}") from None
+    if not isinstance(entries, list) or len(entries) != 1:
+        raise ImageError(f"{path}: manifest.json must describe exactly one image")
+    entry = entries[0]
+    cbytes = _read(tf, entry["Config"])
+    cdigest = "sha256:" + hashlib.sha256(cbytes).hexdigest()
+    stem = Path(entry["Config"]).name.removesuffix(".json")
+    if len(stem) == 64 and stem != cdigest.removeprefix("sha256:"):
+        raise IntegrityError(f"{path}: config {entry['Config']} hashes to {cdigest}: its "
+                             "bytes were changed; nothing was stored")
+    config = parse_json(cbytes, "config")
+    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+    if len(diff_ids) != len(entry["Layers"]):
+        raise ImageError(f"{path}: config lists {len(diff_ids)} diff_ids for "
+                         f"{len(entry['Layers'])} layers")
+    layers = []
+    for i, name in enumerate(entry["Layers"]):
+        digest, diff_id, size, gz = _hash_member(tf, name)
+        if diff_id != diff_ids[i]:
+            raise IntegrityError(f"layer {i} ({name}): uncompressed tar hashes to {diff_id}; "
+                                 f"the config's diff_id is {diff_ids[i]}; nothing was stored")
+        layers.append(Descriptor(OCI_LAYER_GZIP if gz else OCI_LAYER_TAR, digest, size))
+    for name, layer in zip(entry["Layers"], layers):
+        _store_member(store, tf, name, layer.digest)
+    store.put_bytes(cbytes, expected=cdigest)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": OCI_CONFIG, "digest": cdigest, "size": len(cbytes)},
+                "layers": [d.to_json() for d in layers]}
+    mdigest, _, _ = layout.put_json(store, manifest)
+    return Imported(mdigest, cdigest, False)
+
+
+def open_archive_image(store: Store, path: Path) -> Image:
+    """Import ``path`` into the store and return its image (verified)."""
+    imp = import_docker_archive(store, path)
+    return load_image(StoreBlobs(store), imp.manifest_digest)
