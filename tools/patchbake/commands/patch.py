@@ -1,0 +1,162 @@
+"""``patchbake patch workspace|export|check|apply`` and ``patchbake series verify|split``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import ui
+from ..cli import Ctx, pass_ctx
+from ..errors import GuardError, UsageError
+
+
+def _default_workspace(ctx: Ctx) -> Path:
+    return ctx.pipeline.root / ".work" / f"workspace-{ctx.lineage().key}"
+
+
+def _fetch(ctx: Ctx) -> Any:
+    from ..sources import fetch
+
+    return fetch(ctx.lineage(), ctx.store, progress=ui.progress, base=ctx.pipeline.root)
+
+
+def run_check(ctx: Ctx, *, tree: bool = True, reexport: bool = True) -> Any:
+    """The guard for the CLI: read the lineage's files, fetch the pin, run every check."""
+    from ..patchset.guard import check
+    from ..patchset.sourcerec import read_source
+
+    lin = ctx.lineage()
+    try:
+        data = lin.patch.read_bytes()
+    except FileNotFoundError:
+        raise GuardError(f"{lin.patch} does not exist",
+                         hint="make it with `patchbake patch workspace` and "
+                              "`patchbake patch export`") from None
+    files = lin.files.read_bytes() if lin.files.exists() else None
+    src = read_source(lin.source_record)
+    root = _fetch(ctx).root if tree else None
+    return check(data, files, patch_name=lin.patch.name, pristine_root=root,
+                 pin=lin.upstream.pin, source_patch_sha256=src.patch_sha256 if src else None,
+                 reexport=reexport)
+
+
+def register(group: click.Group) -> None:
+    @group.group("patch")
+    def patch_group() -> None:
+        """Canonical patch: workspace, export, lost-line guard, strict apply."""
+
+    @patch_group.command("workspace")
+    @click.argument("directory", required=False, type=click.Path(path_type=Path))
+    @pass_ctx
+    def workspace_cmd(ctx: Ctx, directory: Path | None) -> None:
+        """Make a git work tree: pristine upstream, then the current patch, as two commits."""
+        from ..patchset.workspace import create_workspace
+
+        dest = directory or _default_workspace(ctx)
+        ui.step(f"workspace for {ctx.lineage().upstream.pin} in {dest}")
+        ws = create_workspace(ctx.lineage(), ctx.store, dest)
+        row = {"workspace": str(ws.path), "pristine_commit": ws.pristine_commit,
+               "base_commit": ws.base_commit, "patch_sha256": ws.patch_sha256,
+               "files": ws.files}
+        if ctx.as_json:
+            ui.emit_json(row)
+        else:
+            ui.kv("workspace", list(row.items()))
+
+    @patch_group.command("export")
+    @click.option("--from", "from_spec", default=None, metavar="DIR|REPO@REV",
+                  help="workspace directory, or a fork repository at a revision "
+                       "(default: the lineage's workspace under .work/)")
+    @click.option("--force", is_flag=True, help="export even if work could be lost")
+    @click.option("--reason", default=None, help="why --force is right (recorded in SOURCE)")
+    @pass_ctx
+    def export_cmd(ctx: Ctx, from_spec: str | None, force: bool, reason: str | None) -> None:
+        """Regenerate the canonical patch, FILES.txt and SOURCE from commits."""
+        from ..patchset.export import export
+
+        if reason and not force:
+            raise UsageError("--reason goes with --force")
+        spec = from_spec or str(_default_workspace(ctx))
+        ex = export(ctx.lineage(), ctx.store, spec, force=force, reason=reason)
+        row = {"patch": str(ex.patch_path), "patch_sha256": ex.patch_sha256,
+               "files": ex.files, "added": ex.added, "removed": ex.removed,
+               "commit": ex.commit, "changed": ex.changed}
+        if ctx.as_json:
+            ui.emit_json(row)
+        else:
+            ui.kv("exported", list(row.items()))
+
+    @patch_group.command("check")
+    @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+    @click.option("--no-tree", is_flag=True,
+                  help="skip the checks that need the pinned upstream (apply, hashes, re-export)")
+    @pass_ctx
+    def check_cmd(ctx: Ctx, as_json: bool, no_tree: bool) -> None:
+        """The lost-line guard: patch <=> FILES.txt <=> the pinned tree; re-export identical."""
+        report = run_check(ctx, tree=not no_tree)
+        if as_json or ctx.as_json:
+            ui.emit_json(report.as_json())
+        else:
+            ui.kv("patch check", [("ok", report.ok), ("files", report.files),
+                                  ("added", report.added), ("removed", report.removed),
+                                  ("patch sha256", report.patch_sha256),
+                                  ("three-way", "yes" if report.applied else "skipped")])
+            if report.problems:
+                ui.table("problems", ["kind", "path", "message"],
+                         [(p.kind, p.path or "-", p.message) for p in report.problems])
+        if not report.ok:
+            first = report.problems[0]
+            raise GuardError(f"{len(report.problems)} problem(s); first: {first.message}")
+
+    @patch_group.command("apply")
+    @click.option("--to", "dest", required=True, type=click.Path(path_type=Path),
+                  help="new or empty directory to write the patched tree into")
+    @pass_ctx
+    def apply_cmd(ctx: Ctx, dest: Path) -> None:
+        """Strictly apply the canonical patch to the pinned upstream, into DEST."""
+        from ..patchset.patched import read_lineage_patch
+        from ..patchset.strict import apply_to_dir
+
+        lin = ctx.lineage()
+        lp = read_lineage_patch(lin.patch, lin.files)
+        applied = apply_to_dir(lp.patch, _fetch(ctx).root, dest, filelist=lp.filelist)
+        row = {"to": str(dest), "patch_sha256": lp.patch_sha256,
+               "files": len(applied.files), "deleted": len(applied.deleted), "verified": True}
+        if ctx.as_json:
+            ui.emit_json(row)
+        else:
+            ui.kv("applied", list(row.items()))
+
+    @group.group("series")
+    def series_group() -> None:
+        """Split series: verify it reproduces the canonical patch, or write it from commits."""
+
+    @series_group.command("verify")
+    @pass_ctx
+    def series_verify_cmd(ctx: Ctx) -> None:
+        """Apply the series in order; its tree digest must equal the canonical patch's."""
+        from ..patchset.series import verify_series
+
+        r = verify_series(ctx.lineage(), ctx.store)
+        row = {"patches": len(r.patches), "paths": r.paths, "series_digest": r.series_digest,
+               "canonical_digest": r.canonical_digest, "ok": True}
+        if ctx.as_json:
+            ui.emit_json(row)
+        else:
+            ui.kv("series verify", list(row.items()))
+
+    @series_group.command("split")
+    @click.option("--from", "from_dir", default=None, type=click.Path(path_type=Path),
+                  help="workspace directory (default: the lineage's workspace under .work/)")
+    @pass_ctx
+    def series_split_cmd(ctx: Ctx, from_dir: Path | None) -> None:
+        """Write patch/series/ with one patch per workspace commit after the pristine one."""
+        from ..patchset.series import split_series
+
+        names = split_series(ctx.lineage(), ctx.store, from_dir or _default_workspace(ctx))
+        if ctx.as_json:
+            ui.emit_json({"patches": names})
+        else:
+            ui.table("series", ["#", "patch"], list(enumerate(names, 1)))

@@ -1,0 +1,241 @@
+"""The lost-line guard: patch <=> FILES.txt <=> what the patch does to the pinned tree.
+
+Standard library only: ``tools/check_patch_files.py`` runs this from a bare checkout.
+Every disagreement is a :class:`Problem` with a ``kind`` that says which case it is;
+the checks keep going after a problem so one run shows everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ApplyError, PatchbakeError, PatchError
+from .apply import Outcome, _AlreadyThere, apply_file
+from .diffparse import Patch, parse_patch
+from .filelist import FileList, parse_filelist, sort_key
+from .treeio import TreeReader
+
+EXPORT = "run `patchbake patch export`"
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    path: str | None
+    message: str
+
+
+@dataclass
+class Report:
+    ok: bool
+    files: int
+    added: int
+    removed: int
+    patch_sha256: str
+    problems: list[Problem] = field(default_factory=list)
+    applied: bool = False  # the three-way part ran (a pristine tree was available)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "files": self.files, "added": self.added,
+                "removed": self.removed, "patch_sha256": self.patch_sha256,
+                "problems": [asdict(p) for p in self.problems]}
+
+
+@dataclass
+class _Run:
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, kind: str, path: str | None, message: str) -> None:
+        self.problems.append(Problem(kind, path, message))
+
+
+def _scan_raw(data: bytes, name: str, run: _Run) -> None:
+    if not data:
+        return
+    if b"\r\n" in data[:4096] and data.split(b"\n", 1)[0].endswith(b"\r"):
+        run.add("crlf", None, f"{name}: lines end in CRLF: the patch was converted by an "
+                "editor or a transfer (git writes LF); restore it or " + EXPORT)
+    if not data.endswith(b"\n"):
+        run.add("final-newline", None, f"{name}: the patch lacks a final newline "
+                "(truncated or edited?); " + EXPORT)
+
+
+_WS_TRAIL = re.compile(rb"[ \t\r]+\n?$")
+
+
+def _whitespace(patch: Patch, run: _Run) -> None:
+    for fp in patch.files:
+        if fp.binary:
+            continue
+        for h in fp.hunks:
+            for line in h.added_lines:
+                body = line[:-1] if line.endswith(b"\n") else line
+                what = None
+                if body and _WS_TRAIL.search(body):
+                    what = "trailing whitespace" if not body.endswith(b"\r") else \
+                        "a carriage return (CRLF)"
+                else:
+                    indent = body[:len(body) - len(body.lstrip(b" \t"))]
+                    if b" \t" in indent:
+                        what = "a space before a tab in the indentation"
+                if what:
+                    run.add("whitespace", fp.path, f"{fp.path}: whitespace error in the hunk "
+                            f"at patch line {h.line_no}: an added line has {what}: "
+                            f"{body.decode('utf-8', 'replace')[:60]!r}")
+                    break
+
+
+def _blank_at_eof(outcomes: dict[str, Outcome], run: _Run) -> None:
+    def trailing_blanks(data: bytes | None) -> int:
+        if not data:
+            return 0
+        n = 0
+        for line in reversed(data.split(b"\n")[:-1] if data.endswith(b"\n") else []):
+            if line.strip():
+                break
+            n += 1
+        return n
+
+    for p, o in outcomes.items():
+        if o.post is not None and b"\0" not in o.post[:8000] \
+                and trailing_blanks(o.post) > trailing_blanks(o.pre):
+            run.add("whitespace", p, f"{p}: whitespace error: the patch adds blank lines at "
+                    "the end of the file")
+
+
+def _compare(patch: Patch, fl: FileList, run: _Run) -> None:
+    have = patch.by_path()
+    want = fl.by_path()
+    for p in sorted(set(want) - set(have), key=sort_key):
+        e = want[p]
+        rec = "" if fl.legacy else f" ({e.status} +{e.added} -{e.removed})"
+        run.add("dropped", p, f"{p}: work was dropped by a regeneration: FILES.txt records "
+                f"it{rec} but the patch no longer touches it; restore the change in the "
+                "workspace, or if the drop is intended, " + EXPORT + " and review FILES.txt")
+    for p in sorted(set(have) - set(want), key=sort_key):
+        run.add("unrecorded", p, f"{p}: new work not recorded: the patch touches it but "
+                "FILES.txt does not list it; " + EXPORT)
+    if fl.legacy:
+        return
+    for p in sorted(set(have) & set(want), key=sort_key):
+        f, e = have[p], want[p]
+        got = f"{f.status} +{f.added} -{f.removed}"
+        rec = f"{e.status} +{e.added} -{e.removed}"
+        if got == rec:
+            continue
+        assert e.added is not None and e.removed is not None
+        if f.status == e.status and f.added <= e.added and f.removed <= e.removed:
+            run.add("dropped", p, f"{p}: work was dropped by a regeneration: FILES.txt "
+                    f"records {rec}, the patch has {got} (a hunk or lines are missing)")
+        elif f.status == e.status and f.added >= e.added and f.removed >= e.removed:
+            run.add("unrecorded", p, f"{p}: new work not recorded: the patch has {got}, "
+                    f"FILES.txt records {rec}; " + EXPORT)
+        else:
+            run.add("count", p, f"{p}: counts disagree: the patch has {got}, FILES.txt "
+                    f"records {rec}; " + EXPORT)
+
+
+def _headers(fl: FileList, patch_sha: str, pin: str | None, run: _Run) -> None:
+    rec = fl.header.get("patch-sha256")
+    if rec and rec != patch_sha:
+        run.add("stale-files", None, f"FILES.txt was written for another patch (patch-sha256 "
+                f"{rec[:16]}..., the patch is {patch_sha[:16]}...): the patch was changed "
+                "without regenerating FILES.txt; " + EXPORT)
+    up = fl.header.get("upstream")
+    if pin and up and up != pin:
+        run.add("upstream", None, f"FILES.txt was generated against {up}, the pipeline pins "
+                f"{pin}; regenerate the patch for this pin")
+
+
+def _apply(patch: Patch, fl: FileList | None, root: Path, run: _Run) -> dict[str, Outcome]:
+    reader = TreeReader(root)
+    outcomes: dict[str, Outcome] = {}
+    for fp in patch.files:
+        try:
+            outcomes[fp.path] = apply_file(fp, reader(fp.path))
+        except _AlreadyThere:
+            run.add("apply", fp.path, f"{fp.path}: the patch is reversed here: the pinned "
+                    "upstream already holds its post-image")
+        except ApplyError as exc:
+            kind = "hash" if getattr(exc, "reason", "") == "hash" else "apply"
+            prefix = "" if kind == "hash" else "does not apply strictly: "
+            run.add(kind, fp.path, prefix + exc.one_line())
+    if fl is not None and not fl.legacy:
+        want = fl.by_path()
+        for p, o in outcomes.items():
+            e = want.get(p)
+            got = hashlib.sha256(o.post).hexdigest() if o.post is not None else None
+            if e is not None and e.sha256 != got:
+                run.add("hash", p, f"{p}: post-image hash mismatch: applying the patch gives "
+                        f"{got or 'deleted'}, FILES.txt records {e.sha256 or 'deleted'}")
+    return outcomes
+
+
+def _reexport(patch: Patch, outcomes: dict[str, Outcome], run: _Run) -> None:
+    from .reexport import first_difference, reexport
+
+    try:
+        fresh = reexport([outcomes[f.path] for f in patch.files])
+    except PatchbakeError as exc:
+        run.add("reexport", None, f"re-export failed: {exc.one_line()}")
+        return
+    if fresh != patch.data:
+        line, want, got = first_difference(fresh, patch.data)
+        run.add("reexport", None, f"re-export from the applied tree differs from the committed "
+                f"patch at line {line}: git writes {want}, the patch has {got} (hand-edited, "
+                "or exported with other settings); " + EXPORT)
+
+
+def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "patch",
+          pristine_root: Path | None = None, pin: str | None = None,
+          source_patch_sha256: str | None = None, reexport: bool = True) -> Report:
+    """Run every check; the report's ``ok`` is False when any problem was found."""
+    run = _Run()
+    sha = hashlib.sha256(patch_bytes).hexdigest()
+    _scan_raw(patch_bytes, patch_name, run)
+    patch: Patch | None = None
+    if not any(p.kind == "crlf" for p in run.problems):
+        try:
+            patch = parse_patch(patch_bytes if patch_bytes.endswith(b"\n") or not patch_bytes
+                                else patch_bytes + b"\n", patch_name)
+        except PatchError as exc:
+            run.add("parse", None, exc.one_line())
+    fl: FileList | None = None
+    if files_bytes is None:
+        run.add("files-missing", None, "FILES.txt is missing; " + EXPORT + " and commit it "
+                "with the patch")
+    else:
+        try:
+            fl = parse_filelist(files_bytes)
+        except PatchbakeError as exc:
+            run.add("files-format", None, exc.one_line())
+    if fl is not None:
+        _headers(fl, sha, pin, run)
+    if source_patch_sha256 and source_patch_sha256 != sha:
+        run.add("source", None, f"SOURCE records patch sha256 {source_patch_sha256[:16]}..., "
+                f"the patch is {sha[:16]}...: it was changed without `patchbake patch export`")
+    applied = False
+    if patch is not None:
+        keys = [sort_key(f.path) for f in patch.files]
+        if keys != sorted(keys) or len(set(keys)) != len(keys):
+            bad = next(i for i in range(1, len(keys)) if keys[i] <= keys[i - 1])
+            run.add("order", patch.files[bad].path, f"file sections are not in canonical "
+                    f"order ({patch.files[bad - 1].path} comes before "
+                    f"{patch.files[bad].path}): the patch was edited by hand; " + EXPORT)
+        _whitespace(patch, run)
+        if fl is not None:
+            _compare(patch, fl, run)
+        if pristine_root is not None:
+            applied = True
+            outcomes = _apply(patch, fl, pristine_root, run)
+            _blank_at_eof(outcomes, run)
+            if reexport and len(outcomes) == len(patch.files):
+                _reexport(patch, outcomes, run)
+    files = len(patch.files) if patch else len(fl.entries) if fl else 0
+    added = patch.added if patch else 0
+    removed = patch.removed if patch else 0
+    return Report(not run.problems, files, added, removed, sha, run.problems, applied)
