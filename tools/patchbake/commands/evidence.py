@@ -25,7 +25,8 @@ def _signing(ctx: Ctx) -> settings.Signing:
 
 def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
     # A reference carrying its digest verifies with no store at all (CI, reviewers).
-    return imagemod.digest_only(ref) or imagemod.resolve(ctx.store, ref)
+    return imagemod.digest_only(ref, ctx.pipeline) or imagemod.resolve(ctx.store, ref,
+                                                                       ctx.pipeline)
 
 
 def _verified_json(v: records.Verified) -> dict[str, Any]:

@@ -1,35 +1,52 @@
 """Facts about an image that the evidence summary quotes: patch sha256 and N/N matched.
 
-Kept apart so the summary depends on the identity stage through one small seam.
+The patch hash comes from the committed image record (or, failing that, the image's
+label); N/N comes from a fresh identity verification by the images stage, run here, never
+copied from an earlier log. Kept apart so the summary meets the identity stage at one seam.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..fixtures.image import ImageRef
-
-PATCH_LABEL_KEYS = ("org.patchbake.patch.sha256", "dev.patchbake.patch.sha256",
-                    "patchbake.patch.sha256")
+from ..errors import PatchbakeError
+from ..fixtures.image import ImageRef, find_record
 
 
-def patch_and_match(ctx: Any, ref: ImageRef, verify_files: bool
-                    ) -> tuple[str | None, int | None, int | None]:
-    patch: str | None = None
-    matched: int | None = None
-    total: int | None = None
+def patch_sha256(ctx: Any, ref: ImageRef) -> str | None:
+    rec = find_record(ctx.pipeline.root, ref.digest)
+    if rec:
+        for key in ("patch_sha256", "patch"):
+            v = rec.get(key)
+            if isinstance(v, str):
+                return v.removeprefix("sha256:")
+            if isinstance(v, dict) and isinstance(v.get("sha256"), str):
+                return str(v["sha256"]).removeprefix("sha256:")
     try:
         from ..oci import image as oci_image
 
         img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
-        for k, v in img.labels.items():
-            if k in PATCH_LABEL_KEYS or k.endswith("patch.sha256"):
-                patch = v.removeprefix("sha256:")
-    except Exception:  # noqa: BLE001 - image not in this store: the summary says so
-        return None, None, None
-    if verify_files:
-        from .. import identity  # the images stage's verifier
+    except PatchbakeError:
+        return None
+    for k, v in img.labels.items():
+        if k.endswith("patch.sha256"):
+            return v.removeprefix("sha256:")
+    return None
 
-        report = identity.verify(ctx.store, ref.digest, ctx.lineage())  # type: ignore[attr-defined]
-        matched, total = int(report.matched), int(report.total)
-    return patch, matched, total
+
+def match_counts(ctx: Any, ref: ImageRef) -> tuple[int | None, int | None]:
+    """(matched, total) from a fresh `patchbake verify` of the image; (None, None) if it
+    cannot run here (the summary then says the files were not re-verified)."""
+    try:
+        from .. import identity
+    except ImportError:
+        return None, None
+    report = identity.verify_image(ctx.store, ref.digest, ctx.pipeline,  # type: ignore[attr-defined]
+                                   ctx.lineage())
+    return int(report.matched), int(report.total)
+
+
+def patch_and_match(ctx: Any, ref: ImageRef, verify_files: bool
+                    ) -> tuple[str | None, int | None, int | None]:
+    matched, total = match_counts(ctx, ref) if verify_files else (None, None)
+    return patch_sha256(ctx, ref), matched, total

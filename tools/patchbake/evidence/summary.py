@@ -76,6 +76,8 @@ def paragraph(facts: ImageFacts, evidence: dict[str, Verified | EvidenceError]) 
         else:
             parts.append(f"Only {facts.matched} of {facts.total} baked source files matched a "
                          "fresh apply: this image is not the patch.")
+    else:
+        parts.append("Its baked files were not re-verified here (run `patchbake verify`).")
     not_run = []
     gpu_sms = set()
     for suite, v in sorted(evidence.items()):

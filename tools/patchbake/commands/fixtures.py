@@ -1,0 +1,117 @@
+"""`patchbake fixtures list|run`: declared suites, run against one exact image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import ui
+from ..cli import Ctx, pass_ctx
+from ..errors import SuiteError
+from ..fsutil import pretty_json, atomic_write
+from ..fixtures import image as imagemod
+from ..fixtures import suites as suitesmod
+from ..fixtures.run import run_suite
+
+
+def _suites(ctx: Ctx) -> dict[str, suitesmod.Suite]:
+    p = ctx.pipeline
+    return suitesmod.parse_all(p.suites, p.root, p.path.name)
+
+
+@click.group("fixtures")
+def fixtures_group() -> None:
+    """Fixture suites run against an exact image (docker or host runner)."""
+
+
+@fixtures_group.command("list")
+@pass_ctx
+def fixtures_list(ctx: Ctx) -> None:
+    """Declared suites (every declaration is validated)."""
+    suites = _suites(ctx)
+    if ctx.as_json:
+        ui.emit_json({k: s.declaration() for k, s in suites.items()})
+        return
+    ui.table("suites", ["suite", "runner", "gpu", "capability", "min tests", "repeats",
+                        "patch-sensitive", "path"],
+             [(s.name, s.runner, "yes" if s.requires.gpu else "no", s.requires.capability or "-",
+               s.requires.min_tests, s.repeats, "yes" if s.patch_sensitive else "no", s.rel_path)
+              for s in suites.values()])
+
+
+def _pristine(ctx: Ctx, given: Path | None) -> Any:
+    def provide() -> tuple[Path, str]:
+        if given is not None:
+            from ..sources.digest import tree_digest
+
+            return given, f"given directory {given} (tree {tree_digest(given)})"
+        from ..sources import fetch
+
+        lin = ctx.lineage()
+        f = fetch(lin, ctx.store, base=ctx.pipeline.root)
+        return f.root, f"pristine upstream {f.pin} (tree {f.tree_digest})"
+
+    return provide
+
+
+@fixtures_group.command("run")
+@click.argument("suite_name", metavar="SUITE")
+@click.option("--image", "image_ref", required=True,
+              help="image: definition/store name, sha256:DIGEST or name@sha256:DIGEST")
+@click.option("--runner", type=click.Choice(["docker", "host"]), default=None,
+              help="override the suite's declared runner")
+@click.option("--results-out", type=click.Path(path_type=Path), default=None,
+              help="write the unsigned result document here (sign it with `evidence sign`)")
+@click.option("--pristine-tree", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="pristine tree for the patch-sensitivity probe [default: fetch the "
+                   "lineage's upstream]")
+@pass_ctx
+def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
+                 results_out: Path | None, pristine_tree: Path | None) -> None:
+    """Run SUITE against the exact image; exit 40 unless it passed and its probes hold."""
+    p = ctx.pipeline
+    suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
+    ref = imagemod.resolve(ctx.store, image_ref, p)
+    kind = runner or suite.runner
+    if kind == "docker":
+        from ..fixtures.docker import DockerRunner
+
+        r: Any = DockerRunner(p.root, ctx.store)
+    else:
+        from ..fixtures.host import HostRunner
+
+        r = HostRunner(p.root, ctx.store)
+    result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree), log=ui.step)
+    if results_out:
+        atomic_write(results_out, pretty_json(result))
+    if ctx.as_json:
+        ui.emit_json(result)
+    else:
+        c = result["counts"]
+        probes = result["probes"]
+        ui.kv(f"suite {suite.name} on {ref.name}", [
+            ("image", ref.digest), ("runner", kind), ("result", result["result"]),
+            ("counts", " ".join(f"{k}={n}" for k, n in c.items())),
+            ("failing", ", ".join(result["failed_tests"][:5]) or "-"),
+            ("patch sensitivity", probes["patch_sensitivity"]["status"]),
+            ("determinism", f"{probes['determinism']['status']} "
+                            f"({probes['determinism']['repeats']} runs)"),
+            ("gpu", result["environment"].get("gpu_name") or "-"),
+            ("results", str(results_out) if results_out else "-")])
+    if result["result"] != "PASSED":
+        raise SuiteError(f"suite '{suite.name}' failed on {ref.digest}: "
+                         + "; ".join(result["problems"]))
+    flags = [v.get("reason", k) for k, v in probes_of(result).items() if v.get("status") == "flagged"]
+    if flags:
+        raise SuiteError(f"suite '{suite.name}' passed but cannot count as evidence: "
+                         + "; ".join(str(f) for f in flags))
+
+
+def probes_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return dict(result.get("probes") or {})
+
+
+def register(group: click.Group) -> None:
+    group.add_command(fixtures_group)
