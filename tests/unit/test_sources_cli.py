@@ -83,6 +83,25 @@ def test_fetch_errors(tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[
     assert list((home / "tmp").iterdir()) == [] and list((home / "trees").iterdir()) == []
 
 
+def test_fetch_all_lineages(tmp_path: Path, home: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    sha = make_sdist(tmp_path / "demo.tar.gz")
+    p = pipeline(tmp_path, f"kind: path, version: '1.0', path: demo.tar.gz, sha256: {sha}")
+    text = p.read_text()
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "a").write_text("a")
+    p.write_text(text + text.split("lineages:\n", 1)[1].replace("v1.0:", "v0.9:").replace(
+        f"kind: path, version: '1.0', path: demo.tar.gz, sha256: {sha}",
+        "kind: path, version: '0.9', path: tree"))
+    rc, out, err = run(["--pipeline", str(p), "fetch", "--all", "--json"], capsys)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert [d["lineage"] for d in doc] == ["v0.9", "v1.0"]
+    assert doc[0]["archive_sha256"] is None and doc[0]["files"] == 1
+    rc, out, _ = run(["--pipeline", str(p), "--lineage", "v0.9", "fetch"], capsys)
+    assert rc == 0 and "v0.9" in out and "-" in out
+
+
 def _fetch_in_child(store_root: str, pipeline_path: str, q: multiprocessing.Queue) -> None:
     lin = config.load(pipeline_path).lineage()
     f = fetch(lin, Store.open(store_root), base=Path(pipeline_path).parent)

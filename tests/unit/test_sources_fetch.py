@@ -386,3 +386,11 @@ def test_408_retried(net: FakeHTTP, store: Store) -> None:
     net.routes[f"{INDEX}/demo/"] = [(408, {}, b""), GOOD_PAGE]
     assert fetch(lineage(), store).archive_sha256 == SHA
     assert net.calls.count(f"{INDEX}/demo/") == 2
+
+
+def test_damaged_record_is_rebuilt(net: FakeHTTP, store: Store) -> None:
+    f = fetch(lineage(), store)
+    assert f.record is not None
+    f.record.write_text('{"version": 1, "tree_digest": "nonsense"}')
+    assert fetch(lineage(), store).tree_digest == f.tree_digest
+    assert json.loads(f.record.read_text())["tree_digest"] == f.tree_digest

@@ -1,4 +1,5 @@
-"""``patchbake fetch``: resolve the lineage's pinned upstream into the store."""
+"""``patchbake fetch``: resolve a lineage's pinned upstream into the store and print its
+identity (archive sha256, tree digest, file count, where the pristine tree lies)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..sources import Fetched, fetch
 
+FIELDS = ("lineage", "pin", "kind", "archive_sha256", "tree_digest", "files", "store_path")
+
 
 def summary(lineage_key: str, f: Fetched) -> dict[str, Any]:
+    """The printed and --json fields, in FIELDS order."""
     return {"lineage": lineage_key, "pin": f.pin, "kind": f.kind,
             "archive_sha256": f.archive_sha256, "tree_digest": f.tree_digest,
             "files": f.files, "store_path": str(f.root)}
@@ -20,17 +24,23 @@ def summary(lineage_key: str, f: Fetched) -> dict[str, Any]:
 def register(group: click.Group) -> None:
     @group.command("fetch")
     @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+    @click.option("--all", "all_lineages", is_flag=True,
+                  help="fetch every lineage in pipeline.yaml (JSON: a list)")
     @click.option("--verify", is_flag=True,
                   help="re-hash a cached tree and fail if it no longer matches its digest")
     @pass_ctx
-    def fetch_cmd(ctx: Ctx, as_json: bool, verify: bool) -> None:
+    def fetch_cmd(ctx: Ctx, as_json: bool, all_lineages: bool, verify: bool) -> None:
         """Fetch, verify and extract the pinned upstream; print its identity."""
-        lineage = ctx.lineage()
-        f = fetch(lineage, ctx.store, progress=ui.progress, base=ctx.pipeline.root,
-                  verify=verify)
-        row = summary(lineage.key, f)
+        pipeline = ctx.pipeline
+        keys = sorted(pipeline.lineages) if all_lineages else [ctx.lineage().key]
+        rows = []
+        for key in keys:
+            f = fetch(pipeline.lineage(key), ctx.store, progress=ui.progress,
+                      base=pipeline.root, verify=verify)
+            rows.append(summary(key, f))
         if as_json or ctx.as_json:
-            ui.emit_json(row)
+            ui.emit_json(rows if all_lineages else rows[0])
             return
-        ui.kv(f"upstream of lineage {lineage.key}",
-              [(k, "-" if v is None else v) for k, v in row.items()])
+        for row in rows:
+            ui.kv(f"upstream of lineage {row['lineage']}",
+                  [(k, "-" if v is None else v) for k, v in row.items()])

@@ -31,8 +31,9 @@ from ..errors import FetchError, UnsafeArchiveError
 FILE, DIR, SYMLINK, HARDLINK = "file", "dir", "symlink", "hardlink"
 _COPY = 1 << 20
 # what reading a damaged archive raises while a member's bytes are copied
+# (RuntimeError, NotImplementedError: an encrypted zip member or an unknown compression)
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError,
-            zipfile.BadZipFile)
+            zipfile.BadZipFile, RuntimeError, NotImplementedError)
 
 
 @dataclass
@@ -154,7 +155,8 @@ def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = 
     sdist convention). The caller owns ``dest`` and removes it on any error.
     """
     dest.mkdir(mode=0o755)
-    files: set[str] = set()
+    files: set[str] = set()  # every non-directory path taken so far
+    regular: set[str] = set()  # the regular files among them (hardlink targets)
     links: list[tuple[str, str, str]] = []  # (rel, target, member name)
     for m in members(archive):
         rel = normalise(m.name, m.name)
@@ -180,16 +182,18 @@ def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = 
                 raise FetchError(f"{archive.name}: not a readable archive: member "
                                  f"'{m.name}' is truncated or corrupt ({exc})") from exc
             files.add(stripped)
+            regular.add(stripped)
         elif m.kind == HARDLINK:
             lrel = normalise(m.linkname, m.name)
             lstripped = _strip(lrel, strip, m.name) if lrel else None
-            if not lstripped or lstripped not in files:
+            if not lstripped or lstripped not in regular:
                 raise _unsafe(m.name, f"is a hardlink to '{m.linkname}', which is not an "
                               "earlier regular file of the tree")
             # a copy, not a link: the tree must not share inodes with anything
             with open(dest / lstripped, "rb") as src:
                 _write_file(target, src, m.mode, m.name)
             files.add(stripped)
+            regular.add(stripped)
         else:
             if not m.linkname or m.linkname.startswith("/"):
                 raise _unsafe(m.name, f"is a symlink to the absolute path '{m.linkname}'")

@@ -65,9 +65,12 @@ def _load(store: Store, key: str, up: config.Upstream) -> Fetched | None:
         return None
     except (OSError, ValueError):
         return None  # a damaged record is rebuilt, not trusted
-    if rec.get("version") != RECORD_VERSION:
+    try:
+        if rec.get("version") != RECORD_VERSION:
+            return None
+        root = store.tree_path(rec["tree_digest"])
+    except (AttributeError, KeyError, TypeError, IntegrityError):
         return None
-    root = store.tree_path(rec["tree_digest"])
     if not root.is_dir():
         return None
     return Fetched(rec.get("archive_sha256"), rec["tree_digest"], root, up.pin,
