@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from patchbake.errors import RegistryError
 from patchbake.oci.registry import RegistryClient
 from patchbake.store import Store
-
 from test_registry_real import build_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]

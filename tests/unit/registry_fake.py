@@ -17,11 +17,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import requests
-from requests.adapters import BaseAdapter
-from requests.structures import CaseInsensitiveDict
-
 from patchbake.fsutil import canonical_json
 from patchbake.store import Store
+from requests.adapters import BaseAdapter
+from requests.structures import CaseInsensitiveDict
 
 HOST = "registry.test"
 REALM = "https://auth.test/token"
@@ -58,6 +57,8 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
     refuse_mounts: bool = False
     token_requests: list[dict[str, list[str]]] = field(default_factory=list)
     sessions_opened: int = -1
+    break_streams: int = 0  # this many blob GETs die mid-body (connection reset)
+    extra_blob_bytes: bytes = b""  # appended to every blob GET answer
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -138,7 +139,12 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
                 return self._resp(request, 404, {}, b'{"errors":[{"code":"BLOB_UNKNOWN"}]}')
             if self.tamper_blobs and method == "GET":
                 blob = blob[:-1] + bytes([blob[-1] ^ 1])
-            return self._resp(request, 200, {"Docker-Content-Digest": m.group(2)}, blob)
+            blob += self.extra_blob_bytes if method == "GET" else b""
+            resp = self._resp(request, 200, {"Docker-Content-Digest": m.group(2)}, blob)
+            if self.break_streams and method == "GET":
+                self.break_streams -= 1
+                resp.raw = _BrokenRaw(blob[: len(blob) // 2])
+            return resp
         m = re.match(r"^/v2/(.+)/manifests/(.+)$", path)
         if m:
             return self._manifest(request, m.group(1), m.group(2), method, data, seen)
@@ -197,6 +203,21 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
         self.manifests.setdefault(repo, {})[image.digest] = entry
         if tag:
             self.manifests[repo][tag] = entry
+
+
+class _BrokenRaw:
+    """A response body that dies half-way, as a reset connection does."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+
+    def stream(self, amt: int, decode_content: bool = True) -> Any:
+        from urllib3.exceptions import ProtocolError
+        yield self.head
+        raise ProtocolError("connection reset by peer")
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass

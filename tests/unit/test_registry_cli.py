@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from patchbake import cli
 from patchbake.commands import registry as cmd
 from patchbake.oci.registry import RegistryClient
 from patchbake.store import Store
-
 from registry_fake import HOST, FakeRegistry, make_image, session_for, store_image
 
 
@@ -80,7 +78,7 @@ def test_tag_move_exit_32(home: Path, fake: FakeRegistry,
     fake.seed_image("app", old, tag="v1")
     digest = store_image(Store.open(home), make_image(b"new\n"))
     rc, out, err = run(capsys, "push", digest, f"{HOST}/app:v1")
-    assert rc == 32
+    assert rc == 32 and out == ""
     assert f"{HOST}/app:v1 already points to {old.digest}; refusing to move it" in err
     assert "tags never move" in err
 

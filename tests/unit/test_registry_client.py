@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from patchbake.errors import RegistryError, TagMovedError
-from patchbake.oci.registry import SMALL_BODY, RegistryClient
+from patchbake.oci.registry import RegistryClient
 from patchbake.oci.registry_auth import Credentials
+from patchbake.oci.registry_blobs import SMALL_BODY
 from patchbake.oci.registry_http import RetryPolicy
 from patchbake.store import Store
-
 from registry_fake import HOST, FakeRegistry, Seen, make_image, make_index, session_for, store_image
 
 
@@ -326,3 +325,23 @@ def test_redirect_to_plain_http_elsewhere_is_refused(store: Store, sleeps: list[
     with pytest.raises(RegistryError, match="refusing plain http to 10.0.0.9"):
         client(fake, sleeps).pull(store, f"{HOST}/app:v1")
     assert not store.has(img.digest)
+
+
+def test_stream_dying_mid_blob_is_retried_cleanly(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry(break_streams=1)
+    img = make_image(layer_size=3 << 20)
+    fake.seed_image("app", img, tag="v1")
+    res = client(fake, sleeps).pull_image(store, f"{HOST}/app:v1")
+    assert res.digest == img.digest and sleeps == [0.5]
+    assert all(store.blob_path(d).read_bytes() == b for d, b in img.blobs.items())
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+def test_blob_longer_than_its_descriptor_is_refused(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry(extra_blob_bytes=b"x" * 10)
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    with pytest.raises(RegistryError, match="longer than its descriptor's"):
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert not any(store.has(d) for d in [img.digest, *img.blobs])
+    assert sleeps == []

@@ -7,11 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-
 from patchbake.errors import RegistryError, UsageError
 from patchbake.oci.registry_auth import Credentials, credentials_for, parse_challenge
 from patchbake.oci.registry_http import retry_after_seconds
-from patchbake.oci.registry_ref import RegistryRef, base_url, check_url_allowed, is_loopback, parse_ref
+from patchbake.oci.registry_ref import (
+    RegistryRef,
+    base_url,
+    check_url_allowed,
+    is_loopback,
+    parse_ref,
+)
 
 D = "sha256:" + "ab" * 32
 

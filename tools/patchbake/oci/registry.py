@@ -18,25 +18,30 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import requests
 
 from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
-from ..fsutil import CHUNK
 from ..store import Store
+from . import registry_blobs as blobs
 from . import registry_record
 from .registry_auth import Credentials, credentials_for
-from .registry_http import TRANSPORT_ERRORS, RetryableError, RetryPolicy, Transport
-from .registry_manifest import (MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, Descriptor, Manifest,
-                                parse_manifest, select_platform)
+from .registry_blobs import Progress
+from .registry_http import RetryPolicy, Transport
+from .registry_manifest import (
+    MANIFEST_ACCEPT,
+    MAX_MANIFEST_BYTES,
+    Descriptor,
+    Manifest,
+    parse_manifest,
+    select_platform,
+)
 from .registry_ref import RegistryRef, base_url, parse_ref
 
 DEFAULT_PLATFORM = "linux/amd64"
-SMALL_BODY = 1 << 20  # blobs below this are sent from memory (also avoids chunked bodies)
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -67,32 +72,6 @@ class PullResult:
 
 def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _add_query(url: str, **params: str) -> str:
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True) + list(params.items())
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-class _CountingReader:
-    """A file body with a length (so requests sends Content-Length, never chunked)
-    that reports progress as http.client reads it."""
-
-    def __init__(self, f: object, size: int, progress: Progress | None) -> None:
-        self._f, self._size, self._progress = f, size, progress
-
-    def __len__(self) -> int:
-        return self._size
-
-    def read(self, n: int = -1) -> bytes:
-        data: bytes = self._f.read(max(n, CHUNK) if n > 0 else n)  # type: ignore[attr-defined]
-        if self._progress and data:
-            self._progress(len(data))
-        return data
-
-    def close(self) -> None:
-        self._f.close()  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -140,31 +119,10 @@ class RegistryClient:
             raise RegistryError(f"{self.base} does not serve the OCI distribution API (/v2/ is 404)")
         self._pinged = True
 
-    @staticmethod
-    def _pull_scope(repo: str) -> str:
-        return f"repository:{repo}:pull"
-
-    @staticmethod
-    def _push_scope(repo: str) -> str:
-        return f"repository:{repo}:pull,push"
-
-    def _read_capped(self, resp: requests.Response, limit: int, what: str) -> bytes:
-        buf = bytearray()
-        try:
-            for chunk in resp.iter_content(CHUNK):
-                buf += chunk
-                if len(buf) > limit:
-                    raise RegistryError(f"{what} is larger than {limit} bytes; refusing it")
-        except TRANSPORT_ERRORS as exc:
-            raise RetryableError(f"{what}: {exc}") from exc
-        finally:
-            resp.close()
-        return bytes(buf)
-
     # -- manifests ---------------------------------------------------------------------
     def _fetch_manifest(self, r: RegistryRef, reference: str, *, push_scope: bool = False,
                         missing_ok: bool = False) -> tuple[bytes, str] | None:
-        scope = self._push_scope(r.repo) if push_scope else self._pull_scope(r.repo)
+        scope = blobs.push_scope(r.repo) if push_scope else blobs.pull_scope(r.repo)
 
         def attempt() -> tuple[bytes, str] | None:
             resp = self.http.request("GET", f"/v2/{r.repo}/manifests/{reference}",
@@ -175,7 +133,7 @@ class RegistryClient:
                 resp.close()
                 return None
             ctype = resp.headers.get("Content-Type", "")
-            return self._read_capped(resp, MAX_MANIFEST_BYTES, f"manifest {reference}"), ctype
+            return blobs.read_capped(resp, MAX_MANIFEST_BYTES, f"manifest {reference}"), ctype
 
         return self.http.with_retries(f"GET manifest {r.repo}:{reference}", attempt)
 
@@ -202,8 +160,8 @@ class RegistryClient:
 
         def attempt() -> bytes:
             resp = self.http.request("GET", f"/v2/{r.repo}/blobs/{digest}", stream=True,
-                                     scopes=[self._pull_scope(r.repo)], retry=False)
-            return self._read_capped(resp, max_bytes, f"blob {digest}")
+                                     scopes=[blobs.pull_scope(r.repo)], retry=False)
+            return blobs.read_capped(resp, max_bytes, f"blob {digest}")
 
         data = self.http.with_retries(f"GET blob {digest}", attempt)
         if _sha(data) != digest:
@@ -211,108 +169,9 @@ class RegistryClient:
                                 f"{_sha(data)}; nothing was stored")
         return data
 
-    def fetch_blob(self, store: Store, repo: str, desc: Descriptor,
-                   progress: Progress | None = None) -> int:
-        """Stream one blob into the store, verified by size and sha256; returns bytes read."""
-
-        def body(resp: requests.Response, count: list[int]) -> Iterator[bytes]:
-            try:
-                for chunk in resp.iter_content(CHUNK):
-                    count[0] += len(chunk)
-                    if count[0] > desc.size:
-                        raise RegistryError(f"blob {desc.digest} is longer than its "
-                                            f"descriptor's {desc.size} bytes; nothing was stored")
-                    if progress:
-                        progress(len(chunk))
-                    yield chunk
-            except TRANSPORT_ERRORS as exc:
-                raise RetryableError(f"GET blob {desc.digest}: {exc}") from exc
-            if count[0] != desc.size:
-                raise RegistryError(f"blob {desc.digest} ended after {count[0]} of "
-                                    f"{desc.size} bytes; nothing was stored")
-
-        def attempt() -> int:
-            resp = self.http.request("GET", f"/v2/{repo}/blobs/{desc.digest}", stream=True,
-                                     scopes=[self._pull_scope(repo)], retry=False)
-            count = [0]
-            try:
-                store.put_stream(body(resp, count), expected=desc.digest)
-            except IntegrityError as exc:
-                raise RegistryError(
-                    f"the registry answered blob {desc.digest} with other bytes: {exc.message}",
-                    hint="the registry or something between us altered it",
-                ) from exc
-            finally:
-                resp.close()
-            return count[0]
-
-        return self.http.with_retries(f"GET blob {desc.digest}", attempt)
-
-    def _blob_present(self, repo: str, desc: Descriptor) -> bool:
-        resp = self.http.request("HEAD", f"/v2/{repo}/blobs/{desc.digest}", ok=(200, 404),
-                                 scopes=[self._push_scope(repo)])
-        resp.close()
-        if resp.status_code == 404:
-            return False
-        length = resp.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) != desc.size:
-            raise RegistryError(f"the registry holds {desc.digest} in {repo} with "
-                                f"{length} bytes, the manifest says {desc.size}")
-        return True
-
-    def _try_mount(self, repo: str, desc: Descriptor, sources: Sequence[str]) -> str | None:
-        """Mount from the first candidate. Returns None if mounted, else the upload
-        session the registry opened instead (it answers 202 when it cannot mount)."""
-        for src in sources:
-            resp = self.http.request(
-                "POST", f"/v2/{repo}/blobs/uploads/",
-                params={"mount": desc.digest, "from": src}, ok=(201, 202),
-                scopes=[self._push_scope(repo), self._pull_scope(src)])
-            resp.close()
-            if resp.status_code == 201:
-                return None
-            return self._location(resp)
-        return ""
-
-    @staticmethod
-    def _location(resp: requests.Response) -> str:
-        loc = resp.headers.get("Location")
-        if not loc:
-            raise RegistryError("the registry opened an upload without a Location header")
-        return loc if "://" in loc else requests.compat.urljoin(resp.url, loc)
-
-    def _upload(self, store: Store, repo: str, desc: Descriptor, session_url: str,
-                progress: Progress | None) -> None:
-        """Monolithic upload: one PUT with the whole body. A failed attempt starts a fresh
-        session instead of replaying into one the registry may have half-written."""
-        urls = [session_url] if session_url else []
-
-        def open_body() -> bytes | _CountingReader:
-            if desc.size < SMALL_BODY:
-                data = store.read_blob(desc.digest)
-                if progress:
-                    progress(len(data))
-                return data
-            return _CountingReader(store.open_blob(desc.digest), desc.size, progress)
-
-        def attempt() -> None:
-            url = urls.pop() if urls else None
-            if url is None:
-                resp = self.http.request("POST", f"/v2/{repo}/blobs/uploads/", ok=(202,),
-                                         scopes=[self._push_scope(repo)])
-                resp.close()
-                url = self._location(resp)
-            resp = self.http.request(
-                "PUT", _add_query(url, digest=desc.digest), body=open_body, ok=(201,),
-                headers={"Content-Type": "application/octet-stream"},
-                scopes=[self._push_scope(repo)], retry=False)
-            resp.close()
-
-        self.http.with_retries(f"upload of {desc.digest}", attempt)
-
     def _push_blob(self, store: Store, repo: str, desc: Descriptor, mount_from: Sequence[str],
                    tally: _PushTally, progress: Progress | None) -> None:
-        if self._blob_present(repo, desc):
+        if blobs.blob_present(self.http, repo, desc):
             tally.skipped.append(desc.digest)
             return
         if not store.has(desc.digest):
@@ -322,12 +181,12 @@ class RegistryClient:
                      "a repository on this registry that holds it",
             )
         known = registry_record.repos_holding(store, self.host, desc.digest)
-        sources = [s for s in dict.fromkeys([*mount_from, *known]) if s != repo]
-        session = self._try_mount(repo, desc, sources[:1])
+        sources = blobs.mount_sources(mount_from, known, repo)
+        session = blobs.try_mount(self.http, repo, desc, sources[0]) if sources else ""
         if session is None:
             tally.mounted.append(desc.digest)
             return
-        self._upload(store, repo, desc, session, progress)
+        blobs.upload_blob(self.http, store, repo, desc, session, progress)
         tally.uploaded.append(desc.digest)
         tally.nbytes += desc.size
 
@@ -366,7 +225,7 @@ class RegistryClient:
             return False
         resp = self.http.request("PUT", f"/v2/{repo}/manifests/{digest}", body=lambda: data,
                                  headers={"Content-Type": media_type}, ok=(201,),
-                                 scopes=[self._push_scope(repo)])
+                                 scopes=[blobs.push_scope(repo)])
         resp.close()
         back = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
                                     push_scope=True)
@@ -392,8 +251,8 @@ class RegistryClient:
         self.ping()
         tag_existed = self._check_tag(r, manifest_digest) if r.tag else False
         tally = _PushTally()
-        blobs = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
-        for desc in blobs.values():
+        wanted = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
+        for desc in wanted.values():
             self._push_blob(store, r.repo, desc, list(mount_from), tally, progress)
         put = [d for d, data, m in plan if self._put_manifest(r.repo, d, data, m.media_type)]
         if r.tag and not tag_existed:
@@ -402,12 +261,12 @@ class RegistryClient:
                 resp = self.http.request("PUT", f"/v2/{r.repo}/manifests/{r.tag}",
                                          body=lambda: top, ok=(201,),
                                          headers={"Content-Type": top_m.media_type},
-                                         scopes=[self._push_scope(r.repo)])
+                                         scopes=[blobs.push_scope(r.repo)])
                 resp.close()
             if not self._check_tag(r, manifest_digest):
                 raise RegistryError(f"{r.host}/{r.repo}:{r.tag} does not resolve after tagging")
         if self.record_mounts:
-            registry_record.note_blobs(store, self.host, r.repo, blobs)
+            registry_record.note_blobs(store, self.host, r.repo, wanted)
         return PushResult(str(r), manifest_digest, top_m.media_type, tuple(tally.uploaded),
                           tuple(tally.mounted), tuple(tally.skipped), tuple(put),
                           tag_existed, tally.nbytes)
@@ -438,7 +297,7 @@ class RegistryClient:
             if store.has(desc.digest):
                 present.append(desc.digest)
                 continue
-            nbytes += self.fetch_blob(store, r.repo, desc, progress)
+            nbytes += blobs.fetch_blob(self.http, store, r.repo, desc, progress)
             fetched.append(desc.digest)
         store.put_bytes(data, expected=digest)
         if index_digest:

@@ -13,7 +13,7 @@ import email.utils
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar, Union
+from typing import IO, Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -23,7 +23,7 @@ from .registry_auth import Credentials, parse_challenge
 from .registry_ref import check_url_allowed
 
 T = TypeVar("T")
-Body = Union[bytes, IO[bytes], None]
+Body = bytes | IO[bytes] | None
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 

@@ -20,7 +20,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 IMAGE_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
-MANIFEST_ACCEPT = ", ".join([OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST])
+MANIFEST_ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX}, {DOCKER_MANIFEST}, {DOCKER_LIST}"
 MAX_MANIFEST_BYTES = 4 << 20  # the distribution registry's own limit for manifests
 
 

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Push/pull benchmark: patchbake's registry client against `skopeo copy`, same image,
+same machine, same run.
+
+The image is generated deterministically: one gzip layer of ~36 MB (incompressible
+filler, like the already-compressed layers of a real base) plus config and OCI manifest.
+Every push goes to a FRESH distribution registry (its own data dir and port), so neither
+tool can skip or mount a blob it saw in an earlier round. Pulls go into empty stores /
+layouts. Medians over --rounds rounds; the order of the two tools alternates per round.
+
+  python3 bench/bench_registry.py [--rounds 5] [--layer-mb 36]
+
+Prints a table and writes bench/out/registry.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+from patchbake.fsutil import canonical_json
+from patchbake.oci import layout
+from patchbake.oci.media import Descriptor
+from patchbake.oci.registry import RegistryClient
+from patchbake.store import Store
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def make_image(store: Store, layer_mb: int) -> tuple[str, int]:
+    """Deterministic image in ``store``; returns (manifest digest, total blob bytes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        per_file = 1 << 20
+        for i in range(layer_mb):
+            seed = f"bench-{i}".encode()
+            data = b"".join(hashlib.sha256(seed + n.to_bytes(4, "big")).digest()
+                            for n in range(per_file // 32))
+            ti = tarfile.TarInfo(f"opt/bench/file{i:04d}.bin")
+            ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
+            tf.addfile(ti, io.BytesIO(data))
+    tar = buf.getvalue()
+    layer = gzip.compress(tar, compresslevel=1, mtime=0)
+    cfg = canonical_json({"architecture": "amd64", "os": "linux",
+                          "rootfs": {"type": "layers", "diff_ids": [sha(tar)]}})
+    man = canonical_json({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": sha(cfg), "size": len(cfg)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": sha(layer), "size": len(layer)}]})
+    for blob in (layer, cfg, man):
+        store.put_bytes(blob)
+    layout.add_ref(store, "bench", Descriptor(
+        "application/vnd.oci.image.manifest.v1+json", sha(man), len(man)))
+    return sha(man), len(layer) + len(cfg) + len(man)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def fresh_registry(work: Path) -> Iterator[str]:
+    root = Path(tempfile.mkdtemp(prefix="reg.", dir=work))
+    port = free_port()
+    cfg = root / "config.yml"
+    cfg.write_text((REPO / "ci" / "registry.yml.in").read_text()
+                   .replace("@ROOT@", str(root / "data")).replace("@PORT@", str(port)))
+    proc = subprocess.Popen(["docker-registry", "serve", str(cfg)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = f"127.0.0.1:{port}"
+    try:
+        import requests
+        for _ in range(200):
+            try:
+                if requests.get(f"http://{host}/v2/", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("registry did not start")
+        yield host
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run(argv: list[str], env: dict[str, str] | None = None) -> None:
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{argv[0]} {argv[1]} failed: {r.stderr[-500:]}")
+
+
+def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, float]:
+    env = {**os.environ, "PATCHBAKE_NO_PROGRESS": "1", "PATCHBAKE_HOME": str(store.root)}
+    skopeo = ["skopeo", "--insecure-policy", "copy", "--quiet"]
+    t: dict[str, float] = {}
+    with fresh_registry(work) as r_lib, fresh_registry(work) as r_cli, \
+            fresh_registry(work) as r_sko:
+        pushes: list[tuple[str, Callable[[], object]]] = [
+            ("push_lib", lambda: RegistryClient(r_lib).push(store, digest, f"{r_lib}/b/img:v1")),
+            ("push_cli", lambda: run([sys.executable, "-m", "patchbake", "push", digest,
+                                      f"{r_cli}/b/img:v1", "--json"], env)),
+            ("push_skopeo", lambda: run([*skopeo, "--dest-tls-verify=false",
+                                         f"oci:{store.root}:bench",
+                                         f"docker://{r_sko}/b/img:v1"])),
+        ]
+        for name, fn in (pushes if rnd % 2 == 0 else pushes[::-1]):
+            t[name] = timed(fn)
+        # What skopeo pushed must be the same image (same manifest digest), else the
+        # comparison would be between different work.
+        got = RegistryClient(r_sko).get_manifest(f"{r_sko}/b/img:v1")[2]
+        if got != digest:
+            raise RuntimeError(f"skopeo pushed {got}, not {digest}: not comparable")
+        dest = Path(tempfile.mkdtemp(prefix="pull.", dir=work))
+        pulls: list[tuple[str, Callable[[], object]]] = [
+            ("pull_lib", lambda: RegistryClient(r_lib).pull(Store.open(dest / "lib"),
+                                                            f"{r_lib}/b/img:v1")),
+            ("pull_cli", lambda: run([sys.executable, "-m", "patchbake", "pull",
+                                      f"{r_lib}/b/img:v1", "--json"],
+                                     {**env, "PATCHBAKE_HOME": str(dest / "cli")})),
+            ("pull_skopeo", lambda: run([*skopeo, "--src-tls-verify=false",
+                                         f"docker://{r_lib}/b/img:v1",
+                                         f"oci:{dest / 'sko'}:bench"])),
+        ]
+        for name, fn in (pulls if rnd % 2 == 0 else pulls[::-1]):
+            t[name] = timed(fn)
+        shutil.rmtree(dest, ignore_errors=True)
+    return t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--layer-mb", type=int, default=36)
+    args = ap.parse_args()
+    for tool in ("skopeo", "docker-registry"):
+        if not shutil.which(tool):
+            print(f"bench_registry: {tool} is not installed; skipping", file=sys.stderr)
+            return 0
+    work = Path(tempfile.mkdtemp(prefix="bench-registry."))
+    try:
+        store = Store.open(work / "store")
+        digest, nbytes = make_image(store, args.layer_mb)
+        rounds = [one_round(work, store, digest, i) for i in range(args.rounds)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    mb = nbytes / 1e6
+    rows = []
+    for op in ("push", "pull"):
+        anchor = med[f"{op}_skopeo"]
+        for who in ("lib", "cli", "skopeo"):
+            s = med[f"{op}_{who}"]
+            rows.append((op, {"lib": "patchbake (library call)", "cli": "patchbake (CLI process)",
+                              "skopeo": "skopeo copy"}[who], s, mb / s, anchor / s))
+    print(f"image {digest}: {mb:.1f} MB in 3 blobs; {args.rounds} rounds, medians")
+    print(f"{'op':<5} {'tool':<26} {'median s':>9} {'MB/s':>8} {'vs skopeo':>10}")
+    for op, who, s, rate, ratio in rows:
+        print(f"{op:<5} {who:<26} {s:>9.3f} {rate:>8.1f} {ratio:>9.2f}x")
+    out = REPO / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "registry.json").write_text(json.dumps({
+        "version": 1, "image_digest": digest, "image_bytes": nbytes, "rounds": rounds,
+        "median_s": med, "command": "python3 bench/bench_registry.py "
+        f"--rounds {args.rounds} --layer-mb {args.layer_mb}",
+        "skopeo": subprocess.run(["skopeo", "--version"], capture_output=True, check=False,
+                                 text=True).stdout.strip(),
+    }, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

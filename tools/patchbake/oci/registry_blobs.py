@@ -1,0 +1,220 @@
+"""Blob transfers for the registry client: HEAD, mount, monolithic upload, verified fetch.
+
+Uploads are one POST (open a session) and one PUT carrying the whole body with
+``?digest=``; a body always has a Content-Length, so neither a chunked PATCH nor a chunked
+transfer encoding is ever used. A failed upload opens a fresh session rather than
+replaying into one the registry may have half-written.
+
+Fetches overlap the socket read with hashing and writing (a reader thread feeds a small
+bounded queue), because on large base layers the three otherwise run one after another.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+
+import requests
+
+from ..errors import IntegrityError, RegistryError
+from ..fsutil import CHUNK
+from ..store import Store
+from .registry_http import TRANSPORT_ERRORS, RetryableError, Transport
+from .registry_manifest import Descriptor
+
+SMALL_BODY = 1 << 20  # blobs below this are sent from memory
+PREFETCH_DEPTH = 8  # chunks (of CHUNK bytes) read ahead of the hash+write side
+Progress = Callable[[int], None]
+
+
+def pull_scope(repo: str) -> str:
+    return f"repository:{repo}:pull"
+
+
+def push_scope(repo: str) -> str:
+    return f"repository:{repo}:pull,push"
+
+
+def read_capped(resp: requests.Response, limit: int, what: str) -> bytes:
+    """The whole body, refusing more than ``limit`` bytes (a manifest, a config)."""
+    buf = bytearray()
+    try:
+        for chunk in resp.iter_content(CHUNK):
+            buf += chunk
+            if len(buf) > limit:
+                raise RegistryError(f"{what} is larger than {limit} bytes; refusing it")
+    except TRANSPORT_ERRORS as exc:
+        raise RetryableError(f"{what}: {exc}") from exc
+    finally:
+        resp.close()
+    return bytes(buf)
+
+
+class CountingReader:
+    """A file body with a length (so requests sends Content-Length, never chunked)
+    that reports progress as http.client reads it."""
+
+    def __init__(self, f: IO[bytes], size: int, progress: Progress | None) -> None:
+        self._f, self._size, self._progress = f, size, progress
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        # http.client asks for small blocks; bigger reads mean far fewer syscalls.
+        data = self._f.read(max(n, CHUNK) if n > 0 else n)
+        if self._progress and data:
+            self._progress(len(data))
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _prefetch(chunks: Iterable[bytes], depth: int = PREFETCH_DEPTH) -> Iterator[bytes]:
+    """Iterate ``chunks`` in a reader thread; exceptions there surface here, in order."""
+    q: queue.Queue[bytes | BaseException | None] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def offer(item: bytes | BaseException | None) -> bool:
+        # Give up when the consumer has gone away, so this thread never blocks forever.
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def reader() -> None:
+        try:
+            for c in chunks:
+                if not offer(c):
+                    return
+            offer(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
+            offer(exc)
+
+    t = threading.Thread(target=reader, name="blob-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def fetch_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
+               progress: Progress | None = None) -> int:
+    """Stream one blob into the store, verified by size and sha256; returns bytes read."""
+
+    def body(resp: requests.Response, count: list[int]) -> Iterator[bytes]:
+        try:
+            for chunk in _prefetch(resp.iter_content(CHUNK)):
+                count[0] += len(chunk)
+                if count[0] > desc.size:
+                    raise RegistryError(f"blob {desc.digest} is longer than its "
+                                        f"descriptor's {desc.size} bytes; nothing was stored")
+                if progress:
+                    progress(len(chunk))
+                yield chunk
+        except TRANSPORT_ERRORS as exc:
+            raise RetryableError(f"GET blob {desc.digest}: {exc}") from exc
+        if count[0] != desc.size:
+            raise RegistryError(f"blob {desc.digest} ended after {count[0]} of "
+                                f"{desc.size} bytes; nothing was stored")
+
+    def attempt() -> int:
+        resp = http.request("GET", f"/v2/{repo}/blobs/{desc.digest}", stream=True,
+                            scopes=[pull_scope(repo)], retry=False)
+        count = [0]
+        try:
+            store.put_stream(body(resp, count), expected=desc.digest)
+        except IntegrityError as exc:
+            raise RegistryError(
+                f"the registry answered blob {desc.digest} with other bytes: {exc.message}",
+                hint="the registry or something between us altered it",
+            ) from exc
+        finally:
+            resp.close()
+        return count[0]
+
+    return http.with_retries(f"GET blob {desc.digest}", attempt)
+
+
+def blob_present(http: Transport, repo: str, desc: Descriptor) -> bool:
+    resp = http.request("HEAD", f"/v2/{repo}/blobs/{desc.digest}", ok=(200, 404),
+                        scopes=[push_scope(repo)])
+    resp.close()
+    if resp.status_code == 404:
+        return False
+    length = resp.headers.get("Content-Length")
+    if length is not None and length.isdigit() and int(length) != desc.size:
+        raise RegistryError(f"the registry holds {desc.digest} in {repo} with "
+                            f"{length} bytes, the manifest says {desc.size}")
+    return True
+
+
+def _location(resp: requests.Response) -> str:
+    loc = resp.headers.get("Location")
+    if not loc:
+        raise RegistryError("the registry opened an upload without a Location header")
+    return urljoin(resp.url, loc)
+
+
+def _add_query(url: str, **params: str) -> str:
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True) + list(params.items())
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def try_mount(http: Transport, repo: str, desc: Descriptor, source: str) -> str | None:
+    """Mount ``desc`` from ``source``. None if mounted; else the URL of the upload session
+    the registry opened instead (it answers 202 when it cannot mount)."""
+    resp = http.request("POST", f"/v2/{repo}/blobs/uploads/",
+                        params={"mount": desc.digest, "from": source}, ok=(201, 202),
+                        scopes=[push_scope(repo), pull_scope(source)])
+    resp.close()
+    return None if resp.status_code == 201 else _location(resp)
+
+
+def upload_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
+                session_url: str | None, progress: Progress | None) -> None:
+    """Monolithic upload of a store blob, in ``session_url`` if one is already open."""
+    urls = [session_url] if session_url else []
+
+    def open_body() -> bytes | CountingReader:
+        if desc.size < SMALL_BODY:
+            data = store.read_blob(desc.digest)
+            if progress:
+                progress(len(data))
+            return data
+        return CountingReader(store.open_blob(desc.digest), desc.size, progress)
+
+    def attempt() -> None:
+        url = urls.pop() if urls else None
+        if url is None:
+            resp = http.request("POST", f"/v2/{repo}/blobs/uploads/", ok=(202,),
+                                scopes=[push_scope(repo)])
+            resp.close()
+            url = _location(resp)
+        resp = http.request("PUT", _add_query(url, digest=desc.digest),
+                            body=open_body, ok=(201,),  # type: ignore[arg-type]
+                            headers={"Content-Type": "application/octet-stream"},
+                            scopes=[push_scope(repo)], retry=False)
+        resp.close()
+
+    http.with_retries(f"upload of {desc.digest}", attempt)
+
+
+def mount_sources(explicit: Sequence[str], known: Sequence[str], repo: str) -> list[str]:
+    """Where to try a mount from: ``--mount-from`` first, then recorded repositories."""
+    return [s for s in dict.fromkeys([*explicit, *known]) if s != repo]
