@@ -140,6 +140,8 @@ def apply_file(fp: FilePatch, base: Base) -> Outcome:
                    f"(blob {have[:12]}, patch expects {fp.old_id[:12]})",
                    "apply to the pinned upstream tree")
     if fp.old_mode and mode != fp.old_mode:
+        if mode == fp.new_mode and not fp.hunks and not fp.binary:
+            raise _AlreadyThere
         raise _err("context", f"{fp.path} has mode {mode}, the patch expects {fp.old_mode}")
     if fp.status == "D":
         return Outcome(fp.path, "D", data, mode, None, None)

@@ -301,6 +301,9 @@ def _parse_section(r: _Reader) -> FilePatch:
             raise r.fail(f"no hunk after the header of {path}", r.i + 1)
         while (line := r.peek()) is not None and line.startswith(b"@@"):
             fp.hunks.append(_parse_hunk(r, r.take()))
+        if line is not None and line[:1] in (b" ", b"+", b"-", b"\\"):
+            raise r.fail(f"the last hunk of {path} has more lines than its header counts "
+                         "(a count was changed or lines were added by hand)", r.i + 1)
     elif line is not None and line.startswith(b"GIT binary patch"):
         r.take()
         fp.binary = (_parse_binary_part(r), _parse_binary_part(r))

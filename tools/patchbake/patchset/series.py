@@ -137,16 +137,21 @@ def split_series(lineage: Any, store: Store, workspace: Path) -> list[str]:
     scratch = scratch_repo(store.root / "tmp", [objects_dir(o.repo)])
     names: list[str] = []
     try:
-        for n, (commit, *parents) in enumerate(commits, 1):
+        for commit, *parents in commits:
             if len(parents) != 1:
                 raise SeriesError(f"commit {commit[:12]} is a merge; a series needs a linear "
                                   "history (rebase it)")
             subject = git(["log", "-1", "--format=%s", commit], cwd=o.repo).text.strip()
-            name = f"{n:04d}-{_slug(subject.removeprefix('patchbake: '))}.patch"
-            atomic_write(lineage.series / name, canonical_diff(scratch, parents[0], commit))
+            data = canonical_diff(scratch, parents[0], commit)
+            if not data:
+                continue  # e.g. the workspace's "no patch yet" commit: nothing to apply
+            name = f"{len(names) + 1:04d}-{_slug(subject.removeprefix('patchbake: '))}.patch"
+            atomic_write(lineage.series / name, data)
             names.append(name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if not names:
+        raise SeriesError(f"the commits after the pristine one in {workspace} change nothing")
     for old in lineage.series.glob("*.patch"):
         if old.name not in names:
             old.unlink()

@@ -1,0 +1,165 @@
+"""The lost-line guard: tamper with the fixture's patch or FILES.txt, see the right message."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
+import fx  # noqa: E402
+
+from patchbake.patchset import reexport as reexport_mod  # noqa: E402
+from patchbake.patchset.guard import Report, check  # noqa: E402
+
+PIN = "fixture==1.0 sha256:" + "0" * 64
+
+
+def run(patch: bytes | None = None, files: bytes | None = b"default", *, tree: bool = True,
+        **kw: object) -> Report:
+    return check(fx.patch_bytes() if patch is None else patch,
+                 fx.files_bytes() if files == b"default" else files,
+                 patch_name="canonical.patch", pristine_root=fx.PRISTINE if tree else None,
+                 pin=PIN, reexport=False, **kw)  # type: ignore[arg-type]
+
+
+def kinds(r: Report) -> list[str]:
+    return [p.kind for p in r.problems]
+
+
+def messages(r: Report) -> str:
+    return "\n".join(p.message for p in r.problems)
+
+
+def test_clean_fixture_passes() -> None:
+    r = run()
+    assert r.ok and r.applied and r.problems == []
+    assert (r.files, r.added, r.removed) == (6, 9, 4)
+    assert set(r.as_json()) == {"ok", "files", "added", "removed", "patch_sha256", "problems"}
+    json.dumps(r.as_json())
+
+
+def test_drop_a_hunk() -> None:
+    r = run(fx.drop_hunk(fx.patch_bytes(), "pkg/core.py", 1))
+    assert not r.ok
+    assert "pkg/core.py: work was dropped by a regeneration: FILES.txt records M +3 -2, " \
+           "the patch has M +2 -1 (a hunk or lines are missing)" in messages(r)
+    assert "hash" in kinds(r)  # the applied post-image no longer matches either
+
+
+def test_drop_a_file() -> None:
+    r = run(fx.drop_section(fx.patch_bytes(), "pkg/new.py"))
+    assert "dropped" in kinds(r)
+    assert "pkg/new.py: work was dropped by a regeneration: FILES.txt records it (A +5 -0) " \
+           "but the patch no longer touches it" in messages(r)
+
+
+def test_new_work_not_recorded() -> None:
+    files = b"".join(ln for ln in fx.files_bytes().splitlines(keepends=True)
+                     if not ln.startswith(b"pkg/new.py"))
+    r = run(files=files)
+    assert kinds(r) == ["unrecorded"]
+    assert "pkg/new.py: new work not recorded" in messages(r)
+    assert "run `patchbake patch export`" in messages(r)
+
+
+def test_change_a_count_in_files_txt() -> None:
+    r = run(files=fx.files_bytes().replace(b"pkg/core.py  M  +3  -2", b"pkg/core.py  M  +4  -1"))
+    assert kinds(r) == ["count"]
+    assert "pkg/core.py: counts disagree: the patch has M +3 -2, FILES.txt records M +4 -1" \
+        in messages(r)
+
+
+def test_change_a_count_in_the_patch() -> None:
+    r = run(fx.patch_bytes().replace(b"@@ -11,7 +11,8 @@", b"@@ -11,7 +11,9 @@"))
+    assert {"stale-files", "parse"} <= set(kinds(r))
+    assert "ends early" in messages(r) or "count was changed" in messages(r)
+
+
+def test_swap_two_files_sections() -> None:
+    r = run(fx.swap_sections(fx.patch_bytes(), 0, 2))
+    assert "order" in kinds(r)
+    assert "file sections are not in canonical order (pkg/new.py comes before " \
+           "pkg/gone.py): the patch was edited by hand" in messages(r)
+
+
+def test_crlf_mangled() -> None:
+    r = run(fx.patch_bytes().replace(b"\n", b"\r\n"))
+    assert "crlf" in kinds(r)
+    assert "lines end in CRLF" in messages(r)
+
+
+def test_truncated() -> None:
+    data = fx.patch_bytes()
+    r = run(data[: len(data) // 2])
+    assert not r.ok
+    assert "final-newline" in kinds(r) or "parse" in kinds(r)
+    assert "truncated" in messages(r)
+
+
+def test_truncated_at_a_section_boundary() -> None:
+    secs = fx.sections(fx.patch_bytes())
+    r = run(b"".join(secs[:3]))
+    assert kinds(r).count("dropped") == 3
+    assert "pkg/sub/data.bin: work was dropped by a regeneration" in messages(r)
+
+
+def test_post_image_hash_mismatch() -> None:
+    r = run(files=fx.files_bytes().replace(b"07426f9c", b"17426f9c"))
+    assert kinds(r) == ["hash"]
+    assert "pkg/core.py: post-image hash mismatch: applying the patch gives 07426f9c" \
+        in messages(r)
+
+
+def test_does_not_apply_strictly(tmp_path: Path) -> None:
+    tree = fx.pristine_copy(tmp_path / "t")
+    (tree / "pkg" / "core.py").write_text("x = 1\n" + (tree / "pkg" / "core.py").read_text())
+    r = check(fx.patch_bytes(), fx.files_bytes(), pristine_root=tree, pin=PIN, reexport=False)
+    assert kinds(r) == ["apply"]
+    assert "pkg/core.py" in messages(r) and "does not apply strictly" in messages(r)
+
+
+def test_whitespace_errors() -> None:
+    data = fx.patch_bytes().replace(b"+    # three is special\n", b"+    # three is special \n")
+    r = run(data, tree=False)
+    assert "whitespace" in kinds(r)
+    assert "pkg/core.py: whitespace error in the hunk at patch line 5: an added line has " \
+           "trailing whitespace" in messages(r)
+    data = fx.patch_bytes().replace(b"+    # three is special\n", b"+ \t  # three is special\n")
+    assert "space before a tab" in messages(run(data, tree=False))
+
+
+def test_stale_files_and_source_record() -> None:
+    data = fx.patch_bytes().replace(b"+    return x + 30  # thirty\n",
+                                    b"+    return x + 30  # 30\n")
+    r = run(data, tree=False, source_patch_sha256="c" * 64)
+    assert kinds(r) == ["stale-files", "source"]
+    assert "FILES.txt was written for another patch" in messages(r)
+    assert "SOURCE records patch sha256 cccccccccccccccc" in messages(r)
+
+
+def test_files_missing_and_other_pin() -> None:
+    r = run(files=None, tree=False)
+    assert kinds(r) == ["files-missing"]
+    r = check(fx.patch_bytes(), fx.files_bytes(), pin="other==2", reexport=False)
+    assert kinds(r) == ["upstream"] and "generated against fixture==1.0" in messages(r)
+
+
+def test_legacy_files_compares_paths_only() -> None:
+    legacy = b"".join(ln.split(b"  ")[0] + b"\n" for ln in fx.files_bytes().splitlines()
+                      if not ln.startswith(b"#"))
+    assert run(files=legacy).ok
+    r = run(files=legacy.replace(b"pkg/new.py\n", b""))
+    assert kinds(r) == ["unrecorded"]
+
+
+def test_reexport_difference_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reexport_mod, "reexport",
+                        lambda outcomes, scratch_parent=None: fx.patch_bytes().replace(
+                            b"@@ -11,7 +11,8 @@ def f2(x):", b"@@ -11,7 +11,8 @@"))
+    r = check(fx.patch_bytes(), fx.files_bytes(), pristine_root=fx.PRISTINE, pin=PIN)
+    assert kinds(r) == ["reexport"]
+    assert "re-export from the applied tree differs from the committed patch at line 5" \
+        in messages(r)
