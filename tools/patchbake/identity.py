@@ -158,7 +158,7 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
     if pristine_root is None:
         from .sources import fetch
 
-        pristine_root = fetch(lin, store).root
+        pristine_root = fetch(lin, store, base=pipeline.root).root
     with resolve(store, ref, pipeline) as res:
         sp = _site_packages(res, pipeline, site_packages)
         view = scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}", "opt/patchbake/"),

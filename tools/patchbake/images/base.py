@@ -129,7 +129,8 @@ def _from_registry(defn: Definition, store: Store) -> BaseImage:
 def _from_standin(defn: Definition, store: Store, lineage: Lineage) -> BaseImage:
     from .standin import build_standin
 
-    built = build_standin(store, lineage, defn.site_packages)
+    built = build_standin(store, lineage, defn.site_packages, variant=defn.base.variant,
+                          base=defn.repo_root)
     if built.manifest.digest != defn.base.digest:
         raise IntegrityError(
             f"{defn.path.name}: the stand-in base built here is {built.manifest.digest}, but "

@@ -50,6 +50,8 @@ BASE_SCHEMA = Schema({
     "path": Field(str, help="OCI layout directory or docker-archive tar (relative to the repo)"),
     "verified": Field(bool, default=False,
                       help="whether the digest was checked against the registry"),
+    "variant": Field(str, default="plain", check=one_of("plain", "with-python"),
+                     help="stand-in only: with-python adds the host's python3 (tests)"),
     "note": Field(str, default=""),
 })
 
@@ -83,6 +85,7 @@ class Base:
     platform_digest: str | None
     path: Path | None
     verified: bool
+    variant: str = "plain"
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class Definition:
     max_jobs: int
     labels: tuple[tuple[str, str], ...]
     fingerprint: str  # sha256 of the validated definition (part of the bake key)
+    repo_root: Path = Path(".")  # relative paths (base.path, upstream paths) resolve here
 
     @property
     def sp_rel(self) -> str:
@@ -125,13 +129,13 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
         name=name, path=path, description=top["description"],
         base=Base(base["source"], base["name"], base["digest"], base["platform"],
                   base["platform_digest"], (root / base["path"]) if base["path"] else None,
-                  base["verified"]),
+                  base["verified"], base["variant"]),
         site_packages=top["site_packages"], mode=top["mode"], source=top["source"],
         template=path.parent / build["template"],
         torch_cuda_arch_list=build["torch_cuda_arch_list"], builder=build["builder"],
         max_jobs=build["max_jobs"],
         labels=tuple(sorted((str(k), str(v)) for k, v in top["labels"].items())),
-        fingerprint=fingerprint,
+        fingerprint=fingerprint, repo_root=root,
     )
 
 

@@ -108,6 +108,9 @@ def _host_python_entries() -> list[Entry]:
     for link, target in (("lib", "usr/lib"), ("lib64", "usr/lib64")):
         entries[link] = symlink_entry(link, target)
     stdlib = Path(f"/usr/lib/python{ver}")
+    # an (empty) lib-dynload keeps python from warning about its exec_prefix
+    entries[f"usr/lib/python{ver}/lib-dynload"] = Entry(f"usr/lib/python{ver}/lib-dynload",
+                                                        "dir", 0o755)
     for dirpath, dirnames, filenames in os.walk(stdlib):
         dirnames[:] = sorted(d for d in dirnames if d not in _STDLIB_SKIP)
         for name in filenames:
@@ -131,7 +134,8 @@ def _put_layer(store: Store, entries: Iterable[Entry]) -> Descriptor:
 
 
 def _key(tree_digest: str, site_packages: str, variant: str) -> str:
-    host = sys.version if variant == "with-python" else ""
+    # the with-python layer depends on the host and on this module's layout of it (v2)
+    host = f"{sys.version} layout-2" if variant == "with-python" else ""
     return sha256_bytes(canonical_json({"v": VERSION, "tar": TAR_FORMAT, "tree": tree_digest,
                                         "sp": site_packages, "variant": variant,
                                         "host": host}))
@@ -139,14 +143,14 @@ def _key(tree_digest: str, site_packages: str, variant: str) -> str:
 
 def build_standin(store: Store, lineage: Lineage, site_packages: str, *,
                   variant: str = "plain", pristine: Path | None = None,
-                  tree_digest: str | None = None) -> StandIn:
+                  tree_digest: str | None = None, base: Path | None = None) -> StandIn:
     """Build (or find) the stand-in base in the store; returns its manifest descriptor."""
     if variant not in ("plain", "with-python"):
         raise ImageError(f"unknown stand-in variant '{variant}' (plain or with-python)")
     if pristine is None or tree_digest is None:
         from ..sources import fetch
 
-        fetched = fetch(lineage, store)
+        fetched = fetch(lineage, store, base=base)
         pristine, tree_digest = fetched.root, fetched.tree_digest
     vllm = pristine / "vllm"
     if not vllm.is_dir():

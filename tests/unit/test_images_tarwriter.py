@@ -1,0 +1,53 @@
+"""The deterministic layer writer: fixed format, explicit parents, pax only when needed."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+from patchbake.errors import ImageError
+from patchbake.oci.tarwriter import (file_entry, symlink_entry, whiteout_entry, with_parents,
+                                     write_layer)
+
+
+def layer(entries, mtime=0):  # type: ignore[no-untyped-def]
+    return b"".join(write_layer(with_parents(entries), mtime))
+
+
+def test_same_entries_any_order_same_bytes() -> None:
+    a = [file_entry("b/x.py", data=b"1"), file_entry("a.py", data=b"2", executable=True)]
+    assert layer(a) == layer(list(reversed(a)))
+
+
+def test_fields_are_normalised_and_readable() -> None:
+    data = layer([file_entry("usr/lib/x.py", data=b"hello"), symlink_entry("bin/sh", "busybox"),
+                  whiteout_entry("usr/lib/gone.py")], mtime=1700000000)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        ms = tf.getmembers()
+        assert [m.name for m in ms] == ["bin", "bin/sh", "usr", "usr/lib", "usr/lib/.wh.gone.py",
+                                        "usr/lib/x.py"]
+        assert {m.mtime for m in ms} == {1700000000}
+        assert {(m.uid, m.gid, m.uname, m.gname) for m in ms} == {(0, 0, "", "")}
+        assert tf.extractfile("usr/lib/x.py").read() == b"hello"  # type: ignore[union-attr]
+        assert {m.mode for m in ms if m.isdir()} == {0o755}
+    assert len(data) % 512 == 0 and data.endswith(b"\0" * 1024)
+
+
+def test_long_paths_use_pax_and_round_trip() -> None:
+    long = "d/" + "x" * 150 + "/" + "y" * 120 + ".py"
+    data = layer([file_entry(long, data=b"z")])
+    assert b"././@PaxHeader" in data
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        assert long in tf.getnames()
+
+
+@pytest.mark.parametrize("bad", ["/abs", "a/../b", "a//b", "./a", ""])
+def test_unclean_paths_refused(bad: str) -> None:
+    with pytest.raises(ImageError, match="not a clean relative path"):
+        layer([file_entry(bad, data=b"")])
+
+
+def test_file_and_parent_conflict_refused() -> None:
+    with pytest.raises(ImageError, match="both a file and a parent"):
+        layer([file_entry("a", data=b""), file_entry("a/b", data=b"")])

@@ -1,0 +1,259 @@
+"""verify: layers streamed and digest-checked, whiteouts in memory, every baked file
+compared with a fresh apply, base drift; tampering refused with a clear error; the
+in-image verifier; materialise."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import runpy
+import tarfile
+from pathlib import Path
+
+import pytest
+from images_support import SP, Repo, make_repo
+from patchbake.bake import bake_image
+from patchbake.cli import main
+from patchbake.errors import (ImageError, IntegrityError, UnsafeArchiveError, VerifyError)
+from patchbake.fsutil import canonical_json
+from patchbake.identity import materialise, raise_on_failure, verify_image
+from patchbake.oci import layout
+from patchbake.oci.media import Descriptor
+from patchbake.store import Store
+
+
+def baked(tmp_path: Path) -> tuple[Repo, str]:
+    repo = make_repo(tmp_path)
+    res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
+    return repo, res.digest
+
+
+def verify(repo: Repo, ref: str):  # type: ignore[no-untyped-def]
+    return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched)
+
+
+def test_verify_matches_fresh_apply(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    res = verify(repo, "offline")
+    assert res.ok and (res.matched, res.total) == (4, 4)  # 3 files + 1 deletion
+    assert res.summary() == "4/4 baked source files matched a fresh apply"
+    assert res.digest == digest and len(res.layers) == 3
+    assert res.base_drift["counts"] == {"changed": 0, "missing": 0, "extra": 0}
+    assert res.base_drift["excluded_generated"] == ["vllm/_version.py"]
+    assert res.base_drift["unchanged"] == 2  # __init__.py, sampling_params.py
+
+
+def test_verify_reports_each_mismatch_with_both_hashes(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    other = dict(repo.patched.files)
+    other["vllm/envs.py"] = "f" * 64
+    patched = type(repo.patched)(**{**repo.patched.__dict__, "files": other})
+    res = verify_image(repo.pipeline, digest, repo.store, patched=patched)
+    assert not res.ok and res.matched == 3 and res.total == 4
+    (m,) = res.mismatched
+    assert m["path"] == "vllm/envs.py" and m["expected"] == "f" * 64
+    assert m["found"] == repo.patched.files["vllm/envs.py"]
+    with pytest.raises(VerifyError, match="3/4 baked source files") as info:
+        raise_on_failure(res)
+    assert info.value.exit_code == 33
+
+
+def _flip(path: Path, offset: int) -> None:
+    os.chmod(path, 0o644)
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_layer_byte(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    layer = manifest["layers"][1]["digest"]
+    _flip(repo.store.blob_path(layer), 5000)
+    with pytest.raises(IntegrityError, match="layer 1: blob .* hashes to"):
+        verify(repo, "offline")
+
+
+def test_flipped_config_and_manifest_bytes(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    _flip(repo.store.blob_path(manifest["config"]["digest"]), 10)
+    with pytest.raises(IntegrityError, match="config .* hashes to"):
+        verify(repo, "offline")
+    repo2, digest2 = baked(tmp_path / "two")
+    _flip(repo2.store.blob_path(digest2), 10)
+    with pytest.raises(IntegrityError, match="manifest .* hashes to"):
+        verify(repo2, "offline")
+
+
+def _rewrite(store: Store, manifest: dict, config: dict | None = None) -> str:  # type: ignore[type-arg]
+    if config is not None:
+        cd, cs, _ = layout.put_json(store, config)
+        manifest = {**manifest, "config": {**manifest["config"], "digest": cd, "size": cs}}
+    md, _, _ = layout.put_json(store, manifest)
+    return md
+
+
+def test_swapped_layer(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    manifest["layers"][0], manifest["layers"][1] = manifest["layers"][1], manifest["layers"][0]
+    swapped = _rewrite(repo.store, manifest)
+    with pytest.raises(IntegrityError, match="diff_id .*layer swapped"):
+        verify(repo, swapped)
+
+
+def _layer(entries: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in entries:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _with_extra_layer(repo: Repo, digest: str, data: bytes) -> str:
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    hexd = repo.store.put_bytes(data)
+    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], f"sha256:{hexd}",
+                                         len(data)).to_json())
+    config["rootfs"]["diff_ids"].append(f"sha256:{hexd}")
+    return _rewrite(repo.store, manifest, config)
+
+
+def test_unsafe_entry_refused(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    evil = _with_extra_layer(repo, digest, _layer([("../../etc/passwd", b"x")]))
+    with pytest.raises(UnsafeArchiveError, match="escapes the image root") as info:
+        verify(repo, evil)
+    assert info.value.exit_code == 12
+
+
+def test_later_layer_whiteout_is_seen(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    sp = SP.strip("/")
+    hidden = _with_extra_layer(repo, digest, _layer([(f"{sp}/vllm/sub/.wh.topk.py", b"")]))
+    res = verify(repo, hidden)
+    assert not res.ok
+    assert [m["path"] for m in res.mismatched] == ["vllm/sub/topk.py"]
+    assert res.mismatched[0]["why"] == "missing from the image"
+
+
+def test_opaque_dir_and_hand_edit(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    sp = SP.strip("/")
+    edited = _with_extra_layer(repo, digest, _layer([
+        (f"{sp}/vllm/.wh..wh..opq", b""), (f"{sp}/vllm/envs.py", b"hand edit\n")]))
+    res = verify(repo, edited)
+    found = {m["path"]: m for m in res.mismatched}
+    assert found["vllm/envs.py"]["found"] == hashlib.sha256(b"hand edit\n").hexdigest()
+    assert "vllm/sub/topk.py" in found  # the opaque dir hid the lower layers
+    assert res.base_drift["counts"]["missing"] == 2
+
+
+def test_materialise_writes_verified_tree(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    dest = materialise(repo.store, digest, tmp_path / "mat")
+    got = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert "vllm/scripts.py" not in got and "vllm/new_module.py" in got
+    assert (dest / "vllm/sub/topk.py").read_bytes() == \
+        (repo.patched.root / "vllm/sub/topk.py").read_bytes()
+    with pytest.raises(ImageError, match="already exists"):
+        materialise(repo.store, digest, dest)
+
+
+def test_tampered_materialise_writes_nothing(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    _flip(repo.store.blob_path(manifest["layers"][-1]["digest"]), 700)
+    with pytest.raises(IntegrityError):
+        materialise(repo.store, digest, tmp_path / "mat")
+    assert not (tmp_path / "mat").exists()
+    assert not list((repo.store.root / "tmp").iterdir())
+
+
+def test_tampered_archive_stores_nothing(tmp_path: Path) -> None:
+    from patchbake.oci.archive import import_docker_archive
+
+    repo = make_repo(tmp_path)
+    out = tmp_path / "img.tar"
+    res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched,
+                     docker_archive=out)
+    data = bytearray(out.read_bytes())
+    needle = data.find(b"B = 2")  # inside our layer blob
+    data[needle] ^= 0x20
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(data))
+    fresh = Store.open(tmp_path / "fresh")
+    with pytest.raises(IntegrityError, match="nothing was stored"):
+        import_docker_archive(fresh, bad)
+    assert not fresh.has(res.digest) and not fresh.has(res.layers[-1])
+    with pytest.raises(IntegrityError):
+        verify(repo, str(bad))
+    assert verify(repo, str(out)).ok
+
+
+def test_cli_verify_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, digest = baked(tmp_path)
+    monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
+    import patchbake.patchset as ps
+
+    monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
+    pipe = ["--pipeline", str(repo.root / "pipeline.yaml")]
+    assert main([*pipe, "verify", "offline", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["matched"], out["total"], out["mismatched"], out["digest"]) == (4, 4, [], digest)
+    assert set(out["base_drift"]) >= {"changed", "missing", "extra", "unchanged"}
+    _flip(repo.store.blob_path(json.loads(repo.store.read_blob(digest))["layers"][-1]
+                               ["digest"]), 900)
+    assert main([*pipe, "verify", "offline"]) == IntegrityError.exit_code
+    assert "hashes to" in capsys.readouterr().err
+    assert main([*pipe, "verify", "nonsense-ref"]) == ImageError.exit_code
+    assert "cannot resolve image reference" in capsys.readouterr().err
+
+
+def test_in_image_verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    repo, digest = baked(tmp_path)
+    root = tmp_path / "rootfs"
+    manifest = json.loads(repo.store.read_blob(digest))
+    for layer in manifest["layers"]:  # unpack (test only) to run the verifier over files
+        with tarfile.open(repo.store.blob_path(layer["digest"])) as tf:
+            for m in tf.getmembers():
+                name = m.name.rsplit("/", 1)[-1]
+                if name.startswith(".wh."):
+                    (root / m.name).parent.joinpath(name[4:]).unlink(missing_ok=True)
+                elif m.isfile():
+                    tf.extract(m, root)
+    monkeypatch.setenv("PATCHBAKE_ROOT", str(root))
+    script = str(root / "opt/patchbake/verify.py")
+
+    def run(*args: str) -> int:
+        monkeypatch.setattr("sys.argv", [script, *args])
+        with pytest.raises(SystemExit) as info:
+            runpy.run_path(script, run_name="__main__")
+        return int(info.value.code or 0)
+
+    assert run() == 0
+    out = capsys.readouterr().out
+    assert out.startswith("patchbake build: offline | vllm 0.25.1 + topk")
+    assert "OK: 4/4" in out
+    target = root / SP.strip("/") / "vllm/envs.py"
+    target.write_bytes(target.read_bytes() + b"# edit\n")
+    assert run() == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH modified" in out and "STALE OR MODIFIED IMAGE" in out
+    assert run("--line") == 0
+    (root / "opt/patchbake/identity.json").unlink()
+    assert run() == 2
+
+
+def test_canonical_json_used_for_config(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    manifest_bytes = repo.store.read_blob(digest)
+    assert canonical_json(json.loads(manifest_bytes)) == manifest_bytes

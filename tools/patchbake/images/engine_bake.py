@@ -1,0 +1,126 @@
+"""Engine backend: render images/<template>.j2, ``docker build --network none``, then read
+the result back with ``docker save`` into the store and record it.
+
+Identities: the engine names the built image by its CONFIG digest (Image ID). It has no
+manifest digest until pushed; the manifest digest recorded here is the one the store holds
+for the saved image (docker-archive carries no manifest), and the registry's manifest
+digest is known only after ``patchbake push``. Engine builds are NOT reproducible: the
+builder stamps the build time into the config (``created``, history), so two builds of the
+same inputs give two Image IDs (measured in bench/bench_image.py). Bakes are still keyed
+by their inputs, so an unchanged input is not rebuilt.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ..config import Lineage, Pipeline
+from ..errors import ImageError
+from ..fsutil import atomic_write, canonical_json
+from ..oci import engine, layout
+from ..oci.archive import export_docker_archive, import_docker_archive
+from ..oci.image import StoreBlobs, load_image
+from ..oci.media import Descriptor
+from ..store import Store
+from . import record as records
+from .base import BaseImage, resolve_base
+from .definition import Definition
+from .overlay import Overlay, Patched, build_overlay
+
+
+def render(defn: Definition, mode: str, base_ref: str, overlay: Overlay,
+           labels: dict[str, str]) -> str:
+    if not defn.template.is_file():
+        raise ImageError(f"{defn.path.name}: template {defn.template} does not exist")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)  # noqa: S701 - renders a Dockerfile, not HTML
+    try:
+        tmpl = env.from_string(defn.template.read_text(encoding="utf-8"))
+        return tmpl.render(mode=mode, base_ref=base_ref, builder=defn.builder,
+                           torch_cuda_arch_list=defn.torch_cuda_arch_list,
+                           max_jobs=defn.max_jobs, site_packages=defn.site_packages,
+                           deleted=overlay.deleted, labels=labels)
+    except jinja2.TemplateError as exc:
+        raise ImageError(f"{defn.template.name}: cannot render: {exc}") from None
+
+
+def _engine_base(defn: Definition, base: BaseImage, store: Store) -> str:
+    """A reference the engine can build FROM: the engine's own image, or the base loaded
+    from the store (a docker-archive export of exactly the pinned manifest)."""
+    if defn.base.source == "docker":
+        return defn.base.name
+    tag = f"patchbake-base/{defn.name}:{base.manifest_digest[7:19]}"
+    tmp = store.tmpdir("engine-base")
+    try:
+        if defn.base.source == "registry" and not all(store.has(d.digest)
+                                                      for d in base.image.layers):
+            from ..oci import registry
+
+            registry.pull(store, f"{defn.base.name.split(':')[0]}@{defn.base.digest}")
+        archive = export_docker_archive(store, base.manifest_digest, tmp / "base.tar", [tag])
+        engine.load(archive)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tag
+
+
+def _context(root: Path, overlay: Overlay, patched: Patched, mode: str, dockerfile: str) -> None:
+    for e in overlay.entries:
+        if e.kind != "file" or e.path.rpartition("/")[2].startswith(".wh."):
+            continue
+        rel = e.path
+        dest = root / ("patchbake" + rel[len("opt/patchbake"):] if rel.startswith("opt/patchbake/")
+                       else "overlay/" + rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(e.data if e.data is not None else e.source.read_bytes())  # type: ignore[union-attr]
+        dest.chmod(e.mode)
+    if mode == "build":
+        shutil.copytree(patched.root, root / "src", symlinks=True)
+    (root / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+
+
+def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
+                     store: Store, mode: str, warnings: list[str], epoch: int) -> Any:
+    from ..bake import _cached, _result, bake_key, build_record, image_labels
+
+    t0 = time.monotonic()
+    layout.ensure_layout(store)
+    base = resolve_base(defn, store, lin)
+    key = bake_key(defn, base, patched, epoch, f"engine-{mode}")
+    rec = _cached(store, key)
+    cached = rec is not None
+    if rec is None:
+        overlay = build_overlay(defn, patched, lin, defn.base.name, base.manifest_digest)
+        labels = image_labels(defn, lin, patched, base, epoch)
+        base_ref = _engine_base(defn, base, store)
+        ctx = store.tmpdir("engine-ctx")
+        try:
+            dockerfile = render(defn, mode, base_ref, overlay, labels)
+            _context(ctx, overlay, patched, mode, dockerfile)
+            built = engine.build(ctx, f"patchbake/{defn.name}:engine-{key[:12]}")
+            archive = engine.save(built.tag, ctx / "image.tar")
+            imp = import_docker_archive(store, archive)
+        finally:
+            shutil.rmtree(ctx, ignore_errors=True)
+        image = load_image(StoreBlobs(store), imp.manifest_digest)
+        manifest = Descriptor(image.media_type, imp.manifest_digest, len(image.manifest_bytes))
+        rec = build_record(defn, lin, patched, base, manifest, imp.config_digest,
+                           image.diff_ids, list(image.layers), overlay, labels, epoch,
+                           "engine", mode)
+        rec["engine"] = {"image_id": built.image_id, "tag": built.tag,
+                         "note": "image_id is the config digest; the manifest digest above "
+                                 "is the store's (from docker save); a registry's is known "
+                                 "after push", "reproducible": False}
+        atomic_write(store.root / "bakes" / f"{key}.json", canonical_json(rec))
+    path = records.write_record(pipeline.root, rec)
+    layout.add_ref(store, defn.name, Descriptor(rec["manifest_media_type"],
+                                                rec["manifest_digest"],
+                                                store.blob_path(rec["manifest_digest"])
+                                                .stat().st_size))
+    res = _result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
+    return res
