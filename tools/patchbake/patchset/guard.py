@@ -20,6 +20,9 @@ from .filelist import FileList, parse_filelist, sort_key
 from .treeio import TreeReader
 
 EXPORT = "run `patchbake patch export`"
+PRIORITY = ("crlf", "final-newline", "parse", "dropped", "unrecorded", "count", "hash", "apply",
+            "order", "reexport", "files-missing", "files-format", "stale-files", "source",
+            "upstream", "whitespace")
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,8 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
             _blank_at_eof(outcomes, run)
             if reexport and len(outcomes) == len(patch.files):
                 _reexport(patch, outcomes, run)
+    # Most specific first: the one-line error the CLI prints names the first problem.
+    run.problems.sort(key=lambda p: PRIORITY.index(p.kind) if p.kind in PRIORITY else 99)
     files = len(patch.files) if patch else len(fl.entries) if fl else 0
     added = patch.added if patch else 0
     removed = patch.removed if patch else 0

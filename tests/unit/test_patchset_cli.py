@@ -1,0 +1,168 @@
+"""The patch and series commands end to end on the fixture (hermetic: no git needed here)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
+import fx  # noqa: E402
+
+from patchbake.cli import main  # noqa: E402
+from patchbake.config import load  # noqa: E402
+from patchbake.errors import ApplyError  # noqa: E402
+from patchbake.patchset.patched import patched_tree  # noqa: E402
+from patchbake.sources import tree_digest  # noqa: E402
+from patchbake.store import Store  # noqa: E402
+
+PIPELINE = """\
+version: 1
+name: fixture
+lineages:
+  v1.0:
+    name: fixture-fix
+    upstream: {{kind: path, package: fixture, version: "1.0", path: "{tree}", sha256: {sha}}}
+    patch: patch/fixture-fix-v1.0.patch
+    files: patch/FILES.txt
+    source_record: patch/SOURCE
+    series: patch/series
+"""
+
+
+@pytest.fixture
+def repo(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    tree = fx.pristine_copy(tmp_path / "upstream")
+    sha = tree_digest(tree).removeprefix("sha256:")
+    r = tmp_path / "repo"
+    (r / "patch").mkdir(parents=True)
+    (r / "pipeline.yaml").write_text(PIPELINE.format(tree=tree, sha=sha))
+    (r / "patch" / "fixture-fix-v1.0.patch").write_bytes(fx.patch_bytes())
+    pin = f"fixture==1.0 sha256:{sha}".encode()
+    files = fx.files_bytes().replace(b"fixture==1.0 sha256:" + b"0" * 64, pin)
+    (r / "patch" / "FILES.txt").write_bytes(files)
+    monkeypatch.chdir(r)
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(r / "pipeline.yaml"))
+    return r
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_check_json_passes(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = cli(capsys, "patch", "check", "--no-tree", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["ok"] is True and doc["files"] == 6
+    assert sorted(doc) == ["added", "files", "ok", "patch_sha256", "problems", "removed"]
+
+
+def test_check_reports_dropped_work(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = repo / "patch" / "fixture-fix-v1.0.patch"
+    p.write_bytes(fx.drop_section(p.read_bytes(), "pkg/sub/nonl.txt"))
+    rc, out, err = cli(capsys, "patch", "check", "--no-tree", "--json")
+    doc = json.loads(out)
+    assert rc == 21 and doc["ok"] is False
+    assert {"kind": "dropped", "path": "pkg/sub/nonl.txt"}.items() <= doc["problems"][0].items()
+    assert "work was dropped by a regeneration" in err
+
+
+def test_check_missing_patch(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (repo / "patch" / "fixture-fix-v1.0.patch").unlink()
+    rc, _, err = cli(capsys, "patch", "check", "--no-tree")
+    assert rc == 21 and "fixture-fix-v1.0.patch does not exist" in err
+
+
+def test_apply_to_then_refuse_non_empty(repo: Path, capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    rc, out, _ = cli(capsys, "--json", "patch", "apply", "--to", str(tmp_path / "out"))
+    assert rc == 0 and json.loads(out)["verified"] is True
+    assert (tmp_path / "out" / "pkg" / "new.py").exists()
+    rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out"))
+    assert rc == 22 and "is not empty" in err
+
+
+def test_apply_refuses_hash_mismatch(repo: Path, capsys: pytest.CaptureFixture[str],
+                                     tmp_path: Path) -> None:
+    f = repo / "patch" / "FILES.txt"
+    f.write_bytes(f.read_bytes().replace(b"07426f9c", b"17426f9c"))
+    rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out"))
+    assert rc == 22 and "post-image of pkg/core.py hashes to" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_apply_refuses_malformed_patch(repo: Path, capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path) -> None:
+    p = repo / "patch" / "fixture-fix-v1.0.patch"
+    p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
+    rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out"))
+    assert rc == 20 and "lines end in CRLF" in err
+
+
+def test_export_usage_errors(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = cli(capsys, "patch", "export", "--reason", "x")
+    assert rc == 2 and "--reason goes with --force" in err
+    rc, _, err = cli(capsys, "patch", "export", "--force")
+    assert rc == 23 and "--force needs --reason" in err
+
+
+def test_workspace_refuses_non_empty(repo: Path, capsys: pytest.CaptureFixture[str],
+                                     tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "x").write_text("")
+    rc, _, err = cli(capsys, "patch", "workspace", str(tmp_path / "ws"))
+    assert rc == 23 and "is not an empty directory" in err
+
+
+def _write_series(repo: Path, groups: list[list[int]]) -> None:
+    d = repo / "patch" / "series"
+    d.mkdir(exist_ok=True)
+    secs = fx.sections(fx.patch_bytes())
+    names = []
+    for n, g in enumerate(groups, 1):
+        names.append(f"{n:04d}-part.patch")
+        (d / names[-1]).write_bytes(b"".join(secs[i] for i in g))
+    (d / "series").write_text("".join(f"{x}\n" for x in names))
+
+
+def test_series_verify_passes(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write_series(repo, [[0, 1, 2], [3, 4, 5]])
+    rc, out, _ = cli(capsys, "--json", "series", "verify")
+    doc = json.loads(out)
+    assert rc == 0 and doc["series_digest"] == doc["canonical_digest"] and doc["paths"] == 6
+
+
+def test_series_verify_names_first_difference(repo: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _write_series(repo, [[0, 1, 2], [3, 5]])
+    rc, _, err = cli(capsys, "series", "verify")
+    assert rc == 24 and "first differing file pkg/sub/nonl.txt" in err
+
+
+def test_series_verify_missing_and_bad_patch(repo: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = cli(capsys, "series", "verify")
+    assert rc == 24 and "series does not exist" in err
+    _write_series(repo, [[0, 1, 2, 3, 4, 5], [0]])
+    rc, _, err = cli(capsys, "series", "verify")
+    assert rc == 24 and "0002-part.patch" in err and "already applied" in err
+
+
+def test_patched_tree_is_cached_and_rechecked(repo: Path) -> None:
+    lin = load(repo / "pipeline.yaml").lineage()
+    store = Store.open()
+    t1 = patched_tree(lin, store)
+    t2 = patched_tree(lin, store)
+    assert t1 == t2 and t1.root.is_dir()
+    assert t1.deleted == {"pkg/gone.py"} and "pkg/new.py" in t1.files
+    assert t1.tree_digest == tree_digest(t1.root) != t1.pristine_digest
+    (t1.root / "pkg" / "new.py").write_text("tampered\n")
+    with pytest.raises(ApplyError, match="was modified after it was built"):
+        patched_tree(lin, store)
+    shutil.rmtree(t1.root)
+    assert patched_tree(lin, store).tree_digest == t1.tree_digest  # rebuilt
