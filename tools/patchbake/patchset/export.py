@@ -188,13 +188,16 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
     try:
         data = canonical_diff(scratch, pristine, o.commit)
         patch = parse_patch(data, lineage.patch.name)
-        ids = [f.new_id for f in patch.files if f.status != "D" and f.new_id]
-        post = _post_hashes(scratch, ids)
+        # A mode-only change has no index line: name its blob by commit and path.
+        want = {f.path: f.new_id or f"{o.commit}:{f.path}" for f in patch.files
+                if f.status != "D"}
+        hashes = _post_hashes(scratch, list(want.values()))
+        post = {p: hashes[w] for p, w in want.items()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     sha = hashlib.sha256(data).hexdigest()
     entries = [Entry(f.path, f.status, f.added, f.removed,
-                     None if f.status == "D" else post[f.new_id or ""]) for f in patch.files]
+                     post.get(f.path)) for f in patch.files]
     files_bytes = render(entries, generator=f"patchbake {__version__}", upstream=pin,
                          patch_name=lineage.patch.name, patch_sha256=sha)
     record: dict[str, Any] = {

@@ -1,0 +1,256 @@
+"""Workspace, export, re-export, series split and the bare guard with the real git.
+
+The upstream here is the small fixture tree (a ``path`` source), so these run in seconds;
+tests/integration/test_patchset_sdist.py repeats the important ones on vLLM 0.25.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
+import fx  # noqa: E402
+
+from patchbake.cli import main  # noqa: E402
+from patchbake.patchset.guard import check  # noqa: E402
+from patchbake.sources import tree_digest  # noqa: E402
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+PIPELINE = """\
+version: 1
+name: fixture
+lineages:
+  v1.0:
+    name: fixture-fix
+    upstream: {{kind: path, package: fixture, version: "1.0", path: "{tree}", sha256: {sha}}}
+    patch: patch/fixture-fix-v1.0.patch
+    files: patch/FILES.txt
+    source_record: patch/SOURCE
+    series: patch/series
+"""
+
+HOSTILE_GITCONFIG = """\
+[diff]
+    noprefix = true
+    mnemonicPrefix = true
+    algorithm = patience
+    context = 5
+    interHunkContext = 7
+    renames = copies
+    indentHeuristic = false
+    orderFile = {order}
+    external = /bin/false
+[core]
+    abbrev = 12
+    quotePath = false
+    autocrlf = true
+    attributesFile = {attrs}
+[color]
+    ui = always
+[user]
+    name = someone
+    email = someone@example.invalid
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@localhost",
+           "GIT_COMMITTER_NAME": "dev", "GIT_COMMITTER_EMAIL": "dev@localhost"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    tree = fx.pristine_copy(tmp_path / "upstream")
+    sha = tree_digest(tree).removeprefix("sha256:")
+    r = tmp_path / "repo"
+    (r / "patch").mkdir(parents=True)
+    (r / "pipeline.yaml").write_text(PIPELINE.format(tree=tree, sha=sha))
+    monkeypatch.chdir(r)
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(r / "pipeline.yaml"))
+    return r
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def make_change(ws: Path, msg: str = "change core") -> None:
+    fx_edit = ws / "pkg" / "core.py"
+    fx_edit.write_text(fx_edit.read_text().replace("return x + 7\n", "return x + 7  # seven\n"))
+    (ws / "pkg" / "added.py").write_text("A = 1\n")
+    (ws / "pkg" / "gone.py").unlink()
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", msg)
+
+
+def hostile_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = tmp_path / "hostile-home"
+    h.mkdir()
+    (h / "order").write_text("pkg/gone.py\n*\n")
+    (h / "attrs").write_text("* diff=evil text eol=crlf\n")
+    (h / ".gitconfig").write_text(HOSTILE_GITCONFIG.format(order=h / "order",
+                                                           attrs=h / "attrs"))
+    monkeypatch.setenv("HOME", str(h))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(h))
+    monkeypatch.setenv("GIT_DIFF_OPTS", "--unified=9")
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "diff.context")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "8")
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
+
+
+def test_workspace_export_twice_and_hostile_config_identical(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = tmp_path / "ws"
+    rc, _, err = cli(capsys, "patch", "workspace", str(ws))
+    assert rc == 0, err
+    log = git(ws, "log", "--format=%an <%ae> %ad %s", "--date=iso-strict")
+    assert "patchbake <patchbake@localhost> 1970-01-01T00:00:00+00:00 patchbake: pristine " \
+           "fixture==1.0" in log
+    make_change(ws)
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    patch = repo / "patch" / "fixture-fix-v1.0.patch"
+    first = patch.read_bytes()
+    files_first = (repo / "patch" / "FILES.txt").read_bytes()
+    assert b"diff --git a/pkg/added.py b/pkg/added.py\nnew file mode 100644\n" in first
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    assert patch.read_bytes() == first
+    # Hostile user config, env and repository-local config and attributes: same bytes.
+    hostile_home(tmp_path, monkeypatch)
+    git(ws, "config", "diff.noprefix", "true")
+    git(ws, "config", "diff.algorithm", "histogram")
+    (ws / ".git" / "info" / "attributes").write_text("*.py diff=evil\n")
+    git(ws, "config", "diff.evil.textconv", "tr a-z A-Z")
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    assert patch.read_bytes() == first
+    assert (repo / "patch" / "FILES.txt").read_bytes() == files_first
+    rc, out, _ = cli(capsys, "patch", "check", "--json")
+    assert rc == 0 and json.loads(out)["ok"] is True
+
+
+def test_export_refusals(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    make_change(ws)
+    (ws / "pkg" / "core.py").write_text("dirty\n")
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(ws))
+    assert rc == 23 and "has uncommitted changes (pkg/core.py)" in err
+    git(ws, "checkout", "--", "pkg/core.py")
+    (ws / "pkg" / "untracked.py").write_text("x\n")
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(ws))
+    assert rc == 23 and "pkg/untracked.py" in err
+    (ws / "pkg" / "untracked.py").unlink()
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    first_commit = git(ws, "rev-parse", "HEAD").strip()
+    # A later commit exports fine (SOURCE moves forward) ...
+    (ws / "README.txt").write_text("more\n")
+    git(ws, "commit", "-qam", "more")
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    # ... an older one (REPO@REV) would move SOURCE backwards.
+    rc, _, err = cli(capsys, "patch", "export", "--from", f"{ws}@{first_commit}")
+    assert rc == 23 and "refusing to move SOURCE backwards" in err
+    rc, _, err = cli(capsys, "patch", "export", "--from", f"{ws}@{first_commit}", "--force",
+                     "--reason", "drop the README edit on purpose")
+    assert rc == 0, err
+    src = json.loads((repo / "patch" / "SOURCE").read_text())
+    assert src["forced"]["reason"] == "drop the README edit on purpose"
+    assert src["source"]["kind"] == "repo" and src["source"]["commit"] == first_commit
+    # A hand edit of the committed patch is not silently erased by the next export.
+    p = repo / "patch" / "fixture-fix-v1.0.patch"
+    p.write_bytes(p.read_bytes().replace(b"# seven", b"# SEVEN"))
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(ws))
+    assert rc == 23 and "changed after the last export" in err
+    rc, _, err = cli(capsys, "patch", "export", "--from", f"{ws}@nosuchrev")
+    assert rc == 23 and "is not a commit" in err
+
+
+def test_stale_workspace_refused(repo: Path, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Two workspaces from the same patch: the second export must not erase the first."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert cli(capsys, "patch", "workspace", str(a))[0] == 0
+    assert cli(capsys, "patch", "workspace", str(b))[0] == 0
+    make_change(a)
+    assert cli(capsys, "patch", "export", "--from", str(a))[0] == 0
+    (b / "README.txt").write_text("other work\n")
+    git(b, "commit", "-qam", "other")
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(b))
+    assert rc == 23 and "not in" in err and "cannot prove" in err
+    # A workspace made from the new patch carries it, so exporting from it is fine.
+    c = tmp_path / "c"
+    assert cli(capsys, "patch", "workspace", str(c))[0] == 0
+    assert (c / "pkg" / "added.py").exists()
+    assert cli(capsys, "patch", "export", "--from", str(c))[0] == 0
+
+
+def test_series_split_then_verify(repo: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    make_change(ws, "first change")
+    (ws / "pkg" / "sub" / "nonl.txt").write_text("alpha\nbeta\ngamma\n")
+    git(ws, "commit", "-qam", "second change")
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    rc, out, err = cli(capsys, "--json", "series", "split", "--from", str(ws))
+    assert rc == 0, err
+    assert json.loads(out)["patches"] == ["0001-first-change.patch", "0002-second-change.patch"]
+    rc, out, err = cli(capsys, "--json", "series", "verify")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["series_digest"] == doc["canonical_digest"]
+
+
+def test_guard_reexport_with_git() -> None:
+    r = check(fx.patch_bytes(), fx.files_bytes(), pristine_root=fx.PRISTINE)
+    assert r.ok, r.problems
+    # A hunk header's function context edited by hand parses and applies, but git
+    # would not write it: only the re-export notices.
+    data = fx.patch_bytes().replace(b"@@ -11,7 +11,8 @@ def f2(x):", b"@@ -11,7 +11,8 @@")
+    r = check(data, fx.files_bytes(), pristine_root=fx.PRISTINE)
+    assert [p.kind for p in r.problems] == ["reexport", "stale-files"]
+    assert "differs from the committed patch at line 5" in r.problems[0].message
+
+
+def _bare_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PATH"] = "/usr/bin:/bin"
+    return env
+
+
+def test_check_patch_files_bare_python(tmp_path: Path) -> None:
+    """python3 -I -S (no site-packages, no PYTHONPATH): stdlib only, and git."""
+    tool = REPO / "tools" / "check_patch_files.py"
+    argv = [sys.executable, "-I", "-S", str(tool), "--json", "--patch", str(fx.PATCH),
+            "--files", str(fx.FILES), "--source", str(tmp_path / "none"),
+            "--tree", str(fx.PRISTINE)]
+    r = subprocess.run(argv, env=_bare_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ok"] is True
+    bad = tmp_path / "bad.patch"
+    bad.write_bytes(fx.drop_section(fx.patch_bytes(), "pkg/new.py"))
+    argv[argv.index(str(fx.PATCH))] = str(bad)
+    r = subprocess.run(argv, env=_bare_env(), capture_output=True, text=True)
+    assert r.returncode == 21
+    assert "work was dropped by a regeneration" in r.stdout
+
+
+def test_check_patch_files_on_repository_patch(shared_home: Path) -> None:
+    """The repository's own patch, from a bare interpreter; three-way when the tree is cached."""
+    env = {**_bare_env(), "PATCHBAKE_HOME": str(shared_home)}
+    r = subprocess.run([sys.executable, "-I", "-S", str(REPO / "tools" / "check_patch_files.py"),
+                        "--repo", str(REPO)], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("ok: ")
