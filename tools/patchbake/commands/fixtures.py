@@ -82,7 +82,7 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     else:
         from ..fixtures.host import HostRunner
 
-        r = HostRunner(p.root, ctx.store)
+        r = HostRunner(p.root, ctx.store, pipeline=p)
     result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree), log=ui.step)
     if results_out:
         atomic_write(results_out, pretty_json(result))

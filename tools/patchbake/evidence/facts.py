@@ -41,8 +41,7 @@ def match_counts(ctx: Any, ref: ImageRef) -> tuple[int | None, int | None]:
         from .. import identity
     except ImportError:
         return None, None
-    report = identity.verify_image(ctx.store, ref.digest, ctx.pipeline,  # type: ignore[attr-defined]
-                                   ctx.lineage())
+    report = identity.verify_image(ctx.pipeline, ref.digest, ctx.store, ctx.lineage())
     return int(report.matched), int(report.total)
 
 
