@@ -21,8 +21,9 @@ def _color() -> bool:
 
 
 err = Console(stderr=True, no_color=not _color(), highlight=False, soft_wrap=True)
+# Not a terminal (CI logs, pipes): wide enough that digests are never folded.
 out = Console(no_color="NO_COLOR" in os.environ or not sys.stdout.isatty(), highlight=False,
-              soft_wrap=True)
+              soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 def emit_json(obj: Any) -> None:

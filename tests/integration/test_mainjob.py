@@ -1,0 +1,73 @@
+"""The README's main job against the real sdist, the real patch and the embedded bake."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.integration, pytest.mark.sdist]
+
+
+def _run(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PATCHBAKE_HOME": str(home),
+           "PATCHBAKE_NO_PROGRESS": "1", "HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "patchbake", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def _copy_repo(tmp_path: Path) -> Path:
+    """A checkout copy: the job writes records under manifests/, not into the real one."""
+    dst = tmp_path / "repo"
+    dst.mkdir()
+    for name in ("pipeline.yaml", "patch", "images"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst / name)
+    return dst
+
+
+def test_main_job_prints_the_identity_chain(shared_home: Path, tmp_path: Path) -> None:
+    repo = _copy_repo(tmp_path)
+    r = _run(["run", "--json"], shared_home, repo)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    ident = job["identity"]
+    assert [s["step"] for s in job["steps"]] == ["fetch", "patch check", "apply", "bake",
+                                                 "verify"]
+    assert ident["archive_sha256"] == \
+        "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4"
+    patch = next((repo / "patch").glob("*.patch"))
+    import hashlib
+
+    assert ident["patch_sha256"] == hashlib.sha256(patch.read_bytes()).hexdigest()
+    assert ident["manifest_digest"].startswith("sha256:")
+    counts, _, rest = ident["verified"].partition(" ")
+    matched, total = counts.split("/")
+    assert matched == total and int(total) >= 1
+    assert rest == "baked source files matched a fresh apply"
+    record = json.loads((repo / ident["record"]).read_text())
+    assert record["manifest_digest"] == ident["manifest_digest"]
+    # A second run changes nothing and redoes no bake.
+    again = json.loads(_run(["run", "--json"], shared_home, repo).stdout)
+    assert again["identity"]["manifest_digest"] == ident["manifest_digest"]
+    assert again["identity"]["bake_cached"] is True
+
+
+def test_main_job_stops_at_the_guard_when_a_hunk_is_dropped(shared_home: Path,
+                                                            tmp_path: Path) -> None:
+    repo = _copy_repo(tmp_path)
+    patch = next((repo / "patch").glob("*.patch"))
+    text = patch.read_text()
+    # Drop the last hunk: FILES.txt still records its lines.
+    head, _, _ = text.rpartition("\n@@ ")
+    patch.write_text(head + "\n")
+    r = _run(["run"], shared_home, repo)
+    assert r.returncode == 21, r.stderr
+    assert "lost-line guard failed" in r.stderr
+    assert not (repo / "manifests").exists()

@@ -1,0 +1,98 @@
+"""The main job, end to end: fetch -> guard -> strict apply -> bake -> verify.
+
+Returns one ``JobResult`` holding every identity of the chain, so the CLI can print the
+summary as a table or JSON. Each step is named and timed; a failing step raises its own
+typed error and later steps do not run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Pipeline
+from .errors import GuardError, VerifyError
+from .store import Store
+
+
+@dataclass
+class JobResult:
+    lineage: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    identity: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lineage": self.lineage, "steps": self.steps, "identity": self.identity}
+
+
+def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None,
+                 image: str | None = None, on_step: Callable[[str], None] | None = None,
+                 progress: Any = None) -> JobResult:
+    from .bake import bake_image
+    from .identity import verify_image
+    from .patchset import patched_tree
+    from .patchset.guard import check
+    from .patchset.sourcerec import read_source
+    from .sources import fetch
+
+    lin = pipeline.lineage(lineage)
+    job = JobResult(lineage=lin.key)
+
+    def step(name: str, fn: Callable[[], Any]) -> Any:
+        if on_step:
+            on_step(name)
+        t0 = time.monotonic()
+        value = fn()
+        job.steps.append({"step": name, "seconds": round(time.monotonic() - t0, 3)})
+        return value
+
+    fetched = step("fetch", lambda: fetch(lin, store, progress=progress, base=pipeline.root))
+
+    def guard() -> Any:
+        src = read_source(lin.source_record)
+        report = check(lin.patch.read_bytes(),
+                       lin.files.read_bytes() if lin.files.exists() else None,
+                       patch_name=lin.patch.name, pristine_root=fetched.root,
+                       pin=lin.upstream.pin,
+                       source_patch_sha256=src.patch_sha256 if src else None)
+        if not report.ok:
+            first = report.problems[0]
+            raise GuardError(f"lost-line guard failed with {len(report.problems)} problem(s); "
+                             f"first: {first.message}",
+                             hint="run `patchbake patch check` for all of them")
+        return report
+
+    report = step("patch check", guard)
+    patched = step("apply", lambda: patched_tree(lin, store))
+    baked = step("bake", lambda: bake_image(pipeline, image, store, lineage=lin.key,
+                                            patched=patched))
+    verified = step("verify", lambda: verify_image(pipeline, baked.digest, store, lin,
+                                                   patched=patched,
+                                                   pristine_root=fetched.root))
+    if not verified.ok:
+        raise VerifyError(f"{verified.summary()} for {baked.digest}: "
+                          f"{len(verified.mismatched)} mismatched, "
+                          f"problems: {'; '.join(verified.problems) or 'none'}")
+    job.identity = {
+        "upstream_pin": lin.upstream.pin,
+        "archive_sha256": fetched.archive_sha256,
+        "pristine_tree_digest": fetched.tree_digest,
+        "patch": lin.patch.relative_to(pipeline.root).as_posix(),
+        "patch_sha256": report.patch_sha256,
+        "files_sha256": patched.files_sha256,
+        "patch_files": report.files,
+        "patch_added": report.added,
+        "patch_removed": report.removed,
+        "patched_tree_digest": patched.tree_digest,
+        "image": baked.image,
+        "layer_diff_id": baked.diff_ids[-1],
+        "config_digest": baked.config_digest,
+        "manifest_digest": baked.digest,
+        "record": baked.record,
+        "bake_cached": baked.cached,
+        "verified": verified.summary(),
+        "base_drift": verified.base_drift.get("counts", {}),
+    }
+    return job
