@@ -111,3 +111,23 @@ def test_pull_missing_manifest_exit_31(home: Path, fake: FakeRegistry,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "pull", f"{HOST}/app:nope")
     assert rc == 31 and "HTTP 404 MANIFEST_UNKNOWN" in err
+
+
+def test_push_definition_means_its_latest_bake(home: Path, fake: FakeRegistry,
+                                               capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchbake import bake
+
+    img = make_image()
+    store_image(Store.open(home), img)
+    asked: list[str] = []
+
+    def latest(ctx: object, name: str) -> str | None:
+        asked.append(name)
+        return img.digest if name == "sm89-serving-offline" else None
+
+    monkeypatch.setattr(bake, "latest_digest", latest)
+    rc, out, err = run(capsys, "push", "sm89-serving-offline",
+                       f"{HOST}/vllm-sm89:0.25.1-dsv4", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["digest"] == img.digest and asked == ["sm89-serving-offline"]

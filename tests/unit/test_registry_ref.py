@@ -33,7 +33,8 @@ def test_parse_ref(text: str, want: RegistryRef) -> None:
 
 @pytest.mark.parametrize("text,msg", [
     ("vllm-sm89:latest", "names no registry host"),
-    ("library/ubuntu:22.04", "does not start with a registry host"),
+    ("library/ubuntu:22.04", "names no registry host"),
+    ("bad_host:5000/app:v1", "is not a host"),
     ("127.0.0.1:5000/Bad_Name:t", "not a valid repository name"),
     ("127.0.0.1:5000/app:-bad", "not a valid tag"),
     ("127.0.0.1:5000/app@sha256:1234", "not a sha256 digest"),
@@ -108,3 +109,20 @@ def test_credentials_from_docker_config(tmp_path: Path) -> None:
 
 def test_no_docker_config_means_no_credentials(tmp_path: Path) -> None:
     assert credentials_for("reg.example", {"DOCKER_CONFIG": str(tmp_path / "missing")}) is None
+
+
+def test_short_names_need_a_default_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchbake.oci.registry import parse_pull_ref
+
+    monkeypatch.delenv("PATCHBAKE_DEFAULT_REGISTRY", raising=False)
+    with pytest.raises(UsageError, match="names no registry host") as ei:
+        parse_pull_ref(f"vllm/vllm-openai@{D}")
+    assert "PATCHBAKE_DEFAULT_REGISTRY=HOST" in ei.value.one_line()
+    monkeypatch.setenv("PATCHBAKE_DEFAULT_REGISTRY", "mirror.example:5000")
+    assert parse_pull_ref(f"vllm/vllm-openai@{D}") == RegistryRef(
+        "mirror.example:5000", "vllm/vllm-openai", None, D)
+    assert parse_pull_ref("ubuntu:22.04") == RegistryRef("mirror.example:5000", "library/ubuntu",
+                                                         "22.04")
+    assert parse_pull_ref("127.0.0.1:5000/a:b").host == "127.0.0.1:5000"
+    with pytest.raises(UsageError, match="names no registry host"):
+        parse_ref("vllm/vllm-openai:v1")  # pushes never take a default

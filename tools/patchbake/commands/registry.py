@@ -12,7 +12,7 @@ from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
 from ..oci import layout
 from ..oci.media import Descriptor
-from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient
+from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient, parse_pull_ref
 from ..oci.registry_ref import parse_ref
 from ..store import Store
 
@@ -112,7 +112,7 @@ def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...],
 def pull_cmd(ctx: Ctx, ref: str, platform: str, as_json: bool) -> None:
     """Pull REF (HOST[:PORT]/repo:tag or @sha256:...) into the store, every byte verified;
     the image is named REF in the store's index.json."""
-    r = parse_ref(ref)
+    r = parse_pull_ref(ref)
     store = ctx.store
     client = RegistryClient(r.host)
     if not (ctx.as_json or as_json):

@@ -17,6 +17,7 @@ made. What it guarantees:
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from .registry_manifest import (
     parse_manifest,
     select_platform,
 )
-from .registry_ref import RegistryRef, base_url, parse_ref
+from .registry_ref import DEFAULT_REGISTRY_ENV, RegistryRef, base_url, parse_ref
 
 DEFAULT_PLATFORM = "linux/amd64"
 
@@ -318,6 +319,12 @@ def push(store: Store, manifest_digest: str, ref: str, **kw: object) -> PushResu
     return RegistryClient.for_ref(ref).push(store, manifest_digest, ref, **kw)  # type: ignore[arg-type]
 
 
-def pull(store: Store, ref: str, **kw: object) -> PullResult:
-    """Pull with a client made for ``ref``'s host (see RegistryClient.pull_image)."""
-    return RegistryClient.for_ref(ref).pull_image(store, ref, **kw)  # type: ignore[arg-type]
+def pull(store: Store, ref: str | RegistryRef, **kw: object) -> PullResult:
+    """Pull with a client made for ``ref``'s host (see RegistryClient.pull_image). A short
+    name (no host) means ``$PATCHBAKE_DEFAULT_REGISTRY``, and is an error without it."""
+    r = parse_pull_ref(ref) if isinstance(ref, str) else ref
+    return RegistryClient(r.host).pull_image(store, r, **kw)  # type: ignore[arg-type]
+
+
+def parse_pull_ref(text: str) -> RegistryRef:
+    return parse_ref(text, default_host=os.environ.get(DEFAULT_REGISTRY_ENV) or None)

@@ -57,22 +57,32 @@ def _looks_like_host(part: str) -> bool:
     return "." in part or ":" in part or part == "localhost" or part.startswith("[")
 
 
-def parse_ref(text: str, *, need_tag_or_digest: bool = True) -> RegistryRef:
-    """Parse ``HOST[:PORT]/repo[:tag][@sha256:hex]``; raise UsageError with the rule broken."""
+DEFAULT_REGISTRY_ENV = "PATCHBAKE_DEFAULT_REGISTRY"
+
+
+def parse_ref(text: str, *, need_tag_or_digest: bool = True,
+              default_host: str | None = None) -> RegistryRef:
+    """Parse ``HOST[:PORT]/repo[:tag][@sha256:hex]``; raise UsageError with the rule broken.
+
+    A short name (``org/app@sha256:..``) is accepted only when ``default_host`` is given
+    (pulls take it from ``PATCHBAKE_DEFAULT_REGISTRY``); a one-component short name gets
+    the ``library/`` prefix, as engines do. Pushes never pass a default.
+    """
     raw = text.strip()
     for prefix in ("docker://", "oci://"):
         raw = raw.removeprefix(prefix)
-    if "/" not in raw:
-        raise UsageError(
-            f"registry reference '{text}' names no registry host",
-            hint="write it as HOST[:PORT]/repo:tag, e.g. 127.0.0.1:5000/vllm-sm89:0.25.1",
-        )
-    host, rest = raw.split("/", 1)
-    if not _looks_like_host(host) or not _HOST_RE.match(host):
-        raise UsageError(
-            f"registry reference '{text}' does not start with a registry host ('{host}')",
-            hint="write it as HOST[:PORT]/repo:tag; there is no default registry",
-        )
+    host, _, rest = raw.partition("/")
+    if not rest or not _looks_like_host(host):
+        if not default_host:
+            raise UsageError(
+                f"registry reference '{text}' names no registry host",
+                hint="write it as HOST[:PORT]/repo:tag, e.g. 127.0.0.1:5000/vllm-sm89:0.25.1"
+                     f" (for pulls, {DEFAULT_REGISTRY_ENV}=HOST says what short names mean)",
+            )
+        host, rest = default_host, raw if "/" in raw.split("@")[0].split(":")[0] \
+            else f"library/{raw}"
+    if not _HOST_RE.match(host):
+        raise UsageError(f"'{host}' in registry reference '{text}' is not a host[:port]")
     digest = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
