@@ -394,3 +394,13 @@ def test_damaged_record_is_rebuilt(net: FakeHTTP, store: Store) -> None:
     f.record.write_text('{"version": 1, "tree_digest": "nonsense"}')
     assert fetch(lineage(), store).tree_digest == f.tree_digest
     assert json.loads(f.record.read_text())["tree_digest"] == f.tree_digest
+
+
+def test_relative_path_defaults_to_pipeline_dir(tmp_path: Path, store: Store,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "repo" / "sub").mkdir(parents=True)
+    (tmp_path / "repo" / "pipeline.yaml").write_text("version: 1\n")
+    (tmp_path / "repo" / "demo.tar.gz").write_bytes(ARCHIVE)
+    monkeypatch.delenv("PATCHBAKE_PIPELINE", raising=False)
+    monkeypatch.chdir(tmp_path / "repo" / "sub")
+    assert fetch(lineage(kind="path", path="demo.tar.gz"), store).archive_sha256 == SHA

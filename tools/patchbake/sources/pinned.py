@@ -90,8 +90,13 @@ def _save(store: Store, key: str, up: config.Upstream, archive: str | None, dige
 
 
 def _resolve_local(spec: str, base: Path | None) -> Path:
+    """A relative ``path``/``repo`` is relative to the pipeline's directory: ``base`` if
+    given, else that of the pipeline.yaml config.find_pipeline() finds (nearest above the
+    working directory, or PATCHBAKE_PIPELINE)."""
     p = Path(spec).expanduser()
-    return p if p.is_absolute() else (base or Path.cwd()) / p
+    if p.is_absolute():
+        return p
+    return (base or config.find_pipeline().parent) / p
 
 
 def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None) -> tuple[str, int]:
@@ -149,8 +154,8 @@ def fetch(lineage: config.Lineage, store: Store, *, progress: ProgressFactory | 
           base: Path | None = None, verify: bool = False) -> Fetched:
     """Resolve ``lineage``'s upstream pin to a verified, extracted tree in ``store``.
 
-    ``base`` resolves relative ``path``/``repo`` (default: the working directory; the CLI
-    passes the pipeline's directory). ``verify`` re-hashes a cached tree against its
+    ``base`` resolves relative ``path``/``repo`` (default: the directory of the
+    pipeline.yaml found from the working directory; the CLI passes the loaded one's). ``verify`` re-hashes a cached tree against its
     recorded digest. Safe to run concurrently: work on one pin happens under its lock.
     """
     up = lineage.upstream
