@@ -19,6 +19,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# GPU fixture suites test the patched vLLM tree, not the tool: they run on their own
+# (PATCHBAKE_TREE=... python3 -m pytest tests/gpu_suites/<suite>), never in `pytest tests`.
+collect_ignore_glob = ["gpu_suites/*"]
+
 
 @pytest.fixture(autouse=True)
 def _hermetic_units(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
