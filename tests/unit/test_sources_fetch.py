@@ -146,10 +146,48 @@ def test_index_lacks_file(net: FakeHTTP, store: Store) -> None:
     assert e.value.exit_code == 10
 
 
-def test_index_not_json(net: FakeHTTP, store: Store) -> None:
-    net.routes[f"{INDEX}/demo/"] = [(200, {"Content-Type": "text/html"}, b"<html>")]
-    with pytest.raises(FetchError, match="not the JSON simple API"):
+def test_index_unknown_content_type(net: FakeHTTP, store: Store) -> None:
+    net.routes[f"{INDEX}/demo/"] = [(200, {"Content-Type": "text/plain"}, b"hello")]
+    with pytest.raises(FetchError, match="answered 'text/plain', neither the JSON"):
         fetch(lineage(), store)
+
+
+def test_index_bad_json(net: FakeHTTP, store: Store) -> None:
+    net.routes[f"{INDEX}/demo/"] = [(200, {"Content-Type": JSON_TYPE}, b'{"files": 3}')]
+    with pytest.raises(FetchError, match="not a valid simple API page"):
+        fetch(lineage(), store)
+
+
+HTML_PAGE = (f'<html><body><a href="../../packages/demo-1.0.tar.gz#sha256={SHA}">'
+             'demo-1.0.tar.gz</a><br><a href="x/demo-0.9.zip">demo-0.9.zip</a></body></html>')
+
+
+def test_html_only_index(net: FakeHTTP, store: Store) -> None:
+    net.routes[f"{INDEX}/demo/"] = [(200, {"Content-Type": "text/html; charset=utf-8"},
+                                     HTML_PAGE.encode())]
+    net.routes["https://index.test/packages/demo-1.0.tar.gz"] = [(200, {}, ARCHIVE)]
+    assert fetch(lineage(), store).archive_sha256 == SHA
+    assert net.calls[-1] == "https://index.test/packages/demo-1.0.tar.gz"
+
+
+def test_html_index_states_other_hash(net: FakeHTTP, store: Store) -> None:
+    net.routes[f"{INDEX}/demo/"] = [(200, {"Content-Type": "text/html"},
+                                     HTML_PAGE.replace(SHA, "f" * 64).encode())]
+    with pytest.raises(IntegrityError, match="the index states sha256:f{64}"):
+        fetch(lineage(), store)
+
+
+def test_file_index(tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "simple" / "demo").mkdir(parents=True)
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "demo-1.0.tar.gz").write_bytes(ARCHIVE)
+    (tmp_path / "simple" / "demo" / "index.html").write_text(
+        f'<a href="../../files/demo-1.0.tar.gz#sha256={SHA}">demo-1.0.tar.gz</a>')
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
+    assert fetch(lineage(), store).archive_sha256 == SHA
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "nowhere").as_uri())
+    with pytest.raises(FetchError, match="cannot read .*nowhere/demo/index.html"):
+        fetch(lineage(filename="demo-2.0.tar.gz", sha256="3" * 64), store)
 
 
 def test_404_not_retried(net: FakeHTTP, store: Store) -> None:
