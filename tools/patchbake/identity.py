@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import Lineage, Pipeline
-from .errors import ImageError, VerifyError
+from .errors import ImageError, IntegrityError, VerifyError
+from .fsutil import atomic_write, canonical_json
 from .images import definition as definitions
 from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched
 from .images.refs import Resolved, resolve
@@ -76,11 +77,31 @@ def _site_packages(res: Resolved, pipeline: Pipeline | None, given: str | None) 
                      "image?)", hint="pass --site-packages /usr/local/lib/python3.12/dist-packages")
 
 
-def _pristine_hashes(root: Path) -> dict[str, str]:
-    from .sources.digest import MODE_LINK, tree_entries
+def _pristine_hashes(root: Path, tree_digest: str, store: Store) -> dict[str, str]:
+    """sha256 of every pristine ``vllm/`` file, keyed by the tree digest and cached.
 
-    return {os.fsdecode(e.path): e.sha256 for e in tree_entries(root / "vllm")
-            if e.mode != MODE_LINK} if (root / "vllm").is_dir() else {}
+    The cache is filled only from a tree whose full digest was re-computed and matched
+    ``tree_digest``, so it holds the pinned upstream's hashes even if the extracted tree
+    in the store were edited later; a damaged cache file is ignored and rebuilt.
+    """
+    from .sources.digest import MODE_LINK, digest_entries, tree_entries
+
+    cache = store.root / "bakes" / f"pristine-{tree_digest.removeprefix('sha256:')}.json"
+    try:
+        data = json.loads(cache.read_bytes())
+        if data.get("tree_digest") == tree_digest and isinstance(data.get("files"), dict):
+            return dict(data["files"])
+    except (OSError, ValueError):
+        pass
+    entries = tree_entries(root)
+    got = digest_entries(entries)
+    if got != tree_digest:
+        raise IntegrityError(f"the pristine tree at {root} hashes to {got}, its record says "
+                             f"{tree_digest}", hint="run `patchbake fetch --verify`")
+    files = {os.fsdecode(e.path)[len(PACKAGE):]: e.sha256 for e in entries
+             if e.mode != MODE_LINK and e.path.startswith(PACKAGE.encode())}
+    atomic_write(cache, canonical_json({"tree_digest": tree_digest, "files": files}))
+    return files
 
 
 def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
@@ -158,7 +179,12 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
     if pristine_root is None:
         from .sources import fetch
 
-        pristine_root = fetch(lin, store, base=pipeline.root).root
+        fetched = fetch(lin, store, base=pipeline.root)
+        pristine_root, pristine_digest = fetched.root, fetched.tree_digest
+    else:
+        from .sources import tree_digest as compute_digest
+
+        pristine_digest = compute_digest(pristine_root)
     with resolve(store, ref, pipeline) as res:
         sp = _site_packages(res, pipeline, site_packages)
         view = scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}", "opt/patchbake/"),
@@ -166,7 +192,8 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         identity, problems = _identity_checks(view, res)
         last = len(res.image.layers) - 1 if identity is not None else None
         matched, total, mismatched, drift = compare(
-            view, sp, patched, _pristine_hashes(pristine_root), lin.upstream.generated, last)
+            view, sp, patched, _pristine_hashes(pristine_root, pristine_digest, store),
+            lin.upstream.generated, last)
         if identity is not None and identity.get("patch", {}).get("sha256") \
                 not in (None, patched.patch_sha256):
             problems.append(f"the image was baked from patch sha256:"

@@ -16,26 +16,22 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tarfile
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
-from typing import BinaryIO
-
 from ..errors import ImageError, IntegrityError, UnsafeArchiveError
 from .image import Blobs, Image
 from .media import compression_of
+from .tarstream import LayerBytes, Member, members
 
-_READ = 1 << 20
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 KEEP = "opt/patchbake/"  # the identity record and verifier: kept in memory for checks
 _KEEP_MAX = 16 << 20
 
 
-@dataclass(frozen=True)
-class FileInfo:
+class FileInfo(NamedTuple):  # a tuple: built once per tracked file, so keep it cheap
     kind: str  # "file" | "symlink" | "other"
     mode: int
     size: int
@@ -59,62 +55,11 @@ class View:
     bytes_read: int = 0
 
 
-class _LayerReader:
-    """File-like reader over a blob: hashes raw bytes (digest) and tar bytes (diff_id)."""
-
-    def __init__(self, raw: BinaryIO, compression: str) -> None:
-        self.raw = raw
-        self.raw_hash = hashlib.sha256()
-        self.tar_hash = self.raw_hash if compression == "none" else hashlib.sha256()
-        self.raw_size = 0
-        self.inflate = zlib.decompressobj(31) if compression == "gzip" else None
-        self.pending = b""
-        self.eof = False
-
-    def _fill(self) -> bytes:
-        chunk = self.raw.read(_READ)
-        if not chunk:
-            self.eof = True
-            if self.inflate is not None:
-                tail = self.inflate.flush()
-                self.tar_hash.update(tail)
-                return tail
-            return b""
-        self.raw_size += len(chunk)
-        self.raw_hash.update(chunk)
-        if self.inflate is None:
-            return chunk
-        out = self.inflate.decompress(chunk)
-        # concatenated gzip members are legal in layers: restart on each new member
-        while self.inflate.eof and self.inflate.unused_data:
-            rest = self.inflate.unused_data
-            self.inflate = zlib.decompressobj(31)
-            out += self.inflate.decompress(rest)
-        self.tar_hash.update(out)
-        return out
-
-    def read(self, n: int = -1) -> bytes:
-        while (n < 0 or len(self.pending) < n) and not self.eof:
-            try:
-                self.pending += self._fill()
-            except zlib.error as exc:
-                raise IntegrityError(f"layer is not valid gzip: {exc}") from None
-        if n < 0:
-            n = len(self.pending)
-        out, self.pending = self.pending[:n], self.pending[n:]
-        return out
-
-    def drain(self) -> bool:
-        """Read to EOF; True when everything left after the tar end is zero bytes."""
-        clean = not self.pending.strip(b"\0")
-        self.pending = b""
-        while not self.eof:
-            rest = self._fill()
-            clean = clean and not rest.strip(b"\0")
-        return clean
-
-
 def _clean_name(name: str, layer: int) -> str:
+    # fast path: the common, already-clean name (most entries of every real layer)
+    if "\0" not in name and ".." not in name and "//" not in name and "/./" not in name \
+            and not name.startswith(("./", "/")):
+        return name.rstrip("/")
     n = name
     while n.startswith("./"):
         n = n[2:]
@@ -133,9 +78,13 @@ class _Scanner:
         self.dirs: set[str] = set()
         self.write_root = write_root
         self.write_prefix = write_prefix
+        self._left = 0
+        # directories above the tracked region: replacing one with a file hides it all
+        self.above = {"/".join(t.rstrip("/").split("/")[:i]) for t in tracked
+                      for i in range(1, len(t.rstrip("/").split("/")) + 1)}
 
     def is_tracked(self, path: str) -> bool:
-        return any(path.startswith(p) for p in self.tracked)
+        return path.startswith(self.tracked)
 
     def _dest(self, path: str) -> Path | None:
         if self.write_root is None or not path.startswith(self.write_prefix):
@@ -157,13 +106,23 @@ class _Scanner:
             elif not children_only:
                 dest.unlink()
 
-    def entry(self, tar: tarfile.TarFile, m: tarfile.TarInfo, layer: int) -> None:
+    def entry(self, src: LayerBytes, m: Member, layer: int) -> None:
+        """Handle one member; consumes its data (always exactly ``m.size`` bytes)."""
+        try:
+            self._entry(src, m, layer)
+        finally:
+            if self._left:
+                src.skip(self._left)
+                self._left = 0
+
+    def _entry(self, src: LayerBytes, m: Member, layer: int) -> None:
+        self._left = m.size
         path = _clean_name(m.name, layer)
         if not path:
             return
         base = path.rpartition("/")[2]
         parent = path.rpartition("/")[0]
-        if m.ischr() or m.isblk() or m.isfifo():
+        if m.type in (b"3", b"4", b"6"):
             raise UnsafeArchiveError(f"layer {layer} entry {path!r} is a device or fifo")
         if base == OPAQUE:
             self.remove(parent, layer, children_only=True)
@@ -172,24 +131,24 @@ class _Scanner:
             self.remove(f"{parent}/{base[len(WHITEOUT):]}" if parent else base[len(WHITEOUT):],
                         layer)
             return
-        if m.isdir():
+        if m.type == b"5":
             if self.is_tracked(path + "/"):
                 self.dirs.add(path)
             return
-        if path in self.dirs or any(p.startswith(path + "/") for p in self.tracked):
+        if path in self.dirs or path in self.above:
             self.dirs.discard(path)
             self.remove(path, layer, children_only=True)
         if not self.is_tracked(path):
             return
         dest = self._dest(path)
-        if m.issym():
+        if m.type == b"2":
             if dest is not None:
                 raise UnsafeArchiveError(f"layer {layer}: {path} is a symlink; a materialised "
                                          "vLLM tree holds regular files only")
             self.view.files[path] = FileInfo("symlink", 0o777, 0,
                                              hashlib.sha256(m.linkname.encode()).hexdigest(), layer)
             return
-        if m.islnk():
+        if m.type == b"1":
             target = _clean_name(m.linkname, layer)
             info = self.view.files.get(target)
             if info is None or info.kind != "file":
@@ -197,16 +156,12 @@ class _Scanner:
                                          "points outside the checked files")
             self.view.files[path] = FileInfo("file", m.mode & 0o7777, info.size, info.sha256,
                                              layer)
-            src = self._dest(target)
-            if dest is not None and src is not None:
-                shutil.copyfile(src, dest)
+            linked = self._dest(target)
+            if dest is not None and linked is not None:
+                shutil.copyfile(linked, dest)
                 os.chmod(dest, m.mode & 0o755)
             return
-        if not m.isreg():
-            raise UnsafeArchiveError(f"layer {layer} entry {path!r} has tar type {m.type!r}")
         h = hashlib.sha256()
-        src_f = tar.extractfile(m)
-        assert src_f is not None
         out = None
         keep: list[bytes] | None = [] if path.startswith(KEEP) and m.size <= _KEEP_MAX else None
         if dest is not None:
@@ -217,7 +172,8 @@ class _Scanner:
             dest.parent.mkdir(parents=True, exist_ok=True)
             out = open(dest, "wb")
         try:
-            for chunk in iter(lambda: src_f.read(_READ), b""):
+            self._left = 0
+            for chunk in src.pieces(m.size):
                 h.update(chunk)
                 if out is not None:
                     out.write(chunk)
@@ -243,31 +199,33 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
     for i, desc in enumerate(image.layers):
         compression = compression_of(desc.media_type)
         with blobs.open(desc.digest) as raw:
-            reader = _LayerReader(raw, compression)
+            src = LayerBytes(raw, compression)
             count = 0
             try:
-                with tarfile.open(fileobj=reader, mode="r|", bufsize=_READ) as tar:  # type: ignore[call-overload]
-                    for m in tar:
-                        scanner.entry(tar, m, i)
-                        count += 1
-                        tar.members = []  # stream mode keeps every member otherwise
-            except tarfile.TarError as exc:
-                reader.drain()
-                _check_digests(reader, desc.digest, desc.size, diff_ids[i], i)
-                raise IntegrityError(f"layer {i} ({desc.digest}) is not a valid tar: {exc}") from None
-            clean = reader.drain()
-        _check_digests(reader, desc.digest, desc.size, diff_ids[i], i)
+                for m in members(src):
+                    scanner.entry(src, m, i)
+                    count += 1
+            except IntegrityError as exc:
+                # a corrupt header: report a digest mismatch first when there is one
+                src.drain()
+                _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
+                raise IntegrityError(f"layer {i} ({desc.digest}): {exc.message}") from None
+            except BaseException:
+                src.close()
+                raise
+            clean = src.drain()
+        _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
         if not clean:
             raise UnsafeArchiveError(f"layer {i} ({desc.digest}) has data after the end of "
                                      "its tar archive")
-        scanner.view.layers.append(LayerReport(desc.digest, diff_ids[i], reader.raw_size, count))
-        scanner.view.bytes_read += reader.raw_size
+        scanner.view.layers.append(LayerReport(desc.digest, diff_ids[i], src.raw_size, count))
+        scanner.view.bytes_read += src.raw_size
         if progress:
-            progress(reader.raw_size)
+            progress(src.raw_size)
     return scanner.view
 
 
-def _check_digests(reader: _LayerReader, digest: str, size: int, diff_id: str,
+def _check_digests(reader: LayerBytes, digest: str, size: int, diff_id: str,
                    i: int) -> None:
     got = "sha256:" + reader.raw_hash.hexdigest()
     if got != digest:
