@@ -161,6 +161,13 @@ def parse(data: Any, path: Path) -> Pipeline:
     if default not in lineages:
         raise ConfigError(f"{source}: 'default_lineage' names '{default}', which is not a "
                           f"lineage{suggest(default, list(lineages))}")
+    # suites and signing are validated here so a bad declaration fails at load, whatever
+    # command runs (their modules import nothing heavy)
+    from .evidence.settings import parse as parse_signing
+    from .fixtures.suites import parse_all as parse_suites
+
+    parse_suites(top["suites"], root, source)
+    parse_signing(top["signing"], root, source)
     return Pipeline(path=path.resolve(), root=root, name=top["name"], lineages=lineages,
                     default_lineage=default, images=top["images"], suites=top["suites"],
                     channels=top["channels"], signing=top["signing"])

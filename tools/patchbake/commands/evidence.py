@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..errors import EvidenceError, ImageError, PatchbakeError
-from ..evidence import keys as keymod
-from ..evidence import policy as policymod
-from ..evidence import records, settings, statement, summary
+from ..errors import EvidenceError, PatchbakeError
+from ..evidence import settings
 from ..evidence.failures import reason_of
 from ..fixtures import image as imagemod
+
+if TYPE_CHECKING:
+    from ..evidence import records, summary
+
+# cryptography is imported only by the commands that sign or verify: every patchbake
+# command loads this module, and machines that only run suites (the GPU box) lack it.
 
 
 def _signing(ctx: Ctx) -> settings.Signing:
@@ -30,6 +34,8 @@ def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
 
 
 def _verified_json(v: records.Verified) -> dict[str, Any]:
+    from ..evidence import statement
+
     s = v.statement
     return {"path": str(v.path), "verified": True, "keyid": v.keyid, "signer": v.signer,
             "suite": s.suite, "result": s.result, "counts": s.counts, "runner": s.runner,
@@ -53,7 +59,11 @@ def keys_group() -> None:
 @pass_ctx
 def keys_generate(ctx: Ctx, out: Path | None, name: str, suites: str) -> None:
     """Generate an Ed25519 key pair; print the trust-policy entry for its public key."""
-    made = keymod.generate(out or keymod.default_key_dir())
+    from ..evidence import keys as keymod
+    from ..evidence import policy as policymod
+    from ..evidence import statement
+
+    made = keymod.generate(out or settings.default_key_dir())
     entry = policymod.render_entry(name, made.keyid, made.public_pem, "", suites.split(","),
                                    statement.PREDICATE_TYPE)
     if ctx.as_json:
@@ -82,6 +92,9 @@ def evidence_group() -> None:
 def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
                   image_ref: str | None) -> None:
     """Sign suite results (from `fixtures run --results-out`) into manifests/evidence/."""
+    from ..evidence import keys as keymod
+    from ..evidence import records
+
     sig = _signing(ctx)
     key = keymod.load_private(key_path or sig.key)
     want = _image(ctx, image_ref) if image_ref else None
@@ -111,6 +124,9 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
 @pass_ctx
 def evidence_verify(ctx: Ctx, file: Path, image_ref: str, policy_path: Path | None) -> None:
     """Verify signature, key trust, subject digest and predicate shape (fail-closed)."""
+    from ..evidence import policy as policymod
+    from ..evidence import records
+
     pol = policymod.load(policy_path or _signing(ctx).trust_policy)
     ref = _image(ctx, image_ref)
     v = records.verify_file(file, ref.digest, pol)
@@ -126,7 +142,7 @@ def evidence_verify(ctx: Ctx, file: Path, image_ref: str, policy_path: Path | No
 
 
 def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.ImageFacts:
-    from ..evidence import facts
+    from ..evidence import facts, summary
 
     patch, matched, total = facts.patch_and_match(ctx, ref, verify_files)
     m = re.search(r"sm(\d+)", ref.name)
@@ -142,6 +158,9 @@ def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.Imag
 @pass_ctx
 def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: bool) -> None:
     """The reviewer's paragraph for an image, from verified evidence only."""
+    from ..evidence import policy as policymod
+    from ..evidence import records, summary
+
     sig = _signing(ctx)
     ref = _image(ctx, image_ref)
     try:
@@ -173,4 +192,3 @@ def register(group: click.Group) -> None:
     group.add_command(evidence_group)
 
 
-__all__ = ["register", "ImageError"]

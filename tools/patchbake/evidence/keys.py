@@ -9,7 +9,6 @@ repository: it lives under the user's config dir (or wherever ``--out`` puts it)
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +19,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from ..errors import EvidenceError, UsageError
 from ..fsutil import atomic_write
 
-PRIVATE_NAME = "signing.key"
+from .settings import ENV_KEY, PRIVATE_NAME, default_key_dir, default_private_key
+
 PUBLIC_NAME = "signing.pub"
-ENV_KEY = "PATCHBAKE_SIGNING_KEY"
+__all__ = ["ENV_KEY", "default_key_dir", "default_private_key", "generate", "keyid_of",
+           "load_private", "parse_public", "public_pem"]
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,6 @@ def public_pem(public: Ed25519PublicKey) -> str:
     return public.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode("ascii")
-
-
-def default_key_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("patchbake")) / "keys"
-
-
-def default_private_key() -> Path:
-    env = os.environ.get(ENV_KEY)
-    return Path(env).expanduser() if env else default_key_dir() / PRIVATE_NAME
 
 
 def generate(out_dir: Path) -> GeneratedKey:

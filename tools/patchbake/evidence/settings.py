@@ -1,13 +1,20 @@
-"""The ``signing:`` section of pipeline.yaml, validated once into a frozen object."""
+"""The ``signing:`` section of pipeline.yaml, validated once into a frozen object.
+
+Imports nothing heavy (no cryptography): pipeline.yaml is validated on machines that
+only run suites and never sign.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..schema import Field, Schema, validate
-from .keys import default_private_key
+
+ENV_KEY = "PATCHBAKE_SIGNING_KEY"
+PRIVATE_NAME = "signing.key"
 
 SIGNING_SCHEMA = Schema({
     "trust_policy": Field(str, default="manifests/trust-policy.yaml",
@@ -16,6 +23,17 @@ SIGNING_SCHEMA = Schema({
     "key": Field(str, default=None,
                  help="private key path; default $PATCHBAKE_SIGNING_KEY or the user config dir"),
 })
+
+
+def default_key_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("patchbake")) / "keys"
+
+
+def default_private_key() -> Path:
+    env = os.environ.get(ENV_KEY)
+    return Path(env).expanduser() if env else default_key_dir() / PRIVATE_NAME
 
 
 @dataclass(frozen=True)
