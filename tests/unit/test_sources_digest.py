@@ -123,3 +123,38 @@ def test_fifo_in_tree_refused(tmp_path: Path) -> None:
 def test_not_a_directory(tmp_path: Path) -> None:
     with pytest.raises(UnsafeArchiveError, match="not a directory"):
         tree_digest(tmp_path / "missing")
+
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - hypothesis is a test extra
+    given = None  # type: ignore[assignment]
+
+if given is not None:
+    _part = st.text(alphabet="ab.-_0", min_size=1, max_size=3).filter(
+        lambda s: s not in (".", ".."))
+    _paths = st.lists(_part, min_size=1, max_size=3).map("/".join)
+    _trees = st.dictionaries(_paths, st.tuples(st.binary(max_size=64),
+                                               st.sampled_from([0o644, 0o755, 0o600, 0o4711])),
+                             min_size=1, max_size=8)
+
+    @settings(max_examples=25, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(tree=_trees, reverse=st.booleans())
+    def test_archive_round_trip_matches_directory(tmp_path_factory: pytest.TempPathFactory,
+                                                  tree: dict[str, tuple[bytes, int]],
+                                                  reverse: bool) -> None:
+        # drop paths that are a prefix directory of another (a file cannot also be a dir)
+        names = sorted(tree)
+        tree = {n: tree[n] for n in names if not any(o.startswith(n + "/") for o in names)}
+        tmp = tmp_path_factory.mktemp("prop")
+        direct = tmp / "direct"
+        for name, (data, mode) in tree.items():
+            p = direct / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+            os.chmod(p, 0o755 if mode & 0o111 else 0o644)
+        files = {f"top/{n}": v for n, v in tree.items()}
+        root = tree_from(tmp, make_tar(tmp / "a.tar", files, reverse=reverse, mode="w"), "x")
+        assert tree_digest(root) == tree_digest(direct)
