@@ -119,7 +119,17 @@ def test_index_fetch_then_cached(net: FakeHTTP, store: Store) -> None:
     assert net.calls == [f"{INDEX}/demo/", FILE_URL]
     rec = json.loads(f.record.read_text()) if f.record else {}
     assert rec["tree_digest"] == f.tree_digest and rec["files"] == 2 and rec["strip"] == "demo-1.0"
-    assert fetch(lineage(), store) == f
+    from patchbake.sources import extract as ex
+
+    def no_extract(*a: object, **k: object) -> None:
+        raise AssertionError("the second fetch must not extract")
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(ex, "extract", no_extract)
+    try:
+        assert fetch(lineage(), store) == f
+    finally:
+        mp.undo()
     assert len(net.calls) == 2, "the second fetch must not touch the network"
     assert list((store.root / "tmp").iterdir()) == []
 
