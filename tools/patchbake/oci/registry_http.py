@@ -39,11 +39,14 @@ class RetryPolicy:
     max_retry_after_s: float = 60.0  # a longer Retry-After is capped, not obeyed blindly
 
 
-class RetryableError(RegistryError):
-    """One attempt failed in a way worth retrying; ``with_retries`` catches it."""
+class RetryableError(Exception):
+    """One attempt failed in a way worth retrying. An internal signal, not a user-facing
+    error (so not in the PatchbakeError hierarchy): ``with_retries`` always catches it and
+    raises RegistryError once the policy gives up."""
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
+        self.message = message
         self.retry_after = retry_after
 
 
