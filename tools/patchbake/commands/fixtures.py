@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +43,23 @@ def fixtures_list(ctx: Ctx) -> None:
               for s in suites.values()])
 
 
-def _pristine(ctx: Ctx, given: Path | None) -> Any:
+def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: str | None
+              ) -> Any:
     def provide() -> tuple[Path, str]:
+        if image is not None:
+            import tempfile
+
+            from .. import identity
+            from ..sources.digest import tree_digest
+
+            ref = imagemod.resolve(ctx.store, image, ctx.pipeline)
+            tmp = Path(tempfile.mkdtemp(prefix="patchbake-pristine."))
+            atexit.register(shutil.rmtree, tmp, True)
+            dest = tmp / "tree"
+            identity.materialise(ctx.store, ref.digest, dest, pipeline=ctx.pipeline,
+                                 site_packages=site_packages)
+            return dest, (f"the unpatched base image {ref.digest} (its vllm/ tree "
+                          f"{tree_digest(dest / 'vllm')})")
         if given is not None:
             from ..sources.digest import tree_digest
 
@@ -67,9 +84,13 @@ def _pristine(ctx: Ctx, given: Path | None) -> Any:
 @click.option("--pristine-tree", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="pristine tree for the patch-sensitivity probe [default: fetch the "
                    "lineage's upstream]")
+@click.option("--pristine-image", default=None,
+              help="take the pristine tree from this image's layers (e.g. the unpatched "
+                   "base by digest) instead of fetching the upstream sdist")
 @pass_ctx
 def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
-                 results_out: Path | None, pristine_tree: Path | None) -> None:
+                 results_out: Path | None, pristine_tree: Path | None,
+                 pristine_image: str | None) -> None:
     """Run SUITE against the exact image; exit 40 unless it passed and its probes hold."""
     p = ctx.pipeline
     suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
@@ -83,7 +104,14 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
         from ..fixtures.host import HostRunner
 
         r = HostRunner(p.root, ctx.store, pipeline=p)
-    result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree), log=ui.step)
+    sp = None
+    if pristine_image:
+        from ..oci import image as oci_image
+
+        img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
+        sp = img.labels.get("dev.patchbake.site-packages")
+    result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp),
+                       log=ui.step)
     if results_out:
         atomic_write(results_out, pretty_json(result))
     if ctx.as_json:
@@ -111,6 +139,24 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
 
 def probes_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return dict(result.get("probes") or {})
+
+
+@fixtures_group.command("bundle")
+@click.argument("images", nargs=-1, required=True)
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="new store directory to fill (use it as PATCHBAKE_HOME on the GPU box)")
+@pass_ctx
+def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
+    """Copy IMAGES (manifest, config, layers) into a fresh store for a machine with no
+    network and no registry; each blob is re-hashed on the way in."""
+    from ..fixtures.bundle import bundle
+
+    made = bundle(ctx.store, [imagemod.resolve(ctx.store, i, ctx.pipeline) for i in images],
+                  out)
+    if ctx.as_json:
+        ui.emit_json(made)
+    else:
+        ui.kv(f"bundle {out}", [(k, v) for k, v in made.items()])
 
 
 def register(group: click.Group) -> None:
