@@ -257,3 +257,17 @@ def test_canonical_json_used_for_config(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
     manifest_bytes = repo.store.read_blob(digest)
     assert canonical_json(json.loads(manifest_bytes)) == manifest_bytes
+
+
+def test_layer_ops_cache_still_hashes_every_byte(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    cold = verify(repo, digest)
+    cache = repo.store.root / "bakes" / "layer-ops"
+    assert cold.ok and len(list(cache.iterdir())) == 3
+    warm = verify(repo, digest)
+    assert warm.ok and warm.to_json()["base_drift"] == cold.to_json()["base_drift"]
+    assert (warm.matched, warm.total) == (cold.matched, cold.total)
+    manifest = json.loads(repo.store.read_blob(digest))
+    _flip(repo.store.blob_path(manifest["layers"][1]["digest"]), 3000)
+    with pytest.raises(IntegrityError, match="layer 1: blob"):
+        verify(repo, digest)  # the memo is keyed by digest; the bytes are still hashed

@@ -23,7 +23,7 @@ from typing import Any
 from . import __version__
 from .config import Lineage, Pipeline
 from .errors import ConfigError
-from .fsutil import atomic_write, canonical_json, sha256_bytes
+from .fsutil import canonical_json, sha256_bytes
 from .images import definition as definitions
 from .images import record as records
 from .images.base import BaseImage, describe, resolve_base
@@ -202,6 +202,16 @@ def build_record(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
     }
 
 
+def save_cache(path: Path, doc: dict[str, Any]) -> None:
+    """Write a bake-cache entry: temp file + rename, no fsync. It is a cache (a lost or torn
+    entry only means a re-bake, and entries are checked against the store before use), so
+    it does not pay for durability; records and blobs do."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(canonical_json(doc))
+    os.replace(tmp, path)
+
+
 def _cached(store: Store, key: str) -> dict[str, Any] | None:
     path = store.root / "bakes" / f"{key}.json"
     try:
@@ -272,7 +282,7 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
         rec = build_record(defn, lin, patched, base, manifest, cdigest,
                            [*base.image.diff_ids, layer.digest], layers, overlay, labels,
                            epoch, "embedded", "overlay")
-        atomic_write(store.root / "bakes" / f"{key}.json", canonical_json(rec))
+        save_cache(store.root / "bakes" / f"{key}.json", rec)
     path = records.write_record(pipeline.root, rec)
     desc = Descriptor(rec["manifest_media_type"], rec["manifest_digest"],
                       store.blob_path(rec["manifest_digest"]).stat().st_size)

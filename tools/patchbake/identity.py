@@ -168,7 +168,8 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
 def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Lineage | None = None,
                  *, patched: Patched | None = None, pristine_root: Path | None = None,
                  site_packages: str | None = None,
-                 progress: Callable[[int], None] | None = None) -> VerifyResult:
+                 progress: Callable[[int], None] | None = None,
+                 use_cache: bool = True) -> VerifyResult:
     """Verify ``ref``; returns the result (check ``.ok``); raises on a tampered image."""
     t0 = time.monotonic()
     lin = lineage if isinstance(lineage, Lineage) else pipeline.lineage(lineage)
@@ -188,7 +189,8 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
     with resolve(store, ref, pipeline) as res:
         sp = _site_packages(res, pipeline, site_packages)
         view = scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}", "opt/patchbake/"),
-                          progress=progress)
+                          progress=progress, cache_dir=None if not use_cache
+                          else store.root / "bakes" / "layer-ops")
         identity, problems = _identity_checks(view, res)
         last = len(res.image.layers) - 1 if identity is not None else None
         matched, total, mismatched, drift = compare(

@@ -21,7 +21,6 @@ import jinja2
 
 from ..config import Lineage, Pipeline
 from ..errors import ImageError
-from ..fsutil import atomic_write, canonical_json
 from ..oci import engine, layout
 from ..oci.archive import export_docker_archive, import_docker_archive
 from ..oci.image import StoreBlobs, load_image
@@ -86,7 +85,7 @@ def _context(root: Path, overlay: Overlay, patched: Patched, mode: str, dockerfi
 
 def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
                      store: Store, mode: str, warnings: list[str], epoch: int) -> Any:
-    from ..bake import _cached, _result, bake_key, build_record, image_labels
+    from ..bake import _cached, _result, bake_key, build_record, image_labels, save_cache
 
     t0 = time.monotonic()
     layout.ensure_layout(store)
@@ -116,7 +115,7 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
                          "note": "image_id is the config digest; the manifest digest above "
                                  "is the store's (from docker save); a registry's is known "
                                  "after push", "reproducible": False}
-        atomic_write(store.root / "bakes" / f"{key}.json", canonical_json(rec))
+        save_cache(store.root / "bakes" / f"{key}.json", rec)
     path = records.write_record(pipeline.root, rec)
     layout.add_ref(store, defn.name, Descriptor(rec["manifest_media_type"],
                                                 rec["manifest_digest"],

@@ -97,7 +97,10 @@ def add_ref(store: Store, name: str, desc: Descriptor) -> None:
     entry = desc.to_json()
     entry["annotations"] = {**entry.get("annotations", {}), REF_NAME: name}
     with store.lock(INDEX_LOCK):
-        manifests = [m for m in _read_index(store)
+        current = _read_index(store)
+        if entry in current:
+            return  # already named so: no rewrite
+        manifests = [m for m in current
                      if (m.get("annotations") or {}).get(REF_NAME) != name]
         manifests.append(entry)
         manifests.sort(key=lambda m: (m["annotations"].get(REF_NAME, ""), m.get("digest", "")))

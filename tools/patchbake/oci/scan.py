@@ -13,20 +13,24 @@ With ``write_root`` the tracked vLLM files are also written under a staging dire
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from pathlib import Path
 from ..errors import ImageError, IntegrityError, UnsafeArchiveError
+from ..fsutil import atomic_write
 from .image import Blobs, Image
 from .media import compression_of
-from .tarstream import LayerBytes, Member, members
+from .tarstream import HashedBlob, LayerBytes, Member, members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
+CACHE_FORMAT = "patchbake-layer-ops/1"
 KEEP = "opt/patchbake/"  # the identity record and verifier: kept in memory for checks
 _KEEP_MAX = 16 << 20
 
@@ -76,6 +80,7 @@ class _Scanner:
         self.tracked = tracked
         self.view = View()
         self.dirs: set[str] = set()
+        self.ops: list[list[Any]] | None = None  # what this layer did, for the layer cache
         self.write_root = write_root
         self.write_prefix = write_prefix
         self._left = 0
@@ -91,7 +96,40 @@ class _Scanner:
             return None
         return self.write_root / path[len(self.write_prefix):]
 
+    def set_file(self, path: str, info: FileInfo, data: bytes | None = None) -> None:
+        self.view.files[path] = info
+        if data is not None:
+            self.view.contents[path] = data
+        else:
+            self.view.contents.pop(path, None)
+        if self.ops is not None:
+            self.ops.append(["f", path, *info[:4],
+                             None if data is None else base64.b64encode(data).decode()])
+
+    def add_dir(self, path: str) -> None:
+        self.dirs.add(path)
+        if self.ops is not None:
+            self.ops.append(["d", path])
+
+    def replace_dir(self, path: str, layer: int) -> None:
+        self.dirs.discard(path)
+        self.remove(path, layer, children_only=True)
+
+    def replay(self, ops: list[list[Any]], layer: int) -> None:
+        for op in ops:
+            if op[0] == "f":
+                data = None if op[6] is None else base64.b64decode(op[6])
+                self.set_file(op[1], FileInfo(op[2], op[3], op[4], op[5], layer), data)
+            elif op[0] == "d":
+                self.add_dir(op[1])
+            elif op[0] == "r":
+                self.remove(op[1], layer, children_only=op[2])
+            elif op[0] == "x":
+                self.replace_dir(op[1], layer)
+
     def remove(self, path: str, layer: int, children_only: bool = False) -> None:
+        if self.ops is not None:
+            self.ops.append(["r", path, children_only])
         pre = path + "/"
         doomed = [k for k, v in self.view.files.items()
                   if v.layer < layer and (k.startswith(pre) or (k == path and not children_only))]
@@ -133,11 +171,16 @@ class _Scanner:
             return
         if m.type == b"5":
             if self.is_tracked(path + "/"):
-                self.dirs.add(path)
+                self.add_dir(path)
             return
         if path in self.dirs or path in self.above:
-            self.dirs.discard(path)
-            self.remove(path, layer, children_only=True)
+            if self.ops is not None:
+                self.ops.append(["x", path])
+                ops, self.ops = self.ops, None
+                self.replace_dir(path, layer)
+                self.ops = ops
+            else:
+                self.replace_dir(path, layer)
         if not self.is_tracked(path):
             return
         dest = self._dest(path)
@@ -145,8 +188,8 @@ class _Scanner:
             if dest is not None:
                 raise UnsafeArchiveError(f"layer {layer}: {path} is a symlink; a materialised "
                                          "vLLM tree holds regular files only")
-            self.view.files[path] = FileInfo("symlink", 0o777, 0,
-                                             hashlib.sha256(m.linkname.encode()).hexdigest(), layer)
+            self.set_file(path, FileInfo("symlink", 0o777, 0,
+                                         hashlib.sha256(m.linkname.encode()).hexdigest(), layer))
             return
         if m.type == b"1":
             target = _clean_name(m.linkname, layer)
@@ -154,8 +197,7 @@ class _Scanner:
             if info is None or info.kind != "file":
                 raise UnsafeArchiveError(f"layer {layer}: hardlink {path} -> {m.linkname} "
                                          "points outside the checked files")
-            self.view.files[path] = FileInfo("file", m.mode & 0o7777, info.size, info.sha256,
-                                             layer)
+            self.set_file(path, FileInfo("file", m.mode & 0o7777, info.size, info.sha256, layer))
             linked = self._dest(target)
             if dest is not None and linked is not None:
                 shutil.copyfile(linked, dest)
@@ -183,41 +225,82 @@ class _Scanner:
             if out is not None:
                 out.close()
                 os.chmod(dest, 0o755 if m.mode & 0o111 else 0o644)  # type: ignore[arg-type]
-        self.view.files[path] = FileInfo("file", m.mode & 0o7777, m.size, h.hexdigest(), layer)
-        if keep is not None:
-            self.view.contents[path] = b"".join(keep)
-        else:
-            self.view.contents.pop(path, None)
+        self.set_file(path, FileInfo("file", m.mode & 0o7777, m.size, h.hexdigest(), layer),
+                      b"".join(keep) if keep is not None else None)
+
+
+def _cache_file(cache_dir: Path | None, desc_digest: str, tracked: tuple[str, ...]
+                ) -> Path | None:
+    if cache_dir is None:
+        return None
+    key = hashlib.sha256("\0".join(tracked).encode()).hexdigest()[:16]
+    return cache_dir / f"{desc_digest.removeprefix('sha256:')}-{key}.json"
+
+
+def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if doc.get("format") != CACHE_FORMAT or doc.get("digest") != digest \
+            or doc.get("diff_id") != diff_id:
+        return None
+    return dict(doc)
 
 
 def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
                write_root: Path | None = None, write_prefix: str = "",
-               progress: Callable[[int], None] | None = None) -> View:
-    """Stream every layer of ``image``; return the tracked region's final view."""
+               progress: Callable[[int], None] | None = None,
+               cache_dir: Path | None = None) -> View:
+    """Stream every layer of ``image``; return the tracked region's final view.
+
+    With ``cache_dir``, what a layer does to the tracked region (its "ops") is memoised by
+    the layer digest: a later scan still reads and hashes every byte of the layer to EOF
+    and checks digest and diff_id, and only when both match replays the ops instead of
+    re-parsing -- the parse is a pure function of bytes that just hashed to that digest.
+    """
     scanner = _Scanner(tracked, write_root, write_prefix)
     diff_ids = image.diff_ids
     for i, desc in enumerate(image.layers):
         compression = compression_of(desc.media_type)
+        cache = _cache_file(cache_dir, desc.digest, tracked) if write_root is None else None
+        memo = _load_ops(cache, desc.digest, diff_ids[i])
         with blobs.open(desc.digest) as raw:
-            src = LayerBytes(raw, compression)
             count = 0
-            try:
-                for m in members(src):
-                    scanner.entry(src, m, i)
-                    count += 1
-            except IntegrityError as exc:
-                # a corrupt header: report a digest mismatch first when there is one
-                src.drain()
-                _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
-                raise IntegrityError(f"layer {i} ({desc.digest}): {exc.message}") from None
-            except BaseException:
-                src.close()
-                raise
-            clean = src.drain()
+            src: LayerBytes | HashedBlob
+            if memo is not None:
+                src = HashedBlob(raw, compression)
+                clean = True
+            else:
+                src = LayerBytes(raw, compression)
+                scanner.ops = [] if cache is not None else None
+                try:
+                    for m in members(src):
+                        scanner.entry(src, m, i)
+                        count += 1
+                except IntegrityError as exc:
+                    # a corrupt header: report a digest mismatch first when there is one
+                    src.drain()
+                    _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
+                    raise IntegrityError(f"layer {i} ({desc.digest}): {exc.message}") from None
+                except BaseException:
+                    src.close()
+                    raise
+                clean = src.drain()
         _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
         if not clean:
             raise UnsafeArchiveError(f"layer {i} ({desc.digest}) has data after the end of "
                                      "its tar archive")
+        if memo is not None:
+            scanner.replay(memo["ops"], i)
+            count = int(memo["entries"])
+        elif cache is not None and scanner.ops is not None:
+            atomic_write(cache, json.dumps({"format": CACHE_FORMAT, "digest": desc.digest,
+                                            "diff_id": diff_ids[i], "entries": count,
+                                            "ops": scanner.ops}).encode())
+        scanner.ops = None
         scanner.view.layers.append(LayerReport(desc.digest, diff_ids[i], src.raw_size, count))
         scanner.view.bytes_read += src.raw_size
         if progress:
@@ -225,7 +308,7 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
     return scanner.view
 
 
-def _check_digests(reader: LayerBytes, digest: str, size: int, diff_id: str,
+def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff_id: str,
                    i: int) -> None:
     got = "sha256:" + reader.raw_hash.hexdigest()
     if got != digest:

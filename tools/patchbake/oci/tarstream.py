@@ -129,11 +129,11 @@ class LayerBytes:
         for _ in self.pieces(n):
             pass
 
-    def drain(self) -> bool:
-        """Read to EOF; True when all bytes after the tar end are zero."""
-        clean = self._cur[self._off:].count(0) == len(self._cur) - self._off
+    def drain(self, check: bool = True) -> bool:
+        """Read to EOF; True when all bytes after the tar end are zero (when ``check``)."""
+        clean = not check or self._cur[self._off:].count(0) == len(self._cur) - self._off
         while self._next():
-            clean = clean and self._cur.count(0) == len(self._cur)
+            clean = clean and (not check or self._cur.count(0) == len(self._cur))
         self._cur, self._off = b"", 0
         self._thread.join()
         return clean
@@ -141,6 +141,32 @@ class LayerBytes:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class HashedBlob:
+    """Digest, diff_id and size of a blob read straight through in this thread (the
+    memoised path of a scan needs no tar parsing, so no reader thread either)."""
+
+    def __init__(self, raw: BinaryIO, compression: str) -> None:
+        self.raw_hash = hashlib.sha256()
+        self.tar_hash = hashlib.sha256() if compression == "gzip" else self.raw_hash
+        self.raw_size = 0
+        inflate = zlib.decompressobj(31) if compression == "gzip" else None
+        try:
+            for chunk in iter(lambda: raw.read(_READ), b""):
+                self.raw_size += len(chunk)
+                self.raw_hash.update(chunk)
+                if inflate is not None:
+                    out = inflate.decompress(chunk)
+                    while inflate.eof and inflate.unused_data:
+                        rest = inflate.unused_data
+                        inflate = zlib.decompressobj(31)
+                        out += inflate.decompress(rest)
+                    self.tar_hash.update(out)
+            if inflate is not None:
+                self.tar_hash.update(inflate.flush())
+        except zlib.error as exc:
+            raise IntegrityError(f"layer is not valid gzip: {exc}") from None
 
 
 @dataclass
