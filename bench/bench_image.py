@@ -34,19 +34,19 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tools"))
 
-from patchbake import config  # noqa: E402 - after the path set-up above
-from patchbake.bake import bake_image  # noqa: E402
-from patchbake.identity import verify_image  # noqa: E402
-from patchbake.images.overlay import build_overlay  # noqa: E402
-from patchbake.images import definition  # noqa: E402
-from patchbake.images.standin import build_standin  # noqa: E402
-from patchbake.oci import layout  # noqa: E402
-from patchbake.oci.archive import export_docker_archive  # noqa: E402
-from patchbake.oci.image import StoreBlobs, load_image  # noqa: E402
-from patchbake.oci.media import OCI_LAYER_TAR, Descriptor  # noqa: E402
-from patchbake.oci.tarwriter import file_entry, with_parents, write_layer  # noqa: E402
-from patchbake.patchset import patched_tree  # noqa: E402
-from patchbake.store import Store  # noqa: E402
+from patchbake import config
+from patchbake.bake import bake_image
+from patchbake.identity import verify_image
+from patchbake.images import definition
+from patchbake.images.overlay import build_overlay
+from patchbake.images.standin import build_standin
+from patchbake.oci import layout
+from patchbake.oci.archive import export_docker_archive
+from patchbake.oci.image import StoreBlobs, load_image
+from patchbake.oci.media import OCI_LAYER_TAR, Descriptor
+from patchbake.oci.tarwriter import file_entry, with_parents, write_layer
+from patchbake.patchset import patched_tree
+from patchbake.store import Store
 
 RUNS = 5
 DOCKER_RUNS = 3
@@ -76,11 +76,12 @@ def raw_sha256(store: Store, digests: list[str]) -> int:
 
 def docker_ok() -> bool:
     return shutil.which("docker") is not None and subprocess.run(
-        ["docker", "info"], capture_output=True).returncode == 0
+        ["docker", "info"], capture_output=True, check=False).returncode == 0
 
 
 def docker(*args: str) -> str:
-    cp = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600)
+    cp = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600,
+                        check=False)
     if cp.returncode != 0:
         raise RuntimeError(f"docker {' '.join(args[:3])}: {cp.stderr[-500:]}")
     return cp.stdout
@@ -137,7 +138,7 @@ def run(store: Store, work: Path) -> int:
                                                  epoch=0), RUNS)
     results["bake"] = {"embedded_cold_s": embedded, "embedded_cold_samples": samples,
                        "embedded_cached_s": cached}
-    rows = [("bake: embedded overlay (cold, median of %d)" % RUNS, f"{embedded * 1000:.0f} ms"),
+    rows = [(f"bake: embedded overlay (cold, median of {RUNS})", f"{embedded * 1000:.0f} ms"),
             ("bake: embedded overlay (cached)", f"{cached * 1000:.1f} ms")]
     if docker_ok():
         rows += docker_bake(store, pipeline, patched, work, results, embedded)
@@ -150,19 +151,19 @@ def run(store: Store, work: Path) -> int:
         img = load_image(StoreBlobs(store), digest)
         layers = [d.digest for d in img.layers]
         verify_image(pipeline, digest, store, lin, patched=patched)  # warm the caches
-        raw_t, _ = median_time(lambda i: raw_sha256(store, layers), RUNS)
-        cold_t, _ = median_time(lambda i: verify_image(pipeline, digest, store, lin,
-                                                       patched=patched, use_cache=False), RUNS)
-        ver_t, _ = median_time(lambda i: verify_image(pipeline, digest, store, lin,
-                                                      patched=patched), RUNS)
+        raw_t, _ = median_time(lambda i, ls=layers: raw_sha256(store, ls), RUNS)
+        cold_t, _ = median_time(lambda i, d=digest: verify_image(
+            pipeline, d, store, lin, patched=patched, use_cache=False), RUNS)
+        ver_t, _ = median_time(lambda i, d=digest: verify_image(
+            pipeline, d, store, lin, patched=patched), RUNS)
         nbytes = raw_sha256(store, layers)
         results.setdefault("verify", {})[label] = {  # type: ignore[union-attr]
             "bytes": nbytes, "raw_sha256_s": raw_t, "verify_s": ver_t, "verify_cold_s": cold_t,
             "raw_MBps": nbytes / raw_t / 1e6, "verify_MBps": nbytes / ver_t / 1e6,
             "verify_cold_MBps": nbytes / cold_t / 1e6,
             "ratio": raw_t / ver_t, "ratio_cold": raw_t / cold_t}
-        rows += [(f"raw sha256: {label}", f"{nbytes / raw_t / 1e6:.0f} MB/s "
-                  f"({nbytes / 1e6:.0f} MB)"),
+        rows += [(f"raw sha256: {label}",
+                  f"{nbytes / raw_t / 1e6:.0f} MB/s ({nbytes / 1e6:.0f} MB)"),
                  (f"verify, layers parsed: {label}",
                   f"{nbytes / cold_t / 1e6:.0f} MB/s = {raw_t / cold_t:.0%} of raw"),
                  (f"verify, layer ops memoised: {label}",
@@ -211,7 +212,7 @@ def docker_bake(store: Store, pipeline: config.Pipeline, patched: object, work: 
         ids = {build(200 + i) for i in range(2)}
     finally:
         for tag in [*tags, base_tag]:
-            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
     results["docker_build"] = {"cold_s": cold, "cold_samples": samples, "cached_s": warm,
                                "speedup_embedded_vs_docker_cold": cold / embedded,
                                "two_builds_image_ids": sorted(ids),
@@ -219,8 +220,8 @@ def docker_bake(store: Store, pipeline: config.Pipeline, patched: object, work: 
     return [("docker build --network none --no-cache (COPY)", f"{cold * 1000:.0f} ms"),
             ("docker build --network none (cached)", f"{warm * 1000:.0f} ms"),
             ("speed-up: embedded vs docker build (cold)", f"{cold / embedded:.1f}x (goal 10x)"),
-            ("docker build twice -> Image IDs", f"{len(ids)} distinct "
-             f"({'reproducible' if len(ids) == 1 else 'NOT reproducible'})")]
+            ("docker build twice -> Image IDs",
+             f"{len(ids)} distinct ({'reproducible' if len(ids) == 1 else 'NOT reproducible'})")]
 
 
 if __name__ == "__main__":

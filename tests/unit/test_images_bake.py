@@ -145,19 +145,17 @@ def test_cli_bake_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_definition_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     repo = make_repo(tmp_path)
+    std = f"version: 1\nbase: {{source: standin, name: s, digest: '{repo.standin_digest}'}}\n"
     cases = {
-        "nodigest": ("version: 1\nbase: {source: registry, name: x/y:1}\n"
-                     f"site_packages: {SP}\nmode: overlay\n", "missing required key 'base.digest'"),
-        "typo": ("version: 1\nbase: {source: standin, name: s, digest: "
-                 f"'{repo.standin_digest}'}}\nsite_package: {SP}\nmode: overlay\n",
-                 "did you mean 'site_packages'"),
-        "badmode": ("version: 1\nbase: {source: standin, name: s, digest: "
-                    f"'{repo.standin_digest}'}}\nsite_packages: {SP}\nmode: overlay2\n",
+        "nodigest": ((f"version: 1\nbase: {{source: registry, name: x/y:1}}\n"
+                      f"site_packages: {SP}\nmode: overlay\n"),
+                     "missing required key 'base.digest'"),
+        "typo": (f"{std}site_package: {SP}\nmode: overlay\n", "did you mean 'site_packages'"),
+        "badmode": (f"{std}site_packages: {SP}\nmode: overlay2\n",
                     "must be one of overlay, build"),
-        "tagonly": ("version: 1\nbase: {source: registry, name: x/y:1, digest: 'latest'}\n"
-                    f"site_packages: {SP}\nmode: overlay\n", "must be sha256:"),
-        "nobuilder": ("version: 1\nbase: {source: standin, name: s, digest: "
-                      f"'{repo.standin_digest}'}}\nsite_packages: {SP}\nmode: build\n",
+        "tagonly": ((f"version: 1\nbase: {{source: registry, name: x/y:1, digest: 'latest'}}\n"
+                     f"site_packages: {SP}\nmode: overlay\n"), "must be sha256:"),
+        "nobuilder": (f"{std}site_packages: {SP}\nmode: build\n",
                       "needs 'build.builder'"),
     }
     for name, (text, message) in cases.items():

@@ -7,8 +7,13 @@ import tarfile
 
 import pytest
 from patchbake.errors import ImageError
-from patchbake.oci.tarwriter import (file_entry, symlink_entry, whiteout_entry, with_parents,
-                                     write_layer)
+from patchbake.oci.tarwriter import (
+    file_entry,
+    symlink_entry,
+    whiteout_entry,
+    with_parents,
+    write_layer,
+)
 
 
 def layer(entries, mtime=0):  # type: ignore[no-untyped-def]

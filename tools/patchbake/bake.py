@@ -160,8 +160,7 @@ def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str],
     }
     if base.media_type == OCI_MANIFEST:
         manifest["annotations"] = {k: v for k, v in labels.items()
-                                   if k.startswith("org.opencontainers.")
-                                   or k.startswith("dev.patchbake.")}
+                                   if k.startswith(("org.opencontainers.", "dev.patchbake."))}
     mdigest, msize, _ = layout.put_json(store, manifest)
     return Descriptor(base.media_type, mdigest, msize), cdigest, layer
 

@@ -128,9 +128,12 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
                                "why": "the patch deletes it, the image has it"})
     if last_layer is not None:  # files our layer carries that the patch does not touch
         for path, info in sorted(view.files.items()):
-            rel = path[len(prefix):] if path.startswith(prefix + PACKAGE) else None
-            if rel and info.layer == last_layer and rel not in touched:
-                mismatched.append({"path": rel, "expected": pristine.get(rel),
+            if not path.startswith(prefix + PACKAGE) or info.layer != last_layer:
+                continue
+            baked_rel = path[len(prefix):]
+            if baked_rel not in touched:
+                mismatched.append({"path": baked_rel,
+                                   "expected": pristine.get(baked_rel[len(PACKAGE):]),
                                    "found": info.sha256,
                                    "why": "baked but not touched by the patch"})
     total = len(touched) + len(deleted)

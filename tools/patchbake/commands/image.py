@@ -4,7 +4,9 @@ materialise``. Printing lives here; the work is in ``patchbake.bake`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -12,8 +14,10 @@ from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def _json_opt(f):  # type: ignore[no-untyped-def]
+
+def _json_opt(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="print the result as JSON")(f)
 
 
@@ -53,9 +57,13 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str,
 @click.argument("ref")
 @click.option("--site-packages", default=None,
               help="the image's site-packages (default: from its patchbake label)")
+@click.option("--no-cache", is_flag=True,
+              help="re-parse every layer (layer ops are otherwise memoised by layer digest; "
+                   "every byte is hashed either way)")
 @_json_opt
 @pass_ctx
-def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, as_json: bool) -> None:
+def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
+               as_json: bool) -> None:
     """Verify REF's vLLM files against a fresh strict apply of the patch.
 
     REF: a definition (its latest bake), sha256:<manifest>, an OCI layout dir, a
@@ -64,7 +72,7 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, as_json: bool) -> 
     from ..identity import raise_on_failure, verify_image
 
     res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
-                       site_packages=site_packages)
+                       site_packages=site_packages, use_cache=not no_cache)
     if as_json or ctx.as_json:
         ui.emit_json(res.to_json())
     else:
@@ -73,9 +81,9 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, as_json: bool) -> 
             ("digest", res.digest), ("config digest", res.config_digest),
             ("layers", f"{len(res.layers)} (each digest and diff_id checked to EOF)"),
             ("baked files", res.summary()),
-            ("base drift", f"{d['unchanged']} unchanged, {d['counts']['changed']} changed, "
-                           f"{d['counts']['missing']} missing, {d['counts']['extra']} extra "
-                           f"(excluded: {', '.join(d['excluded_generated']) or 'none'})"),
+            ("base drift", (f"{d['unchanged']} unchanged, {d['counts']['changed']} changed, "
+                            f"{d['counts']['missing']} missing, {d['counts']['extra']} extra "
+                            f"(excluded: {', '.join(d['excluded_generated']) or 'none'})")),
         ])
         if res.mismatched:
             ui.table("mismatched files", ["path", "expected (fresh apply)", "found (image)",

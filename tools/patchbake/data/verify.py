@@ -75,7 +75,7 @@ def main(argv):
         with open(root + RECORD, "rb") as f:
             rec = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError) as exc:
-        print("patchbake: no readable identity record at {}: {}".format(RECORD, exc))
+        print(f"patchbake: no readable identity record at {RECORD}: {exc}")
         return 2
     line = identity_line(rec)
     if "--line" in argv:
@@ -89,12 +89,11 @@ def main(argv):
         return 1 if problems else 0
     print(line)
     if not problems:
-        print("OK: {n}/{n} baked files match the identity record".format(n=total))
+        print(f"OK: {total}/{total} baked files match the identity record")
         return 0
     for kind, path, want, got in problems:
-        print("MISMATCH {}: {} (recorded {}, found {})".format(kind, path, want, got))
-    print("STALE OR MODIFIED IMAGE: {} of {} checks differ from the identity record".format(
-        len(problems), total))
+        print(f"MISMATCH {kind}: {path} (recorded {want}, found {got})")
+    print(f"STALE OR MODIFIED IMAGE: {len(problems)} of {total} checks differ from the identity record")
     return 1
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jinja2
 
@@ -31,13 +31,16 @@ from .base import BaseImage, resolve_base
 from .definition import Definition
 from .overlay import Overlay, Patched, build_overlay
 
+if TYPE_CHECKING:
+    from ..bake import BakeResult
+
 
 def render(defn: Definition, mode: str, base_ref: str, overlay: Overlay,
            labels: dict[str, str]) -> str:
     if not defn.template.is_file():
         raise ImageError(f"{defn.path.name}: template {defn.template} does not exist")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False)  # noqa: S701 - renders a Dockerfile, not HTML
+                             autoescape=False)
     try:
         tmpl = env.from_string(defn.template.read_text(encoding="utf-8"))
         return tmpl.render(mode=mode, base_ref=base_ref, builder=defn.builder,
@@ -84,7 +87,7 @@ def _context(root: Path, overlay: Overlay, patched: Patched, mode: str, dockerfi
 
 
 def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
-                     store: Store, mode: str, warnings: list[str], epoch: int) -> Any:
+                     store: Store, mode: str, warnings: list[str], epoch: int) -> BakeResult:
     from ..bake import _cached, _result, bake_key, build_record, image_labels, save_cache
 
     t0 = time.monotonic()

@@ -25,9 +25,8 @@ from ..errors import ImageError, IntegrityError
 from ..fsutil import atomic_writer, canonical_json
 from ..store import Store
 from . import layout
-from .image import Image, image_from_bytes, load_image, parse_json, StoreBlobs
-from .media import (OCI_CONFIG, OCI_INDEX, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST,
-                    Descriptor)
+from .image import Image, StoreBlobs, image_from_bytes, load_image, parse_json
+from .media import OCI_CONFIG, OCI_INDEX, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST, Descriptor
 from .tarwriter import file_entry, with_parents, write_layer
 
 _READ = 1 << 20
@@ -118,7 +117,7 @@ def _store_member(store: Store, tf: tarfile.TarFile, name: str, digest: str) -> 
 
 def import_docker_archive(store: Store, path: Path) -> Imported:
     try:
-        tf = tarfile.open(path, "r:")
+        tf = tarfile.open(path, "r:")  # noqa: SIM115 - closed by the `with` just below
     except (OSError, tarfile.TarError) as exc:
         raise ImageError(f"{path} is not a readable docker-archive tar: {exc}") from None
     with tf:

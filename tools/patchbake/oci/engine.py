@@ -27,7 +27,7 @@ def _client() -> Any:
     try:
         client = docker.from_env(timeout=600)
         client.ping()
-    except Exception as exc:  # the SDK raises many kinds; all mean "no engine"
+    except Exception as exc:  # noqa: BLE001 - the SDK raises many kinds; all mean "no engine"
         raise EngineError(f"no Docker engine answers: {exc}",
                           hint="start one (ci/services.sh) or use the embedded backend") from None
     return client

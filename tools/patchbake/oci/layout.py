@@ -55,10 +55,7 @@ def put_json(store: Store, obj: Any) -> tuple[str, int, bytes]:
 
 def read_verified(store: Store, digest: str, size: int | None = None) -> bytes:
     """Read a blob and re-hash it: a blob edited in place in the store is caught here."""
-    try:
-        data = store.read_blob(digest)
-    except StoreError:
-        raise
+    data = store.read_blob(digest)
     got = hashlib.sha256(data).hexdigest()
     want = digest.removeprefix("sha256:")
     if got != want:

@@ -20,8 +20,9 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
 from pathlib import Path
+from typing import Any, NamedTuple
+
 from ..errors import ImageError, IntegrityError, UnsafeArchiveError
 from ..fsutil import atomic_write
 from .image import Blobs, Image
@@ -205,14 +206,14 @@ class _Scanner:
             return
         h = hashlib.sha256()
         out = None
-        keep: list[bytes] | None = [] if path.startswith(KEEP) and m.size <= _KEEP_MAX else None
+        keep: list[bytes | memoryview] | None = [] if path.startswith(KEEP) and m.size <= _KEEP_MAX else None
         if dest is not None:
             self.remove(path, layer)
             for anc in reversed(dest.relative_to(self.write_root).parents):  # type: ignore[arg-type]
                 if (self.write_root / anc).is_symlink():  # type: ignore[operator]
                     raise UnsafeArchiveError(f"{path}: a parent directory is a symlink")
             dest.parent.mkdir(parents=True, exist_ok=True)
-            out = open(dest, "wb")
+            out = open(dest, "wb")  # noqa: SIM115 - closed in the finally below
         try:
             self._left = 0
             for chunk in src.pieces(m.size):
