@@ -345,3 +345,16 @@ def test_blob_longer_than_its_descriptor_is_refused(store: Store, sleeps: list[f
         client(fake, sleeps).pull(store, f"{HOST}/app:v1")
     assert not any(store.has(d) for d in [img.digest, *img.blobs])
     assert sleeps == []
+
+
+def test_docker_config_read_only_when_challenged(store: Store, sleeps: list[float],
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    img = make_image()
+    open_reg = FakeRegistry()
+    open_reg.seed_image("app", img, tag="v1")
+    assert client(open_reg, sleeps).pull(store, f"{HOST}/app:v1") == img.digest
+    with pytest.raises(RegistryError, match="cannot read Docker credentials"):
+        client(FakeRegistry(auth="basic"), sleeps).pull(store, f"{HOST}/app:v1")

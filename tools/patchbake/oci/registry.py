@@ -92,7 +92,8 @@ class RegistryClient:
                  record_mounts: bool = True) -> None:
         self.base = base_url(base_url_or_host, insecure_loopback_http=insecure_loopback_http)
         self.host = urlsplit(self.base).netloc.lower()
-        creds = auth if auth is not None else credentials_for(self.host)
+        host = self.host
+        creds = auth if auth is not None else (lambda: credentials_for(host))
         self.http = Transport(self.base, session=session, credentials=creds, retry=retry,
                               sleep=sleep, insecure_loopback_http=insecure_loopback_http)
         self.record_mounts = record_mounts

@@ -86,19 +86,28 @@ class Transport:
     """One registry endpoint: base URL, session, cached tokens, retry policy."""
 
     def __init__(self, base: str, *, session: requests.Session | None = None,
-                 credentials: Credentials | None = None, retry: RetryPolicy | None = None,
+                 credentials: Credentials | Callable[[], Credentials | None] | None = None,
+                 retry: RetryPolicy | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  insecure_loopback_http: bool = True,
                  timeout: tuple[float, float] = (10.0, 300.0)) -> None:
         self.base = base.rstrip("/")
         self.session = session or requests.Session()
-        self.credentials = credentials
+        # A callable is asked only when a registry first challenges: anonymous registries
+        # never make us read (or trip over) Docker's config file.
+        self._credentials = credentials
         self.retry = retry or RetryPolicy()
         self.sleep = sleep
         self.insecure_loopback_http = insecure_loopback_http
         self.timeout = timeout
         self._auth: dict[str, str] = {}  # scope -> Authorization header value
         self.requests_sent = 0  # for tests and the benchmark
+
+    @property
+    def credentials(self) -> Credentials | None:
+        if callable(self._credentials):
+            self._credentials = self._credentials()
+        return self._credentials
 
     # -- retries -----------------------------------------------------------------------
     def with_retries(self, what: str, attempt: Callable[[], T]) -> T:
