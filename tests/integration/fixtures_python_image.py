@@ -56,8 +56,8 @@ def input_key() -> str:
 def _ldd(paths: list[Path]) -> set[Path]:
     libs: set[Path] = set()
     for chunk in range(0, len(paths), 200):
-        r = subprocess.run(["ldd", *map(str, paths[chunk:chunk + 200])], capture_output=True,
-                           text=True)
+        r = subprocess.run(["ldd", *map(str, paths[chunk:chunk + 200])], check=False,
+                           capture_output=True, text=True)
         for line in r.stdout.splitlines():
             part = line.split("=>")[-1].split("(")[0].strip()
             if part.startswith("/") and not part.startswith(sys.prefix):
@@ -111,7 +111,8 @@ def build_rootfs(out: Path) -> None:
 def ensure_image() -> str:
     """Return the tag of the image, building it when this machine has not yet."""
     tag = f"patchbake-fixtures-python:{input_key()}"
-    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
+    if subprocess.run(["docker", "image", "inspect", tag], check=False,
+                      capture_output=True).returncode == 0:
         return tag
     with tempfile.TemporaryDirectory(prefix="pb-rootfs.") as tmp:
         tarball = Path(tmp) / "rootfs.tar"

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from fixtures_toy_image import toy_image
-
 from patchbake.cli import main
 from patchbake.store import Store
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from fixtures_python_image import ensure_image
-
 from patchbake.fixtures import suites
 from patchbake.fixtures.docker import DockerRunner
 from patchbake.fixtures.image import ImageRef
@@ -50,7 +49,7 @@ def toy(docker_engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     archive.unlink()
     yield {"store": store, "ref": ImageRef(tag, imp.manifest_digest, imp.config_digest),
            "tag": tag}
-    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+    subprocess.run(["docker", "rmi", "-f", tag], check=False, capture_output=True)
 
 
 def suite(name: str, **over: Any) -> suites.Suite:
@@ -63,7 +62,7 @@ def suite(name: str, **over: Any) -> suites.Suite:
 
 def leftover_containers() -> str:
     return subprocess.run(["docker", "ps", "-a", "--filter", "name=patchbake-suite-", "-q"],
-                          capture_output=True, text=True).stdout.strip()
+                          check=False, capture_output=True, text=True).stdout.strip()
 
 
 def test_suite_runs_inside_the_exact_image(toy: dict[str, Any]) -> None:

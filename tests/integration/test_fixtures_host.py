@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from patchbake.errors import SuiteError
 from patchbake.evidence import keys, policy, records
 from patchbake.fixtures import suites

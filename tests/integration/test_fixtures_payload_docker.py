@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_python_image import ensure_image
-
 from patchbake.cli import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.sdist]

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from patchbake.errors import ConfigError, EvidenceError, UsageError
 from patchbake.evidence import dsse, keys, policy, records, statement
 from patchbake.evidence.failures import reason_of

@@ -7,7 +7,6 @@ from typing import Any
 
 from patchbake.errors import EvidenceError
 from patchbake.evidence import keys, policy, records, summary
-
 from test_evidence_sign_verify import DIGEST, make_result, write_policy
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from patchbake.errors import ConfigError, RequirementError, SuiteError
 from patchbake.fixtures import junit, machine, probes, suites
 from patchbake.fixtures.execution import Execution, fill, verdict

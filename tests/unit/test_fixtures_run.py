@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from patchbake.errors import RequirementError, SuiteError
 from patchbake.evidence import statement
 from patchbake.fixtures import junit, suites

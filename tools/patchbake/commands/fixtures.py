@@ -12,10 +12,10 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
-from ..fsutil import pretty_json, atomic_write
 from ..fixtures import image as imagemod
 from ..fixtures import suites as suitesmod
 from ..fixtures.run import run_suite
+from ..fsutil import atomic_write, pretty_json
 
 
 def _suites(ctx: Ctx) -> dict[str, suitesmod.Suite]:
@@ -124,14 +124,15 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
             ("counts", " ".join(f"{k}={n}" for k, n in c.items())),
             ("failing", ", ".join(result["failed_tests"][:5]) or "-"),
             ("patch sensitivity", probes["patch_sensitivity"]["status"]),
-            ("determinism", f"{probes['determinism']['status']} "
-                            f"({probes['determinism']['repeats']} runs)"),
+            ("determinism", (f"{probes['determinism']['status']} "
+                             f"({probes['determinism']['repeats']} runs)")),
             ("gpu", result["environment"].get("gpu_name") or "-"),
             ("results", str(results_out) if results_out else "-")])
     if result["result"] != "PASSED":
         raise SuiteError(f"suite '{suite.name}' failed on {ref.digest}: "
                          + "; ".join(result["problems"]))
-    flags = [v.get("reason", k) for k, v in probes_of(result).items() if v.get("status") == "flagged"]
+    flags = [v.get("reason", k) for k, v in probes_of(result).items()
+             if v.get("status") == "flagged"]
     if flags:
         raise SuiteError(f"suite '{suite.name}' passed but cannot count as evidence: "
                          + "; ".join(str(f) for f in flags))

@@ -18,7 +18,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ..errors import EvidenceError, UsageError
 from ..fsutil import atomic_write
-
 from .settings import ENV_KEY, PRIVATE_NAME, default_key_dir, default_private_key
 
 PUBLIC_NAME = "signing.pub"

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped,unused-ignore]
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..errors import ConfigError
+from ..errors import ConfigError, EvidenceError
 from ..schema import Field, Schema, sha256_check, validate
 from .failures import fail
 from .keys import keyid_of, parse_public
@@ -95,8 +95,8 @@ def parse(data: Any, path: Path) -> Policy:
         entry = validate(raw, KEY_SCHEMA, where, src)
         try:
             pub = parse_public(entry["public_key"], f"{src}: {where}.public_key")
-        except Exception as exc:  # EvidenceError from the PEM parser: a config problem here
-            raise ConfigError(str(exc)) from None
+        except EvidenceError as exc:  # a bad PEM in the policy is a config problem
+            raise ConfigError(exc.message) from None
         if keyid_of(pub) != entry["keyid"]:
             raise ConfigError(f"{src}: '{where}.keyid' is {entry['keyid'][:16]}..., but the "
                               f"public key's id is {keyid_of(pub)[:16]}...")
