@@ -87,7 +87,7 @@ def test_run_sign_verify_summary(world: dict[str, Any], capsys: pytest.CaptureFi
                        "--no-verify-files")
     assert rc == 0, err
     assert "The exact image passed 4 focused CPU tests of suite `toy`" in out
-    assert "Not run: `empty` (missing" in out
+    assert "Not run: `empty` (no signed evidence for this image)" in out
 
     other = "sha256:" + "0" * 64
     rc, out, err = cli(capsys, "evidence", "verify", str(ev), "--image", other)

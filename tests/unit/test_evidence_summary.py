@@ -29,7 +29,7 @@ def test_paragraph_from_verified_evidence(tmp_path: Path) -> None:
     assert "The exact image passed 3 focused CUDA tests (H200, sm90) of suite `toy-gpu`" in text
     assert "on the pristine upstream tree it fails (3 of 3 tests)" in text
     assert "3 repeats were bit-identical" in text
-    assert "Not run: `toy-cpu` (missing: evidence x does not exist)" in text
+    assert "Not run: `toy-cpu` (no signed evidence for this image)" in text
     assert "the GPU suites on sm89 hardware (the GPU evidence is sm90 evidence, not sm89)" in text
 
 

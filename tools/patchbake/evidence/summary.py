@@ -81,7 +81,9 @@ def paragraph(facts: ImageFacts, evidence: dict[str, Verified | EvidenceError]) 
     not_run = []
     gpu_sms = set()
     for suite, v in sorted(evidence.items()):
-        if isinstance(v, EvidenceError):
+        if isinstance(v, EvidenceError) and reason_of(v) == "missing":
+            not_run.append(f"`{suite}` (no signed evidence for this image)")
+        elif isinstance(v, EvidenceError):
             not_run.append(f"`{suite}` ({reason_of(v)}: {v.message})")
         elif not v.counts_as_evidence:
             not_run.append(f"`{suite}` (evidence present but {v.statement.result}; it does "
