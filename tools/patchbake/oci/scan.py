@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,6 +265,11 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
     """
     scanner = _Scanner(tracked, write_root, write_prefix)
     diff_ids = image.diff_ids
+    if write_root is None and cache_dir is not None:
+        memos = [_load_ops(_cache_file(cache_dir, d.digest, tracked), d.digest, diff_ids[i])
+                 for i, d in enumerate(image.layers)]
+        if all(m is not None for m in memos):
+            return _replay_all(scanner, image, blobs, memos, progress)  # type: ignore[arg-type]
     for i, desc in enumerate(image.layers):
         compression = compression_of(desc.media_type)
         cache = _cache_file(cache_dir, desc.digest, tracked) if write_root is None else None
@@ -306,6 +312,38 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
         scanner.view.bytes_read += src.raw_size
         if progress:
             progress(src.raw_size)
+    return scanner.view
+
+
+def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, memos: list[dict[str, Any]],
+                progress: Callable[[int], None] | None) -> View:
+    """Every layer memoised: hash all blobs in a thread (hashlib drops the GIL) while this
+    thread replays the ops; nothing is returned before every digest and diff_id matched."""
+    hashed: list[HashedBlob] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for d in image.layers:
+                with blobs.open(d.digest) as raw:
+                    hashed.append(HashedBlob(raw, compression_of(d.media_type)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    for i, memo in enumerate(memos):
+        scanner.replay(memo["ops"], i)
+    worker.join()
+    if failed:
+        raise failed[0]
+    for i, (desc, h, memo) in enumerate(zip(image.layers, hashed, memos)):
+        _check_digests(h, desc.digest, desc.size, image.diff_ids[i], i)
+        scanner.view.layers.append(LayerReport(desc.digest, image.diff_ids[i], h.raw_size,
+                                               int(memo["entries"])))
+        scanner.view.bytes_read += h.raw_size
+        if progress:
+            progress(h.raw_size)
     return scanner.view
 
 
