@@ -23,9 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from patchbake.errors import GuardError, PatchbakeError  # noqa: E402
-from patchbake.patchset.guard import check  # noqa: E402
-from patchbake.patchset.sourcerec import read_source  # noqa: E402
+from patchbake.errors import GuardError, PatchbakeError
+from patchbake.patchset.guard import check
+from patchbake.patchset.sourcerec import read_source
 
 
 def _store_root() -> Path:

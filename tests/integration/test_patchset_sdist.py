@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from patchbake.cli import main
 from patchbake.config import load
 from patchbake.patchset.filelist import parse_filelist

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
-import fx  # noqa: E402
-
-from patchbake.errors import ApplyError  # noqa: E402
-from patchbake.patchset.apply import apply_patch  # noqa: E402
-from patchbake.patchset.diffparse import parse_patch  # noqa: E402
-from patchbake.patchset.filelist import parse_filelist  # noqa: E402
-from patchbake.patchset.strict import apply_in_memory, apply_to_dir  # noqa: E402
-from patchbake.patchset.treeio import TreeReader  # noqa: E402
+import fx
+from patchbake.errors import ApplyError
+from patchbake.patchset.apply import apply_patch
+from patchbake.patchset.diffparse import parse_patch
+from patchbake.patchset.filelist import parse_filelist
+from patchbake.patchset.strict import apply_in_memory, apply_to_dir
+from patchbake.patchset.treeio import TreeReader
 
 PATCH = parse_patch(fx.patch_bytes(), "canonical.patch")
 FILES = parse_filelist(fx.files_bytes())

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
-import fx  # noqa: E402
-
-from patchbake.cli import main  # noqa: E402
-from patchbake.config import load  # noqa: E402
-from patchbake.errors import ApplyError  # noqa: E402
-from patchbake.patchset.patched import patched_tree  # noqa: E402
-from patchbake.sources import tree_digest  # noqa: E402
-from patchbake.store import Store  # noqa: E402
+import fx
+from patchbake.cli import main
+from patchbake.config import load
+from patchbake.errors import ApplyError
+from patchbake.patchset.patched import patched_tree
+from patchbake.sources import tree_digest
+from patchbake.store import Store
 
 PIPELINE = """\
 version: 1

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
-import fx  # noqa: E402
-
-from patchbake.errors import GuardError  # noqa: E402
-from patchbake.patchset.filelist import Entry, parse_filelist, render  # noqa: E402
+import fx
+from patchbake.errors import GuardError
+from patchbake.patchset.filelist import Entry, parse_filelist, render
 
 SHA = "a" * 64
 

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
-import fx  # noqa: E402
-
-from patchbake.patchset import reexport as reexport_mod  # noqa: E402
-from patchbake.patchset.guard import Report, check  # noqa: E402
+import fx
+from patchbake.patchset import reexport as reexport_mod
+from patchbake.patchset.guard import Report, check
 
 PIN = "fixture==1.0 sha256:" + "0" * 64
 

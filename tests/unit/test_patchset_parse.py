@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
-import fx  # noqa: E402
-
-from patchbake.errors import PatchError  # noqa: E402
-from patchbake.patchset.diffparse import parse_patch, split_lines  # noqa: E402
-from patchbake.patchset.gitbinary import apply_delta, b85_line, blob_id  # noqa: E402
-from patchbake.patchset.paths import cquote, cunquote, validate_path  # noqa: E402
+import fx
+from patchbake.errors import PatchError
+from patchbake.patchset.diffparse import parse_patch, split_lines
+from patchbake.patchset.gitbinary import apply_delta, b85_line, blob_id
+from patchbake.patchset.paths import cquote, cunquote, validate_path
 
 HEADER = (b"diff --git a/x.py b/x.py\nindex " + b"1" * 40 + b".." + b"2" * 40 +
           b" 100644\n--- a/x.py\n+++ b/x.py\n")

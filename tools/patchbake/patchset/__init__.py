@@ -21,7 +21,8 @@ _LAZY = {
     "apply_to_dir": "strict",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = ["PatchedTree", "apply_to_dir", "parse_filelist", "parse_patch", "patched_tree",
+           "read_lineage_patch"]
 
 
 def __getattr__(name: str) -> Any:

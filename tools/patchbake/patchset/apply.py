@@ -50,10 +50,10 @@ def _find_offset(lines: list[bytes], want: tuple[bytes, ...], pos: int) -> int |
     if not want:
         return None
     best: int | None = None
-    for i in range(0, len(lines) - len(want) + 1):
-        if lines[i] == want[0] and tuple(lines[i:i + len(want)]) == want:
-            if best is None or abs(i - pos) < abs(best - pos):
-                best = i
+    for i in range(len(lines) - len(want) + 1):
+        if lines[i] == want[0] and tuple(lines[i:i + len(want)]) == want \
+                and (best is None or abs(i - pos) < abs(best - pos)):
+            best = i
     return None if best is None else best - pos
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..errors import PatchError
 from .paths import cunquote, validate_path
 
-HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.S)
+HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
 MODE_RE = re.compile(rb"^(100644|100755|120000|160000)$")
 NULL_ID = "0" * 40

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,9 @@ from .. import __version__
 from ..errors import ExportError, ProcessError
 from ..fsutil import atomic_write
 from ..store import Store
-from .diffparse import parse_patch
+from .diffparse import Patch, parse_patch
 from .filelist import Entry, render
+from .gitbinary import blob_id
 from .gitcmd import canonical_diff, git, objects_dir, scratch_repo
 from .sourcerec import SourceRecord, read_source, render_source
 from .workspace import BASE_REF, PRISTINE_REF, PRISTINE_SUBJECT
@@ -88,14 +90,16 @@ def _message(repo: Path, rev: str) -> str:
 
 
 def _pristine_commit(o: _Origin, pin: str) -> str:
-    r = git(["rev-parse", "--verify", "--quiet", PRISTINE_REF], cwd=o.repo, check=False)
-    roots = [r.text.strip()] if r.returncode == 0 else \
-        git(["rev-list", "--max-parents=0", o.commit], cwd=o.repo).text.split()
-    for c in roots:
-        if _message(o.repo, c).startswith(PRISTINE_SUBJECT + pin + "\n"):
-            if git(["merge-base", "--is-ancestor", c, o.commit], cwd=o.repo,
-                   check=False).returncode == 0:
-                return c
+    r = git(["log", "-1", "--format=%H%n%B", PRISTINE_REF, "--"], cwd=o.repo, check=False)
+    found = [r.text] if r.returncode == 0 else [
+        git(["log", "-1", "--format=%H%n%B", c, "--"], cwd=o.repo).text
+        for c in git(["rev-list", "--max-parents=0", o.commit], cwd=o.repo).text.split()]
+    for text in found:
+        commit, _, message = text.partition("\n")
+        if message.startswith(PRISTINE_SUBJECT + pin + "\n") and git(
+                ["merge-base", "--is-ancestor", commit, o.commit], cwd=o.repo,
+                check=False).returncode == 0:
+            return commit
     raise ExportError(f"{o.spec}: no pristine commit of {pin} under {o.commit[:12]}",
                       hint="start edits from `patchbake patch workspace DIR` (its first "
                            "commit is the pristine upstream) or rebase the fork onto it")
@@ -115,7 +119,7 @@ def _base_patch_sha(o: _Origin) -> str | None:
     r = git(["rev-parse", "--verify", "--quiet", BASE_REF], cwd=o.repo, check=False)
     if r.returncode != 0:
         return None
-    m = re.search(r"^patch-sha256: ([0-9a-f]{64})$", _message(o.repo, r.text.strip()), re.M)
+    m = re.search(r"^patch-sha256: ([0-9a-f]{64})$", _message(o.repo, r.text.strip()), re.MULTILINE)
     return m.group(1) if m else None
 
 
@@ -167,6 +171,35 @@ def _post_hashes(git_dir: Path, ids: list[str]) -> dict[str, str]:
     return hashes
 
 
+def _diff(o: _Origin, pristine: str, scratch_parent: Path,
+          name: str) -> tuple[bytes, Patch, dict[str, str]]:
+    """The canonical diff pristine -> commit, parsed, with post-image sha256 per path."""
+    scratch = scratch_repo(scratch_parent, [objects_dir(o.repo)])
+    try:
+        data = canonical_diff(scratch, pristine, o.commit)
+        patch = parse_patch(data, name)
+        post: dict[str, str] = {}
+        if o.kind == "workspace":
+            # Reading the (clean) work tree is faster than inflating objects; a file whose
+            # git blob id is not the index line's is read from the objects instead.
+            for f in patch.files:
+                if f.status != "D" and f.new_id:
+                    try:
+                        data_f = (o.repo / f.path).read_bytes()
+                    except OSError:
+                        continue
+                    if blob_id(data_f) == f.new_id:
+                        post[f.path] = hashlib.sha256(data_f).hexdigest()
+        # A mode-only change has no index line: name its blob by commit and path.
+        want = {f.path: f.new_id or f"{o.commit}:{f.path}" for f in patch.files
+                if f.status != "D" and f.path not in post}
+        hashes = _post_hashes(scratch, list(want.values()))
+        post.update({p: hashes[w] for p, w in want.items()})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return data, patch, post
+
+
 def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
            reason: str | None = None) -> Exported:
     from ..sources import fetch
@@ -174,27 +207,27 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
     if force and not (reason or "").strip():
         raise ExportError("--force needs --reason '...' saying why work may be dropped")
     o = _resolve(from_spec)
-    if o.kind == "workspace":
-        _require_clean(o)
     pin = lineage.upstream.pin
-    pristine = _pristine_commit(o, pin)
     current_bytes = lineage.patch.read_bytes() if lineage.patch.exists() else None
     current = hashlib.sha256(current_bytes).hexdigest() if current_bytes is not None else None
     src = read_source(lineage.source_record)
-    if not force:
-        _guard_forward(o, current, src)
-    fetched = fetch(lineage, store)
-    scratch = scratch_repo(store.root / "tmp", [objects_dir(o.repo)])
-    try:
-        data = canonical_diff(scratch, pristine, o.commit)
-        patch = parse_patch(data, lineage.patch.name)
-        # A mode-only change has no index line: name its blob by commit and path.
-        want = {f.path: f.new_id or f"{o.commit}:{f.path}" for f in patch.files
-                if f.status != "D"}
-        hashes = _post_hashes(scratch, list(want.values()))
-        post = {p: hashes[w] for p, w in want.items()}
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+
+    def clean() -> None:
+        if o.kind == "workspace":
+            _require_clean(o)
+
+    # The status of a 6,000-file work tree and the diff are independent: run them side
+    # by side; nothing is written unless every refusal check passed.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        status = pool.submit(clean)
+        try:
+            pristine = _pristine_commit(o, pin)
+            fetched = fetch(lineage, store)
+            data, patch, post = _diff(o, pristine, store.root / "tmp", lineage.patch.name)
+            if not force:
+                _guard_forward(o, current, src)
+        finally:
+            status.result()
     sha = hashlib.sha256(data).hexdigest()
     entries = [Entry(f.path, f.status, f.added, f.removed,
                      post.get(f.path)) for f in patch.files]
@@ -210,8 +243,9 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
             "reason": (reason or "").strip(), "previous_commit": src.commit if src else None,
             "previous_patch_sha256": current},
     }
-    atomic_write(lineage.patch, data)
-    atomic_write(lineage.files, files_bytes)
-    atomic_write(lineage.source_record, render_source(record))
+    for path, content in ((lineage.patch, data), (lineage.files, files_bytes),
+                          (lineage.source_record, render_source(record))):
+        if current_bytes is None or not path.exists() or path.read_bytes() != content:
+            atomic_write(path, content)
     return Exported(lineage.patch, lineage.files, lineage.source_record, sha,
                     len(patch.files), patch.added, patch.removed, o.commit, sha != current)

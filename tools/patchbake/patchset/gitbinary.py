@@ -11,7 +11,7 @@ import hashlib
 
 def blob_id(data: bytes) -> str:
     """The git (SHA-1) blob id of ``data``: what ``index OLD..NEW`` lines name."""
-    h = hashlib.sha1(b"blob %d\0" % len(data))  # noqa: S324 - git's object id, not security
+    h = hashlib.sha1(b"blob %d\0" % len(data))
     h.update(data)
     return h.hexdigest()
 
