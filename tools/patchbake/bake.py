@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import __version__
 from .config import Lineage, Pipeline
 from .errors import ConfigError
 from .fsutil import canonical_json, sha256_bytes
@@ -37,8 +36,9 @@ from .oci.tarwriter import with_parents, write_layer
 from .store import Store
 
 BAKE_FORMAT = "patchbake-bake/1"
+# Format identifiers, not program versions: each names exactly how bytes are written, so a
+# record (write-once) stays identical across patchbake releases that write the same bytes.
 WRITERS = {
-    "patchbake": __version__,
     "tar": TAR_FORMAT,
     "layer_compression": "none (uncompressed layer media type; no zlib in the bytes)",
     "json": "canonical JSON: sorted keys, compact separators, UTF-8",
@@ -100,6 +100,7 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
         "org.opencontainers.image.title": defn.name,
         "org.opencontainers.image.base.name": defn.base.name,
         "org.opencontainers.image.base.digest": base.manifest_digest,
+        "dev.patchbake.base.pin": defn.base.digest,
         "org.opencontainers.image.revision": revision(lineage, patched),
         "org.opencontainers.image.source": source,
         "org.opencontainers.image.version":

@@ -165,5 +165,5 @@ def manifest_media(image: Image) -> str:
 def describe(base: BaseImage) -> dict[str, object]:
     return {"name": base.name, "digest": base.pinned, "manifest_digest": base.manifest_digest,
             "index_digest": base.index_digest, "config_digest": base.image.config_desc.digest,
-            "source": base.source, "layers": len(base.image.layers)}
+            "layers": len(base.image.layers)}
 

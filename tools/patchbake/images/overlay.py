@@ -83,6 +83,8 @@ class Overlay:
 
 def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
                   base_name: str, base_digest: str) -> Overlay:
+    """``base_digest`` is the base's manifest digest; the definition's pin (which may name
+    an index or a config) is recorded beside it, so the image changes with its pin."""
     sp = defn.sp_rel
     entries: list[Entry] = []
     baked: list[dict[str, Any]] = []
@@ -110,7 +112,8 @@ def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
         "files_sha256": patched.files_sha256,
         "patched_tree_digest": patched.tree_digest,
         "site_packages": defn.site_packages,
-        "base": {"name": base_name, "digest": base_digest},
+        "base": {"name": base_name, "digest": defn.base.digest,
+                 "manifest_digest": base_digest},
         "files": baked,
         "deleted": deleted,
         "verifier": {"path": VERIFIER_PATH, "sha256": hashlib.sha256(verifier).hexdigest()},
