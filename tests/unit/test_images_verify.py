@@ -271,3 +271,42 @@ def test_layer_ops_cache_still_hashes_every_byte(tmp_path: Path) -> None:
     _flip(repo.store.blob_path(manifest["layers"][1]["digest"]), 3000)
     with pytest.raises(IntegrityError, match="layer 1: blob"):
         verify(repo, digest)  # the memo is keyed by digest; the bytes are still hashed
+
+
+def test_gzip_layer_digest_and_diff_id(tmp_path: Path) -> None:
+    import gzip
+
+    repo, digest = baked(tmp_path)
+    sp = SP.strip("/")
+    tar = _layer([(f"{sp}/vllm/extra_file.py", b"y = 2\n")])
+    gz = gzip.compress(tar, mtime=0)
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    hexd = repo.store.put_bytes(gz)
+    manifest["layers"].append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                               "digest": f"sha256:{hexd}", "size": len(gz)})
+    config["rootfs"]["diff_ids"].append("sha256:" + hashlib.sha256(tar).hexdigest())
+    good = _rewrite(repo.store, manifest, config)
+    res = verify(repo, good)
+    assert res.ok and res.base_drift["extra"] == ["vllm/extra_file.py"]
+    config["rootfs"]["diff_ids"][-1] = "sha256:" + "9" * 64
+    wrong = _rewrite(repo.store, manifest, config)
+    with pytest.raises(IntegrityError, match="uncompressed tar hashes to"):
+        verify(repo, wrong)
+
+
+def test_cli_image_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, digest = baked(tmp_path)
+    monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
+    pipe = ["--pipeline", str(repo.root / "pipeline.yaml")]
+    assert main([*pipe, "image", "ls", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["definitions"][0]["latest"] == digest and out["store"]["offline"] == digest
+    assert main([*pipe, "image", "export", "offline", str(tmp_path / "x.tar")]) == 0
+    assert digest in capsys.readouterr().out
+    assert main([*pipe, "image", "materialise", "offline", str(tmp_path / "tree")]) == 0
+    assert (tmp_path / "tree" / "vllm" / "new_module.py").read_bytes() == b"X = 1\n"
+    capsys.readouterr()
+    assert main([*pipe, "image", "show", "nope"]) == 3
+    assert "no image definition 'nope'" in capsys.readouterr().err

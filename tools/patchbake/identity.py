@@ -195,7 +195,9 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
                           progress=progress, cache_dir=None if not use_cache
                           else store.root / "bakes" / "layer-ops")
         identity, problems = _identity_checks(view, res)
-        last = len(res.image.layers) - 1 if identity is not None else None
+        # "our" layer is the one that wrote the identity record, not simply the last one
+        ours = view.files.get(IDENTITY_PATH.lstrip("/"))
+        last = ours.layer if identity is not None and ours is not None else None
         matched, total, mismatched, drift = compare(
             view, sp, patched, _pristine_hashes(pristine_root, pristine_digest, store),
             lin.upstream.generated, last)
