@@ -256,3 +256,39 @@ def test_check_patch_files_on_repository_patch(shared_home: Path) -> None:
                        check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("ok: ")
+
+
+def test_export_from_unrelated_repo_and_missing_source(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    (other / "x").write_text("x\n")
+    git(other, "add", "x")
+    git(other, "commit", "-qm", "unrelated")
+    rc, _, err = cli(capsys, "patch", "export", "--from", f"{other}@HEAD")
+    assert rc == 23 and "no pristine commit of fixture==1.0" in err
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    make_change(ws)
+    (repo / "patch" / "fixture-fix-v1.0.patch").write_bytes(fx.patch_bytes())
+    rc, _, err = cli(capsys, "patch", "export", "--from", f"{ws}@HEAD")
+    assert rc == 23 and "the committed patch has no SOURCE record" in err
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(tmp_path / "nope"))
+    assert rc == 23 and "not a workspace directory or REPO@REV" in err
+
+
+def test_series_split_refusals(repo: Path, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    rc, _, err = cli(capsys, "series", "split", "--from", str(ws))
+    assert rc == 24 and "change nothing" in err
+    git(ws, "checkout", "-qb", "side")
+    make_change(ws)
+    git(ws, "checkout", "-q", "main")
+    (ws / "README.txt").write_text("main side\n")
+    git(ws, "commit", "-qam", "main side")
+    git(ws, "merge", "-q", "--no-edit", "side")
+    rc, _, err = cli(capsys, "series", "split", "--from", str(ws))
+    assert rc == 24 and "is a merge; a series needs a linear history" in err

@@ -167,3 +167,11 @@ def test_changed_new_start_is_refused() -> None:
                                                     b"@@ -119,7 +121,7 @@"))
     with pytest.raises(ApplyError, match="records new line 121"):
         apply_in_memory(tampered, fx.PRISTINE)
+
+
+def test_symlink_in_patch_is_refused() -> None:
+    data = (b"diff --git a/link b/link\nnew file mode 120000\nindex " + b"0" * 40 + b".." +
+            b"1" * 40 + b"\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc/passwd\n"
+            b"\\ No newline at end of file\n")
+    with pytest.raises(ApplyError, match="symbolic links and submodules are not patched"):
+        apply_patch(parse_patch(data), TreeReader(fx.PRISTINE), pristine=True)

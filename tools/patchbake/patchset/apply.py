@@ -115,6 +115,9 @@ def _binary(fp: FilePatch, data: bytes) -> bytes:
 
 
 def apply_file(fp: FilePatch, base: Base) -> Outcome:
+    if {fp.old_mode, fp.new_mode} & {"120000", "160000"}:
+        raise _err("path", f"{fp.path}: symbolic links and submodules are not patched "
+                   "(strict apply writes regular files only)")
     data, mode = base if base is not None else (None, None)
     post_ids = {fp.new_id} if fp.new_id and fp.new_id != NULL_ID else set()
     if fp.status == "A":
