@@ -84,6 +84,11 @@ def test_engine_backend_builds_and_verifies(withpy: tuple[Path, list[str]],
     assert out["matched"] == out["total"] >= 1
     again = cli_json(root, shared_home, "bake", "withpy", "--backend", "engine")
     assert again["cached"] and again["digest"] == res["digest"]  # inputs unchanged: no rebuild
+    docker("rmi", "-f", tag)
+    third = cli_json(root, shared_home, "bake", "withpy", "--backend", "engine")
+    assert third["cached"]  # not rebuilt: loaded back from the store, same Image ID
+    assert docker("image", "inspect", tag, "--format", "{{.Id}}").stdout.strip() == \
+        res["config_digest"]
 
 
 def test_engine_builds_are_not_reproducible(withpy: tuple[Path, list[str]], shared_home: Path,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from ..config import Lineage, Pipeline
-from ..errors import ImageError
+from ..errors import EngineError, ImageError
 from ..oci import engine, layout
 from ..oci.archive import export_docker_archive, import_docker_archive
 from ..oci.image import StoreBlobs, load_image
@@ -86,6 +86,26 @@ def _context(root: Path, overlay: Overlay, patched: Patched, mode: str, dockerfi
     (root / "Dockerfile").write_text(dockerfile, encoding="utf-8")
 
 
+def _ensure_in_engine(store: Store, rec: dict[str, object]) -> None:
+    """A cached engine bake whose tag was removed from the engine is loaded back from the
+    store (the same config digest, so the same Image ID) instead of being rebuilt."""
+    eng = rec.get("engine")
+    if not isinstance(eng, dict):
+        return
+    try:
+        engine.inspect(str(eng["tag"]))
+        return
+    except EngineError:
+        pass
+    tmp = store.tmpdir("engine-reload")
+    try:
+        archive = export_docker_archive(store, str(rec["manifest_digest"]), tmp / "image.tar",
+                                        [str(eng["tag"])])
+        engine.load(archive)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
                      store: Store, mode: str, warnings: list[str], epoch: int) -> BakeResult:
     from ..bake import _cached, _result, bake_key, build_record, image_labels, save_cache
@@ -119,6 +139,8 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
                                  "is the store's (from docker save); a registry's is known "
                                  "after push", "reproducible": False}
         save_cache(store.root / "bakes" / f"{key}.json", rec)
+    else:
+        _ensure_in_engine(store, rec)
     path = records.write_record(pipeline.root, rec)
     layout.add_ref(store, defn.name, Descriptor(rec["manifest_media_type"],
                                                 rec["manifest_digest"],
