@@ -27,7 +27,7 @@ from ..store import Store
 from .diffparse import Patch, parse_patch
 from .filelist import Entry, render
 from .gitbinary import blob_id
-from .gitcmd import canonical_diff, git, objects_dir, scratch_repo
+from .gitcmd import canonical_diff, git, scratch_repo
 from .sourcerec import SourceRecord, read_source, render_source
 from .workspace import BASE_REF, PRISTINE_REF, PRISTINE_SUBJECT
 
@@ -53,6 +53,7 @@ class _Origin:
     commit: str
     kind: str  # workspace | repo
     spec: str
+    objects: Path
 
 
 def _resolve(spec: str) -> _Origin:
@@ -67,10 +68,41 @@ def _resolve(spec: str) -> _Origin:
     else:
         raise ExportError(f"--from {spec}: not a workspace directory or REPO@REV",
                           hint="create one with `patchbake patch workspace DIR`")
-    r = git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=repo, check=False)
-    if r.returncode != 0:
+    r = git(["rev-parse", "--git-path", "objects", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            cwd=repo, check=False)
+    lines = r.text.split()
+    if r.returncode != 0 or len(lines) != 2:
         raise ExportError(f"--from {spec}: '{rev}' is not a commit in {repo}")
-    return _Origin(repo.resolve(), r.text.strip(), kind, spec)
+    objects = Path(lines[0]) if Path(lines[0]).is_absolute() else repo / lines[0]
+    return _Origin(repo.resolve(), lines[1], kind, spec, objects.resolve())
+
+
+def _batch(names: list[str], *, cwd: Path | None = None,
+           git_dir: Path | None = None) -> dict[str, tuple[str, str, bytes] | None]:
+    """``git cat-file --batch`` for several objects: name -> (id, type, content) or None."""
+    if not names:
+        return {}
+    out = git(["cat-file", "--batch"], cwd=cwd, git_dir=git_dir,
+              input="".join(f"{n}\n" for n in names).encode()).stdout
+    found: dict[str, tuple[str, str, bytes] | None] = {}
+    pos = 0
+    for n in names:
+        nl = out.index(b"\n", pos)
+        head = out[pos:nl].split()
+        pos = nl + 1
+        if len(head) != 3:  # "<name> missing" / "ambiguous"
+            found[n] = None
+            continue
+        size = int(head[2])
+        found[n] = (head[0].decode(), head[1].decode(), out[pos:pos + size])
+        pos += size + 1
+    return found
+
+
+def _message(obj: tuple[str, str, bytes] | None) -> str | None:
+    if obj is None or obj[1] != "commit":
+        return None
+    return obj[2].partition(b"\n\n")[2].decode("utf-8", "replace")
 
 
 def _require_clean(o: _Origin) -> None:
@@ -85,49 +117,47 @@ def _require_clean(o: _Origin) -> None:
                                "then export again")
 
 
-def _message(repo: Path, rev: str) -> str:
-    return git(["log", "-1", "--format=%B", rev], cwd=repo).text
-
-
-def _pristine_commit(o: _Origin, pin: str) -> str:
-    r = git(["log", "-1", "--format=%H%n%B", PRISTINE_REF, "--"], cwd=o.repo, check=False)
-    found = [r.text] if r.returncode == 0 else [
-        git(["log", "-1", "--format=%H%n%B", c, "--"], cwd=o.repo).text
-        for c in git(["rev-list", "--max-parents=0", o.commit], cwd=o.repo).text.split()]
-    for text in found:
-        commit, _, message = text.partition("\n")
-        if message.startswith(PRISTINE_SUBJECT + pin + "\n") and git(
-                ["merge-base", "--is-ancestor", commit, o.commit], cwd=o.repo,
-                check=False).returncode == 0:
-            return commit
-    raise ExportError(f"{o.spec}: no pristine commit of {pin} under {o.commit[:12]}",
-                      hint="start edits from `patchbake patch workspace DIR` (its first "
-                           "commit is the pristine upstream) or rebase the fork onto it")
-
-
-def _is_ancestor(repo: Path, old: str, new: str) -> bool | None:
-    """True/False, or None when ``old`` is not in ``repo`` at all."""
-    if not _HEX40.match(old):
-        return None
-    if git(["cat-file", "-e", f"{old}^{{commit}}"], cwd=repo, check=False).returncode != 0:
-        return None
+def _is_ancestor(repo: Path, old: str, new: str) -> bool:
     return git(["merge-base", "--is-ancestor", old, new], cwd=repo,
                check=False).returncode == 0
 
 
-def _base_patch_sha(o: _Origin) -> str | None:
-    r = git(["rev-parse", "--verify", "--quiet", BASE_REF], cwd=o.repo, check=False)
-    if r.returncode != 0:
-        return None
-    m = re.search(r"^patch-sha256: ([0-9a-f]{64})$", _message(o.repo, r.text.strip()), re.MULTILINE)
-    return m.group(1) if m else None
+@dataclass(frozen=True)
+class _Refs:
+    pristine: str
+    base_patch_sha: str | None  # what the workspace's base commit applied
+    source_commit_known: bool  # SOURCE's commit is an object of this repository
 
 
-def _guard_forward(o: _Origin, current: str | None, src: SourceRecord | None) -> None:
+def _read_refs(o: _Origin, pin: str, src: SourceRecord | None) -> _Refs:
+    """One ``cat-file --batch``: the pristine and base refs, and SOURCE's commit."""
+    want = f"{PRISTINE_SUBJECT}{pin}\n"
+    src_commit = src.commit if src and src.commit and _HEX40.match(src.commit) else None
+    got = _batch([PRISTINE_REF, BASE_REF] + ([src_commit] if src_commit else []), cwd=o.repo)
+    candidates: list[tuple[str, str | None]] = []
+    ref = got[PRISTINE_REF]
+    if ref is not None:
+        candidates.append((ref[0], _message(ref)))
+    else:  # a fork: its root commit should be the workspace's pristine commit
+        roots = git(["rev-list", "--max-parents=0", o.commit], cwd=o.repo).text.split()
+        objs = _batch(roots, cwd=o.repo)
+        candidates += [(c, _message(objs[c])) for c in roots]
+    pristine = next((c for c, m in candidates if m is not None and m.startswith(want)), None)
+    if pristine is None:
+        raise ExportError(f"{o.spec}: no pristine commit of {pin} under {o.commit[:12]}",
+                          hint="start edits from `patchbake patch workspace DIR` (its first "
+                               "commit is the pristine upstream) or rebase the fork onto it")
+    m = re.search(r"^patch-sha256: ([0-9a-f]{64})$", _message(got[BASE_REF]) or "", re.MULTILINE)
+    known = src_commit is not None and (got.get(src_commit) or ("", "", b""))[1] == "commit"
+    return _Refs(pristine, m.group(1) if m else None, known)
+
+
+def _guard_forward(o: _Origin, refs: _Refs, current: str | None,
+                   src: SourceRecord | None) -> None:
     """Raise unless the export provably contains the committed patch's work."""
     if current is None:
         return
-    if o.kind == "workspace" and _base_patch_sha(o) == current:
+    if o.kind == "workspace" and refs.base_patch_sha == current:
         return
     if src is None:
         raise ExportError("the committed patch has no SOURCE record, so nothing proves "
@@ -140,13 +170,12 @@ def _guard_forward(o: _Origin, current: str | None, src: SourceRecord | None) ->
                           f"{current[:16]}...); exporting would erase that change",
                           hint="make a fresh workspace from the committed patch and redo the "
                                "edit there, or pass --force --reason '...'")
-    anc = _is_ancestor(o.repo, src.commit or "", o.commit)
-    if anc is None:
+    if not refs.source_commit_known:
         raise ExportError(f"SOURCE records commit {src.commit}, which is not in {o.repo}: "
                           "cannot prove the new source descends from it",
                           hint="fetch that commit into the repository, or pass --force "
                                "--reason '...'")
-    if not anc:
+    if not _is_ancestor(o.repo, str(src.commit), o.commit):
         raise ExportError(f"refusing to move SOURCE backwards: the recorded commit "
                           f"{str(src.commit)[:12]} is not an ancestor of {o.commit[:12]}",
                           hint="export from a descendant of the recorded commit, or pass "
@@ -154,27 +183,18 @@ def _guard_forward(o: _Origin, current: str | None, src: SourceRecord | None) ->
 
 
 def _post_hashes(git_dir: Path, ids: list[str]) -> dict[str, str]:
-    if not ids:
-        return {}
-    out = git(["cat-file", "--batch"], git_dir=git_dir, input="".join(
-        f"{i}\n" for i in ids).encode()).stdout
     hashes: dict[str, str] = {}
-    pos = 0
-    for i in ids:
-        nl = out.index(b"\n", pos)
-        head = out[pos:nl].split()
-        if len(head) != 3 or head[1] != b"blob":
+    for i, obj in _batch(ids, git_dir=git_dir).items():
+        if obj is None or obj[1] != "blob":
             raise ProcessError(f"git cat-file could not read blob {i}")
-        size = int(head[2])
-        hashes[i] = hashlib.sha256(out[nl + 1:nl + 1 + size]).hexdigest()
-        pos = nl + 1 + size + 1
+        hashes[i] = hashlib.sha256(obj[2]).hexdigest()
     return hashes
 
 
 def _diff(o: _Origin, pristine: str, scratch_parent: Path,
           name: str) -> tuple[bytes, Patch, dict[str, str]]:
     """The canonical diff pristine -> commit, parsed, with post-image sha256 per path."""
-    scratch = scratch_repo(scratch_parent, [objects_dir(o.repo)])
+    scratch = scratch_repo(scratch_parent, [o.objects])
     try:
         data = canonical_diff(scratch, pristine, o.commit)
         patch = parse_patch(data, name)
@@ -212,22 +232,27 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
     current = hashlib.sha256(current_bytes).hexdigest() if current_bytes is not None else None
     src = read_source(lineage.source_record)
 
-    def clean() -> None:
+    refs = _read_refs(o, pin, src)
+
+    def refusals() -> None:
         if o.kind == "workspace":
             _require_clean(o)
+        if not _is_ancestor(o.repo, refs.pristine, o.commit):
+            raise ExportError(f"{o.spec}: {o.commit[:12]} does not descend from the pristine "
+                              f"commit {refs.pristine[:12]}",
+                              hint="start edits from `patchbake patch workspace DIR`")
+        if not force:
+            _guard_forward(o, refs, current, src)
 
-    # The status of a 6,000-file work tree and the diff are independent: run them side
-    # by side; nothing is written unless every refusal check passed.
+    # The refusal checks (status of a 6,000-file work tree, ancestry) and the diff are
+    # independent: run them side by side; nothing is written unless every check passed.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        status = pool.submit(clean)
+        checks = pool.submit(refusals)
         try:
-            pristine = _pristine_commit(o, pin)
             fetched = fetch(lineage, store)
-            data, patch, post = _diff(o, pristine, store.root / "tmp", lineage.patch.name)
-            if not force:
-                _guard_forward(o, current, src)
+            data, patch, post = _diff(o, refs.pristine, store.root / "tmp", lineage.patch.name)
         finally:
-            status.result()
+            checks.result()
     sha = hashlib.sha256(data).hexdigest()
     entries = [Entry(f.path, f.status, f.added, f.removed,
                      post.get(f.path)) for f in patch.files]
@@ -238,7 +263,7 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
         "patch": lineage.patch.name, "patch_sha256": sha,
         "files_sha256": hashlib.sha256(files_bytes).hexdigest(),
         "source": {"kind": o.kind, "repo": o.spec.rsplit("@", 1)[0] if o.kind == "repo"
-                   else None, "commit": o.commit, "pristine_commit": pristine},
+                   else None, "commit": o.commit, "pristine_commit": refs.pristine},
         "forced": None if not force else {
             "reason": (reason or "").strip(), "previous_commit": src.commit if src else None,
             "previous_patch_sha256": current},

@@ -22,7 +22,7 @@ from ..store import Store
 from .apply import Base, apply_patch
 from .diffparse import parse_patch
 from .filelist import sort_key
-from .gitcmd import canonical_diff, git, objects_dir, scratch_repo
+from .gitcmd import canonical_diff, git, scratch_repo
 from .paths import to_bytes
 from .treeio import TreeReader
 
@@ -123,18 +123,20 @@ def _slug(subject: str) -> str:
 
 def split_series(lineage: Any, store: Store, workspace: Path) -> list[str]:
     """One canonical patch per commit after the pristine one (first-parent, no merges)."""
-    from .export import _pristine_commit, _resolve
+    from .export import _is_ancestor, _read_refs, _resolve
 
     if lineage.series is None:
         raise SeriesError(f"lineage {lineage.key} declares no series directory in pipeline.yaml")
     o = _resolve(str(workspace))
-    pristine = _pristine_commit(o, lineage.upstream.pin)
+    pristine = _read_refs(o, lineage.upstream.pin, None).pristine
+    if not _is_ancestor(o.repo, pristine, o.commit):
+        raise SeriesError(f"{o.commit[:12]} does not descend from the pristine commit")
     revs = git(["rev-list", "--reverse", "--parents", f"{pristine}..{o.commit}"],
                cwd=o.repo).text.split("\n")
     commits = [ln.split() for ln in revs if ln.strip()]
     if not commits:
         raise SeriesError(f"{workspace} has no commits after the pristine one")
-    scratch = scratch_repo(store.root / "tmp", [objects_dir(o.repo)])
+    scratch = scratch_repo(store.root / "tmp", [o.objects])
     names: list[str] = []
     try:
         for commit, *parents in commits:
