@@ -90,6 +90,10 @@ def make_change(ws: Path, msg: str = "change core") -> None:
     fx_edit.write_text(fx_edit.read_text().replace("return x + 7\n", "return x + 7  # seven\n"))
     (ws / "pkg" / "added.py").write_text("A = 1\n")
     (ws / "pkg" / "gone.py").unlink()
+    data = bytearray((ws / "pkg" / "sub" / "data.bin").read_bytes())
+    data[7] ^= 0xFF
+    (ws / "pkg" / "sub" / "data.bin").write_bytes(bytes(data))
+    (ws / "pkg" / "sub" / "run.sh").chmod(0o755)
     git(ws, "add", "-A")
     git(ws, "commit", "-qm", msg)
 
@@ -125,6 +129,11 @@ def test_workspace_export_twice_and_hostile_config_identical(
     first = patch.read_bytes()
     files_first = (repo / "patch" / "FILES.txt").read_bytes()
     assert b"diff --git a/pkg/added.py b/pkg/added.py\nnew file mode 100644\n" in first
+    assert b"GIT binary patch\n" in first
+    assert b"diff --git a/pkg/sub/run.sh b/pkg/sub/run.sh\nold mode 100644\nnew mode 100755\n" \
+        in first
+    listed = (repo / "patch" / "FILES.txt").read_text()
+    assert "pkg/sub/data.bin  M  +0  -0  " in listed and "pkg/sub/run.sh  M  +0  -0  " in listed
     assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
     assert patch.read_bytes() == first
     # Hostile user config, env and repository-local config and attributes: same bytes.
