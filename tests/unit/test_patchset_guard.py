@@ -162,3 +162,10 @@ def test_reexport_difference_is_reported(monkeypatch: pytest.MonkeyPatch) -> Non
     assert kinds(r) == ["reexport"]
     assert "re-export from the applied tree differs from the committed patch at line 5" \
         in messages(r)
+
+
+def test_source_recorded_against_another_tree() -> None:
+    r = run(tree=False, source_tree_digest="sha256:" + "1" * 64,
+            tree_digest="sha256:" + "2" * 64)
+    assert kinds(r) == ["upstream"]
+    assert "SOURCE was exported against the tree sha256:1111" in messages(r)

@@ -36,10 +36,12 @@ def run_check(ctx: Ctx, *, tree: bool = True, reexport: bool = True) -> Any:
                               "`patchbake patch export`") from None
     files = lin.files.read_bytes() if lin.files.exists() else None
     src = read_source(lin.source_record)
-    root = _fetch(ctx).root if tree else None
-    return check(data, files, patch_name=lin.patch.name, pristine_root=root,
-                 pin=lin.upstream.pin, source_patch_sha256=src.patch_sha256 if src else None,
-                 reexport=reexport)
+    fetched = _fetch(ctx) if tree else None
+    return check(data, files, patch_name=lin.patch.name,
+                 pristine_root=fetched.root if fetched else None, pin=lin.upstream.pin,
+                 source_patch_sha256=src.patch_sha256 if src else None, reexport=reexport,
+                 source_tree_digest=src.tree_digest if src else None,
+                 tree_digest=fetched.tree_digest if fetched else None)
 
 
 def register(group: click.Group) -> None:

@@ -195,7 +195,8 @@ def _reexport(patch: Patch, outcomes: dict[str, Outcome], run: _Run) -> None:
 
 def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "patch",
           pristine_root: Path | None = None, pin: str | None = None,
-          source_patch_sha256: str | None = None, reexport: bool = True) -> Report:
+          source_patch_sha256: str | None = None, reexport: bool = True,
+          source_tree_digest: str | None = None, tree_digest: str | None = None) -> Report:
     """Run every check; the report's ``ok`` is False when any problem was found."""
     run = _Run()
     sha = hashlib.sha256(patch_bytes).hexdigest()
@@ -221,6 +222,9 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
     if source_patch_sha256 and source_patch_sha256 != sha:
         run.add("source", None, f"SOURCE records patch sha256 {source_patch_sha256[:16]}..., "
                 f"the patch is {sha[:16]}...: it was changed without `patchbake patch export`")
+    if source_tree_digest and tree_digest and source_tree_digest != tree_digest:
+        run.add("upstream", None, f"SOURCE was exported against the tree {source_tree_digest}, "
+                f"the pinned upstream is {tree_digest}; regenerate the patch for this pin")
     applied = False
     if patch is not None:
         keys = [sort_key(f.path) for f in patch.files]
