@@ -89,6 +89,29 @@ def test_split_lines_keeps_carriage_returns() -> None:
      b" 100644\n--- a/x\n+++ b/x\n", "no hunk after the header"),
     (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
      b" 100644\n--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n", "paths disagree"),
+    (b'diff --git "a/x\\q" "b/x"\n', "bad quoted path"),
+    (b'diff --git "a/x" "b/x" tail\n', "trailing text after the paths"),
+    (b"diff --git a/xx b/x\n", "cannot split the paths"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+     b" 100644\n--- a/x\n@@ -1 +1 @@\n", "without a following '\\+\\+\\+' line"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+     b" 100644\n--- /dev/null\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", "/dev/null side disagrees"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 + b" 100644\n@@ -1 +1 @@\n",
+     "hunk without '---'/'\\+\\+\\+' header lines"),
+    (b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+     "without an index line"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+     b"\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", "names no file mode"),
+    (HEADER + b"@@ -1 +1 @@\n\\ No newline at end of file\n-a\n+b\n",
+     "without a preceding line"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+     b" 100644\nGIT binary patch\nliteral 3\n", "binary patch ends early"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+     b" 100644\nGIT binary patch\nliteral 3\n!!!!\n\n", "bad base85 line"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+     b" 100644\nGIT binary patch\nliteral 3\nD00000\n\n", "does not inflate"),
+    (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+     b" 100644\nGIT binary patch\nfoo 3\n", "expected 'literal N' or 'delta N'"),
 ])
 def test_refusals_name_the_line(data: bytes, message: str) -> None:
     with pytest.raises(PatchError, match=message) as exc:
@@ -102,3 +125,15 @@ def test_validate_path_rules() -> None:
     for bad in (b"", b"a//b", b"./a", b"a/\0b"):
         with pytest.raises(PatchError):
             validate_path(bad)
+
+
+def test_binary_literal_size_must_match() -> None:
+    import base64
+    import zlib
+
+    raw = zlib.compress(b"abcd")
+    line = bytes([64 + len(raw)]) + base64.b85encode(raw, pad=True)
+    data = (b"diff --git a/x b/x\nindex " + b"1" * 40 + b".." + b"2" * 40 +
+            b" 100644\nGIT binary patch\nliteral 3\n" + line + b"\n\nliteral 0\nHcmV?d00001\n\n")
+    with pytest.raises(PatchError, match="binary literal holds 4 bytes, header says 3"):
+        parse_patch(data)
