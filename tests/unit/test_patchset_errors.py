@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
-import fx  # noqa: E402
-
-from patchbake.errors import ApplyError, ExportError, GuardError, SeriesError  # noqa: E402
-from patchbake.patchset.apply import apply_hunks, apply_patch  # noqa: E402
-from patchbake.patchset.diffparse import parse_patch  # noqa: E402
-from patchbake.patchset.filelist import parse_filelist  # noqa: E402
-from patchbake.patchset.patched import read_lineage_patch  # noqa: E402
-from patchbake.patchset.series import read_series  # noqa: E402
-from patchbake.patchset.sourcerec import read_source  # noqa: E402
-from patchbake.patchset.strict import apply_in_memory, apply_to_dir  # noqa: E402
-from patchbake.patchset.treeio import TreeReader  # noqa: E402
+import fx
+from patchbake.errors import ApplyError, ExportError, GuardError, SeriesError
+from patchbake.patchset.apply import apply_hunks, apply_patch
+from patchbake.patchset.diffparse import parse_patch
+from patchbake.patchset.filelist import parse_filelist
+from patchbake.patchset.patched import read_lineage_patch
+from patchbake.patchset.series import read_series
+from patchbake.patchset.sourcerec import read_source
+from patchbake.patchset.strict import apply_in_memory, apply_to_dir
+from patchbake.patchset.treeio import TreeReader
 
 REPO = Path(__file__).resolve().parents[2]
 PATCH = parse_patch(fx.patch_bytes())
