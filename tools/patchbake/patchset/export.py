@@ -125,6 +125,7 @@ def _is_ancestor(repo: Path, old: str, new: str) -> bool:
 @dataclass(frozen=True)
 class _Refs:
     pristine: str
+    pristine_tree_digest: str | None  # what the pristine commit's message records
     base_patch_sha: str | None  # what the workspace's base commit applied
     source_commit_known: bool  # SOURCE's commit is an object of this repository
 
@@ -142,14 +143,16 @@ def _read_refs(o: _Origin, pin: str, src: SourceRecord | None) -> _Refs:
         roots = git(["rev-list", "--max-parents=0", o.commit], cwd=o.repo).text.split()
         objs = _batch(roots, cwd=o.repo)
         candidates += [(c, _message(objs[c])) for c in roots]
-    pristine = next((c for c, m in candidates if m is not None and m.startswith(want)), None)
-    if pristine is None:
+    pristine, message = next(((c, m) for c, m in candidates
+                              if m is not None and m.startswith(want)), ("", ""))
+    if not pristine:
         raise ExportError(f"{o.spec}: no pristine commit of {pin} under {o.commit[:12]}",
                           hint="start edits from `patchbake patch workspace DIR` (its first "
                                "commit is the pristine upstream) or rebase the fork onto it")
     m = re.search(r"^patch-sha256: ([0-9a-f]{64})$", _message(got[BASE_REF]) or "", re.MULTILINE)
     known = src_commit is not None and (got.get(src_commit) or ("", "", b""))[1] == "commit"
-    return _Refs(pristine, m.group(1) if m else None, known)
+    td = re.search(r"^tree-digest: (sha256:[0-9a-f]{64})$", message or "", re.MULTILINE)
+    return _Refs(pristine, td.group(1) if td else None, m.group(1) if m else None, known)
 
 
 def _guard_forward(o: _Origin, refs: _Refs, current: str | None,
@@ -253,6 +256,11 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
             data, patch, post = _diff(o, refs.pristine, store.root / "tmp", lineage.patch.name)
         finally:
             checks.result()
+    if refs.pristine_tree_digest and refs.pristine_tree_digest != fetched.tree_digest:
+        raise ExportError(f"{o.spec}: its pristine commit records the tree "
+                          f"{refs.pristine_tree_digest}, but the pinned upstream is "
+                          f"{fetched.tree_digest}",
+                          hint="make a fresh workspace with `patchbake patch workspace`")
     sha = hashlib.sha256(data).hexdigest()
     entries = [Entry(f.path, f.status, f.added, f.removed,
                      post.get(f.path)) for f in patch.files]
