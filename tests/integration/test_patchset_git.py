@@ -301,3 +301,25 @@ def test_series_split_refusals(repo: Path, tmp_path: Path,
     git(ws, "merge", "-q", "--no-edit", "side")
     rc, _, err = cli(capsys, "series", "split", "--from", str(ws))
     assert rc == 24 and "is a merge; a series needs a linear history" in err
+
+
+def test_pristine_commit_rules(repo: Path, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    make_change(ws)
+    pristine = git(ws, "rev-parse", "refs/patchbake/pristine").strip()
+    message = git(ws, "log", "-1", "--format=%B", pristine)
+    # A pristine commit that HEAD does not descend from.
+    other = git(ws, "commit-tree", f"{pristine}^{{tree}}", "-m", message + "\nother\n").strip()
+    git(ws, "update-ref", "refs/patchbake/pristine", other)
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(ws))
+    assert rc == 23 and "does not descend from the pristine commit" in err
+    # One that records another tree digest (made with another extraction of the pin).
+    forged = message.split("tree-digest: ")[0] + "tree-digest: sha256:" + "0" * 64 + "\n"
+    root = git(ws, "commit-tree", f"{pristine}^{{tree}}", "-m", forged).strip()
+    head = git(ws, "commit-tree", "HEAD^{tree}", "-p", root, "-m", "on forged").strip()
+    git(ws, "update-ref", "refs/patchbake/pristine", root)
+    git(ws, "update-ref", "refs/heads/main", head)
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(ws))
+    assert rc == 23 and "its pristine commit records the tree sha256:0000" in err
