@@ -88,6 +88,7 @@ def test_crlf_mangled() -> None:
     r = run(fx.patch_bytes().replace(b"\n", b"\r\n"))
     assert "crlf" in kinds(r)
     assert "lines end in CRLF" in messages(r)
+    assert "dropped" not in kinds(r)  # the sections are all there, only mangled
 
 
 def test_truncated() -> None:
@@ -96,6 +97,10 @@ def test_truncated() -> None:
     assert not r.ok
     assert "final-newline" in kinds(r) or "parse" in kinds(r)
     assert "truncated" in messages(r)
+    # What the truncation cut off is named, although the patch no longer parses.
+    assert "pkg/sub/run.sh: work was dropped by a regeneration: FILES.txt records it but " \
+           "the patch has no section for it" in messages(r)
+    assert "pkg/core.py: work was dropped" not in messages(r)
 
 
 def test_truncated_at_a_section_boundary() -> None:

@@ -110,6 +110,34 @@ def _blank_at_eof(outcomes: dict[str, Outcome], run: _Run) -> None:
                     "the end of the file")
 
 
+_SECTION = re.compile(rb"^diff --git (?:a/(.+?) b/\1|(\".*?\") \".*\")$", re.MULTILINE)
+
+
+def _paths_of_unparsable(data: bytes) -> set[str]:
+    """Paths of the sections an unparsable patch still has (to name what is missing)."""
+    from .paths import cunquote, to_str
+
+    found = set()
+    for m in _SECTION.finditer(data.replace(b"\r\n", b"\n")):
+        if m.group(1) is not None:
+            found.add(to_str(m.group(1)))
+        else:
+            try:
+                found.add(to_str(cunquote(m.group(2))[0][2:]))
+            except ValueError:
+                continue
+    return found
+
+
+def _compare_paths(have: set[str], fl: FileList, run: _Run) -> None:
+    for p in sorted(set(fl.by_path()) - have, key=sort_key):
+        run.add("dropped", p, f"{p}: work was dropped by a regeneration: FILES.txt records "
+                "it but the patch has no section for it")
+    for p in sorted(have - set(fl.by_path()), key=sort_key):
+        run.add("unrecorded", p, f"{p}: new work not recorded: the patch touches it but "
+                "FILES.txt does not list it; " + EXPORT)
+
+
 def _compare(patch: Patch, fl: FileList, run: _Run) -> None:
     have = patch.by_path()
     want = fl.by_path()
@@ -226,6 +254,8 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
         run.add("upstream", None, f"SOURCE was exported against the tree {source_tree_digest}, "
                 f"the pinned upstream is {tree_digest}; regenerate the patch for this pin")
     applied = False
+    if patch is None and fl is not None and patch_bytes:
+        _compare_paths(_paths_of_unparsable(patch_bytes), fl, run)
     if patch is not None:
         keys = [sort_key(f.path) for f in patch.files]
         if keys != sorted(keys) or len(set(keys)) != len(keys):
