@@ -34,8 +34,9 @@ import os
 import platform
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -150,7 +151,7 @@ def environment(torch: Any, triton: Any) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(0)
     return {
         "gpu": torch.cuda.get_device_name(0),
-        "capability": "%d.%d" % torch.cuda.get_device_capability(0),
+        "capability": "{}.{}".format(*torch.cuda.get_device_capability(0)),
         "multiprocessors": props.multi_processor_count,
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
@@ -201,11 +202,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         work = x.clone()
         copy = copy_pass(torch, triton)
-        t_torch = time_do_bench(triton, lambda: seq(work))
-        t_fused = time_do_bench(triton, lambda: canon.canonicalize_topk_(work, 1))
-        t_copy = time_do_bench(triton, lambda: copy(work))
+        t_torch = time_do_bench(triton, lambda w=work: seq(w))
+        t_fused = time_do_bench(triton, lambda w=work: canon.canonicalize_topk_(w, 1))
+        t_copy = time_do_bench(triton, lambda w=work, c=copy: c(w))
         bufs = rotation(torch, rows, k, dev)
-        fused = lambda t: canon.canonicalize_topk_(t, 1)  # noqa: E731
+        def fused(t: Any) -> None:
+            canon.canonicalize_topk_(t, 1)
         g = {name: time_graph(torch, fn, bufs) for name, fn in
              (("torch", seq), ("fused", fused), ("copy", copy))}
         w = {name: time_graph(torch, fn, [work]) for name, fn in
@@ -229,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     canon.canonicalize_topk_(y, 1, config=c)
                     ok = torch.equal(y, a)
-                    t = time_do_bench(triton, lambda c=c: canon.canonicalize_topk_(work, 1, config=c))
-                except Exception as exc:  # a candidate that fails to compile is data too
+                    t = time_do_bench(
+                        triton, lambda c=c, w=work: canon.canonicalize_topk_(w, 1, config=c))
+                except Exception as exc:  # noqa: BLE001 - a candidate that fails is data too
                     rows_out.append({"config": c, "error": str(exc)[:200]})
                     continue
                 rows_out.append({"config": c, "us": round(t, 2), "correct": ok})

@@ -32,7 +32,7 @@ def _nvidia_smi() -> dict[str, str]:
         return {}
     q = "name,driver_version,compute_cap,memory.total,clocks.max.sm"
     r = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, check=False)
     if r.returncode != 0 or not r.stdout.strip():
         return {}
     fields = [f.strip() for f in r.stdout.strip().splitlines()[0].split(",")]
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         env["cuda"] = torch.version.cuda
         if torch.cuda.is_available():
             env["gpu"] = torch.cuda.get_device_name(0)
-            env["capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
+            env["capability"] = "{}.{}".format(*torch.cuda.get_device_capability(0))
             env["gpu_count"] = torch.cuda.device_count()
     except ImportError:
         env["torch"] = None

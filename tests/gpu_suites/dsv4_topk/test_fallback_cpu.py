@@ -59,7 +59,7 @@ def test_cpu_mode_descending_changes_results(canon) -> None:
 def test_cpu_knob_from_envs_drives_the_order(canon, load_envs) -> None:
     x = make_topk(16, 512, seed=8)
     for value, want in (("0", x), ("1", expected(x, 1)), ("2", expected(x, 2))):
-        mode = getattr(load_envs(value), "VLLM_DSV4_DETERMINISTIC_TOPK")
+        mode = load_envs(value).VLLM_DSV4_DETERMINISTIC_TOPK
         assert torch.equal(canon.canonicalize_topk_(x.clone(), mode), want), value
 
 

@@ -75,7 +75,7 @@ def test_fused_determinism_100_repeats(fused_only, cuda, shape, record_property)
 def test_fused_knob_modes(fused_only, cuda, load_envs) -> None:
     x = make_topk(1024, 512, seed=21)
     for value, want in (("0", x), ("1", expected(x, 1)), ("2", expected(x, 2))):
-        mode = getattr(load_envs(value), "VLLM_DSV4_DETERMINISTIC_TOPK")
+        mode = load_envs(value).VLLM_DSV4_DETERMINISTIC_TOPK
         gx = x.to(cuda)
         assert torch.equal(fused_only.canonicalize_topk_(gx, mode).cpu(), want), value
     asc = fused_only.canonicalize_topk_(x.to(cuda), 1)
