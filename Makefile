@@ -3,7 +3,7 @@ PY ?= python3
 PIP ?= $(PY) -m pip
 export PATCHBAKE_NO_PROGRESS ?=
 
-.PHONY: setup setup-python setup-system services demo test unit integration bench lint check clean
+.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean
 
 setup: setup-system setup-python
 
@@ -22,6 +22,12 @@ setup-system:
 setup-python:
 	$(PIP) install -q -e '.[test]'
 
+# The payload's fixture suite needs torch; its CPU part runs in CI. 2.13.0 is the CPU
+# build this machine kind keeps on disk (any torch already installed is kept).
+TORCH_SPEC ?= torch==2.13.0
+setup-suite:
+	@$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q '$(TORCH_SPEC)'
+
 services: setup-system
 	./ci/services.sh
 
@@ -31,7 +37,7 @@ demo: setup-python
 
 # The test suite: unit (hermetic) and integration (real git, sdist, engine, registry).
 # pytest exits 5 when nothing is collected: that is a failure here, never a pass.
-test: setup services
+test: setup setup-suite services
 	$(PY) -m pytest -q tests; rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
