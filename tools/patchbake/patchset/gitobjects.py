@@ -1,63 +1,114 @@
 """Writing git objects (blobs, trees) directly, for the guard's re-export. Stdlib only.
 
-The re-export diffs two small trees that hold only the touched files. Writing those
-objects as loose objects from Python (ids computed here, zlib level 0, no packing) is
-several times faster than ``git fast-import``, which compresses and checksums a pack:
-git then only has to run ``diff-tree`` on the two tree ids.
+The re-export diffs two small trees that hold only the touched files. Those objects are
+collected in memory (ids computed here) and written as ONE pack with its index (pack
+v2, idx v2, zlib level 0, no deltas): two files instead of a loose file and a directory
+per object, which made writing, reading and removing the scratch repository the larger
+part of the re-export. git then only has to run ``diff-tree`` on the two tree ids.
+Git reads an object the same way from a pack or a loose file, so the diff is the same.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import zlib
 from pathlib import Path
 from typing import Union
 
 _Node = dict[bytes, Union["_Node", tuple[bytes, str]]]
+_TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 
 
-def write_object(objects: Path, kind: bytes, data: bytes) -> str:
-    """Store one loose object under ``objects``; return its id."""
-    header = b"%s %d\0" % (kind, len(data))
-    h = hashlib.sha1(header)
-    h.update(data)
-    oid = h.hexdigest()
-    d = os.path.join(objects, oid[:2])
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, oid[2:])
-    if not os.path.exists(path):
-        with open(path, "wb") as f:
-            f.write(zlib.compress(header + data, 0))
-    return oid
+class Pack:
+    """Objects gathered in memory, written by :meth:`write` as one pack + index."""
+
+    def __init__(self) -> None:
+        self._objects: dict[bytes, tuple[bytes, bytes]] = {}  # raw id -> (kind, data)
+
+    def add(self, kind: bytes, data: bytes) -> str:
+        """Add one object (once per id); return its id."""
+        h = hashlib.sha1(b"%s %d\0" % (kind, len(data)))
+        h.update(data)
+        raw = h.digest()
+        self._objects.setdefault(raw, (kind, data))
+        return raw.hex()
+
+    def add_tree(self, files: dict[bytes, tuple[str, str]]) -> str:
+        """Add the trees holding ``files`` (path -> (mode, blob id)); return the root's id.
+
+        Entries are sorted as git sorts them: by name, a directory's name compared as if
+        it ended in ``/``.
+        """
+        root: _Node = {}
+        for path, (mode, oid) in files.items():
+            parts = path.split(b"/")
+            node = root
+            for p in parts[:-1]:
+                child = node.setdefault(p, {})
+                assert isinstance(child, dict)
+                node = child
+            node[parts[-1]] = (mode.encode(), oid)
+
+        def build(node: _Node) -> str:
+            entries: list[tuple[bytes, bytes, bytes, str]] = []
+            for name, v in node.items():
+                if isinstance(v, dict):
+                    entries.append((name + b"/", b"40000", name, build(v)))
+                else:
+                    entries.append((name, v[0], name, v[1]))
+            entries.sort(key=lambda e: e[0])
+            data = b"".join(b"%s %s\0%s" % (mode, name, bytes.fromhex(oid))
+                            for _, mode, name, oid in entries)
+            return self.add(b"tree", data)
+
+        return build(root)
+
+    def write(self, objects: Path) -> None:
+        """Write ``objects/pack/pack-<sum>.{pack,idx}`` (the index last, as git does)."""
+        chunks = [b"PACK", struct.pack(">II", 2, len(self._objects))]
+        offset = 12
+        where: dict[bytes, tuple[int, int]] = {}  # raw id -> (offset, crc32)
+        for raw, (kind, data) in self._objects.items():
+            entry = _entry_header(_TYPES[kind], len(data)) + zlib.compress(data, 0)
+            where[raw] = (offset, zlib.crc32(entry))
+            chunks.append(entry)
+            offset += len(entry)
+        body = b"".join(chunks)
+        pack_sum = hashlib.sha1(body).digest()
+        ids = sorted(where)
+        fanout = [0] * 256
+        for raw in ids:
+            fanout[raw[0]] += 1
+        total = 0
+        for i in range(256):
+            total += fanout[i]
+            fanout[i] = total
+        if offset >= 1 << 31:  # 8-byte offsets are never needed for a handful of files
+            raise ValueError("re-export pack over 2 GiB")
+        idx = b"".join((b"\377tOc", struct.pack(">I", 2), struct.pack(">256I", *fanout),
+                        *ids, struct.pack(f">{len(ids)}I", *(where[r][1] for r in ids)),
+                        struct.pack(f">{len(ids)}I", *(where[r][0] for r in ids)), pack_sum))
+        idx += hashlib.sha1(idx).digest()
+        d = os.path.join(objects, "pack")
+        os.makedirs(d, exist_ok=True)
+        name = os.path.join(d, f"pack-{pack_sum.hex()}")
+        with open(name + ".pack", "wb") as f:
+            f.write(body)
+            f.write(pack_sum)
+        with open(name + ".idx", "wb") as f:
+            f.write(idx)
 
 
-def write_tree(objects: Path, files: dict[bytes, tuple[str, str]]) -> str:
-    """Write the trees holding ``files`` (path -> (mode, blob id)); return the root tree id.
-
-    Entries are sorted as git sorts them: by name, a directory's name compared as if it
-    ended in ``/``.
-    """
-    root: _Node = {}
-    for path, (mode, oid) in files.items():
-        parts = path.split(b"/")
-        node = root
-        for p in parts[:-1]:
-            child = node.setdefault(p, {})
-            assert isinstance(child, dict)
-            node = child
-        node[parts[-1]] = (mode.encode(), oid)
-
-    def build(node: _Node) -> str:
-        entries: list[tuple[bytes, bytes, bytes, str]] = []
-        for name, v in node.items():
-            if isinstance(v, dict):
-                entries.append((name + b"/", b"40000", name, build(v)))
-            else:
-                entries.append((name, v[0], name, v[1]))
-        entries.sort(key=lambda e: e[0])
-        data = b"".join(b"%s %s\0%s" % (mode, name, bytes.fromhex(oid))
-                        for _, mode, name, oid in entries)
-        return write_object(objects, b"tree", data)
-
-    return build(root)
+def _entry_header(type_code: int, size: int) -> bytes:
+    """A pack entry's type and size: 4 size bits in the first byte, then 7 per byte."""
+    out = bytearray()
+    byte = (type_code << 4) | (size & 0x0F)
+    size >>= 4
+    while size:
+        out.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    out.append(byte)
+    return bytes(out)

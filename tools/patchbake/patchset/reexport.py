@@ -2,7 +2,7 @@
 
 Only the touched files matter: with renames off, git writes each file's section from that
 file's two versions alone, in path order. So the pre- and post-images of the touched
-files are written as objects of a scratch repository, as two trees (see
+files are written into a scratch repository, as two trees in one pack (see
 :mod:`gitobjects`), and one ``git diff-tree`` of those trees with the canonical flags must
 reproduce the committed patch byte for byte. Standard library only.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .apply import Outcome
 from .gitcmd import canonical_diff, scratch_repo
-from .gitobjects import write_object, write_tree
+from .gitobjects import Pack
 from .paths import to_bytes
 
 
@@ -33,16 +33,18 @@ def reexport(outcomes: Iterable[Outcome], scratch_parent: Path | None = None) ->
     """The canonical patch that git writes for these pre/post images."""
     repo = scratch_repo(scratch_parent or _scratch_parent())
     try:
-        objects = repo / "objects"
+        pack = Pack()
         pre: dict[bytes, tuple[str, str]] = {}
         post: dict[bytes, tuple[str, str]] = {}
         for o in outcomes:
             path = to_bytes(o.path)
             if o.pre is not None:
-                pre[path] = (o.pre_mode or "100644", write_object(objects, b"blob", o.pre))
+                pre[path] = (o.pre_mode or "100644", pack.add(b"blob", o.pre))
             if o.post is not None:
-                post[path] = (o.post_mode or "100644", write_object(objects, b"blob", o.post))
-        return canonical_diff(repo, write_tree(objects, pre), write_tree(objects, post))
+                post[path] = (o.post_mode or "100644", pack.add(b"blob", o.post))
+        old, new = pack.add_tree(pre), pack.add_tree(post)
+        pack.write(repo / "objects")
+        return canonical_diff(repo, old, new)
     finally:
         shutil.rmtree(repo, ignore_errors=True)
 

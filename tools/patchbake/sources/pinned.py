@@ -18,16 +18,20 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import FetchError, IntegrityError
 from ..fsutil import CHUNK, atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
 from ..store import Store
-from . import extract as ex
-from . import gitsrc, http, index
 from .digest import digest_entries, tree_entries
-from .http import ProgressFactory
+
+if TYPE_CHECKING:
+    from .http import ProgressFactory
+
+# http, index (requests, urllib3, certifi), extract (tarfile, zipfile, lzma) and gitsrc
+# are imported where they are used: a fetch of a pin already in the store needs none of
+# them, and `patchbake patch check` pays for every import at start-up.
 
 RECORD_VERSION = 1
 
@@ -100,6 +104,8 @@ def _resolve_local(spec: str, base: Path | None) -> Path:
 
 
 def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None) -> tuple[str, int]:
+    from . import http
+
     with http.bar(progress, "tree digest", None, unit_bytes=False) as b:
         entries = tree_entries(tree_root, on_item=b.advance)
     digest = digest_entries(entries)
@@ -111,6 +117,9 @@ def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bo
              progress: ProgressFactory | None) -> tuple[str, int, str | None]:
     """Extract into a staging dir under the store's tmp/, digest, publish atomically.
     On any failure the staging dir goes and nothing is published."""
+    from . import extract as ex
+    from . import http
+
     staging = store.tmpdir("extract")
     try:
         with http.bar(progress, "extract", None, unit_bytes=False) as b:
@@ -125,6 +134,8 @@ def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bo
 def _archive_source(up: config.Upstream, store: Store, base: Path | None,
                     progress: ProgressFactory | None) -> tuple[str, str]:
     """Ensure the pinned archive is a blob in the store; (sha256 hex, origin)."""
+    from . import http, index
+
     if up.kind == "path":
         src = _resolve_local(up.path or "", base)
         if not src.is_file():
@@ -186,6 +197,8 @@ def fetch(lineage: config.Lineage, store: Store, *, progress: ProgressFactory | 
 
 def _fetch_locked(up: config.Upstream, key: str, store: Store, base: Path | None,
                   progress: ProgressFactory | None) -> Fetched:
+    from . import gitsrc
+
     if up.kind == "git":
         # git archive output is not canonical across git versions: it is extracted and
         # dropped, never stored as a blob; the commit id and tree digest are the identity
@@ -222,6 +235,8 @@ def _fetch_dir(up: config.Upstream, src: Path, store: Store,
         cached = _load(store, key, up)
         if cached is not None:
             return cached
+        from . import extract as ex
+
         staging = store.tmpdir("copy")
         try:
             copy = staging / "tree"
