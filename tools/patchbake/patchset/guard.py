@@ -182,7 +182,7 @@ def _headers(fl: FileList, patch_sha: str, pin: str | None, run: _Run) -> None:
                 f"{pin}; regenerate the patch for this pin")
 
 
-def _apply(patch: Patch, fl: FileList | None, root: Path, run: _Run) -> dict[str, Outcome]:
+def _apply(patch: Patch, root: Path, run: _Run) -> dict[str, Outcome]:
     reader = TreeReader(root)
     outcomes: dict[str, Outcome] = {}
     for fp in patch.files:
@@ -195,6 +195,10 @@ def _apply(patch: Patch, fl: FileList | None, root: Path, run: _Run) -> dict[str
             kind = "hash" if getattr(exc, "reason", "") == "hash" else "apply"
             prefix = "" if kind == "hash" else "does not apply strictly: "
             run.add(kind, fp.path, prefix + exc.one_line())
+    return outcomes
+
+
+def _post_hashes(fl: FileList | None, outcomes: dict[str, Outcome], run: _Run) -> None:
     if fl is not None and not fl.legacy:
         want = fl.by_path()
         for p, o in outcomes.items():
@@ -203,7 +207,52 @@ def _apply(patch: Patch, fl: FileList | None, root: Path, run: _Run) -> dict[str
             if e is not None and e.sha256 != got:
                 run.add("hash", p, f"{p}: post-image hash mismatch: applying the patch gives "
                         f"{got or 'deleted'}, FILES.txt records {e.sha256 or 'deleted'}")
-    return outcomes
+
+
+def _content_checks(patch: Patch, fl: FileList | None, outcomes: dict[str, Outcome] | None,
+                    run: _Run) -> None:
+    """The checks that need only Python: post-image hashes, whitespace, blank lines."""
+    if outcomes is not None:
+        _post_hashes(fl, outcomes, run)
+    _whitespace(patch, run)
+    if outcomes is not None:
+        _blank_at_eof(outcomes, run)
+
+
+def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool,
+               run: _Run) -> None:
+    """Apply, then re-export through git while the Python-only checks run beside it.
+
+    git's ``diff-tree`` takes about as long as those checks; the main thread waits on
+    git's pipe without the GIL, so on two cores they overlap. The worker's problems are
+    merged after the apply's and before the re-export's, as if run in sequence (problems
+    are then sorted by kind, stably, so the report is the same either way).
+    """
+    outcomes = _apply(patch, root, run)
+    if not (reexport and len(outcomes) == len(patch.files)):
+        _content_checks(patch, fl, outcomes, run)
+        return
+    import threading
+
+    side = _Run()
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            _content_checks(patch, fl, outcomes, side)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=work, name="guard-checks", daemon=True)
+    worker.start()
+    late = _Run()
+    try:
+        _reexport(patch, outcomes, late)
+    finally:
+        worker.join()
+    if failed:
+        raise failed[0]
+    run.problems += side.problems + late.problems
 
 
 def _reexport(patch: Patch, outcomes: dict[str, Outcome], run: _Run) -> None:
@@ -263,15 +312,13 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
             run.add("order", patch.files[bad].path, f"file sections are not in canonical "
                     f"order ({patch.files[bad - 1].path} comes before "
                     f"{patch.files[bad].path}): the patch was edited by hand; " + EXPORT)
-        _whitespace(patch, run)
         if fl is not None:
             _compare(patch, fl, run)
         if pristine_root is not None:
             applied = True
-            outcomes = _apply(patch, fl, pristine_root, run)
-            _blank_at_eof(outcomes, run)
-            if reexport and len(outcomes) == len(patch.files):
-                _reexport(patch, outcomes, run)
+            _three_way(patch, fl, pristine_root, reexport, run)
+        else:
+            _content_checks(patch, fl, None, run)
     # Most specific first: the one-line error the CLI prints names the first problem.
     run.problems.sort(key=lambda p: PRIORITY.index(p.kind) if p.kind in PRIORITY else 99)
     files = len(patch.files) if patch else len(fl.entries) if fl else 0
