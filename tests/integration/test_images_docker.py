@@ -115,4 +115,6 @@ def test_engine_builds_are_not_reproducible(withpy: tuple[Path, list[str]], shar
     cfgs = [json.loads(docker("image", "inspect", f"patchbake-test/repro:{i}").stdout)[0]
             for i in range(2)]
     assert cfgs[0]["Created"] != cfgs[1]["Created"]  # the build time is in the config
-    assert cfgs[0]["RootFS"]["Layers"] == cfgs[1]["RootFS"]["Layers"]
+    # The base layers are shared; the COPY layer may differ too (directory mtimes are the
+    # build time), so only the base part is asserted equal.
+    assert cfgs[0]["RootFS"]["Layers"][:-1] == cfgs[1]["RootFS"]["Layers"][:-1]
