@@ -113,7 +113,11 @@ def patched_tree(lineage: Any, store: Store) -> PatchedTree:
         staging = store.tmpdir("patched")
         try:
             tree = staging / "tree"
-            applied = build_tree(lp.patch, fetched.root, tree, filelist=lp.filelist)
+            # Both trees live in the store (one file system) and are read-only by
+            # convention: untouched files are hard links to the pristine ones; every
+            # touched file is a new file (written after an unlink), checked by hash.
+            applied = build_tree(lp.patch, fetched.root, tree, filelist=lp.filelist,
+                                 link=True)
             digest = tree_digest(tree)
             root = store.publish_tree(tree, key)
         finally:

@@ -80,10 +80,14 @@ def _verify_on_disk(root: Path, outcomes: dict[str, Outcome]) -> None:
 
 
 def build_tree(patch: Patch, pristine_root: Path, staging: Path, *,
-               filelist: FileList | None = None) -> Applied:
-    """Copy ``pristine_root`` to ``staging`` (which must not exist) and apply there."""
+               filelist: FileList | None = None, link: bool = False) -> Applied:
+    """Copy ``pristine_root`` to ``staging`` (which must not exist) and apply there.
+
+    ``link``: hard-link the untouched files (see :func:`treeio.copy_tree`); only for a
+    staging tree that will be published read-only in the store beside the pristine one.
+    """
     outcomes = apply_in_memory(patch, pristine_root, filelist=filelist)
-    copy_tree(pristine_root, staging)
+    copy_tree(pristine_root, staging, link=link)
     write_outcomes(staging, outcomes.values())
     _verify_on_disk(staging, outcomes)
     files = {p: h for p, h in expected_hashes(outcomes).items() if h is not None}

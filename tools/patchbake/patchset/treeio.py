@@ -75,11 +75,19 @@ class TreeReader:
             return f.read(), git_mode(st.st_mode)
 
 
-def copy_tree(src: Path, dst: Path) -> None:
+def copy_tree(src: Path, dst: Path, *, link: bool = False) -> None:
     """Copy a tree of regular files and directories; modes normalised the way git sees them.
 
     Symbolic links are copied as links (the pristine trees the sources stage extracts hold
     none that escape); devices and fifos are refused.
+
+    ``link`` hard-links each regular file whose mode is already normalised instead of
+    copying it (one ``link(2)`` instead of reading and writing the bytes: a 6,000-file
+    tree in a fraction of a second instead of seconds). Only for trees that both live in
+    the store and are read-only by convention: a write through one name would change
+    the other. :func:`write_outcomes` replaces a file by unlinking it first, so applying
+    a patch never writes through a link. Where linking fails (another file system, a
+    link-count limit), the file is copied.
     """
     os.makedirs(dst, exist_ok=True)
     stack = [(os.fsencode(src), os.fsencode(dst))]
@@ -94,9 +102,16 @@ def copy_tree(src: Path, dst: Path) -> None:
                     os.mkdir(target, 0o755)
                     stack.append((e.path, target))
                 elif e.is_file():
-                    shutil.copyfile(e.path, target)
                     mode = e.stat(follow_symlinks=False).st_mode
-                    os.chmod(target, 0o755 if mode & 0o111 else 0o644)
+                    want = 0o755 if mode & 0o111 else 0o644
+                    if link and stat.S_IMODE(mode) == want:
+                        try:
+                            os.link(e.path, target, follow_symlinks=False)
+                            continue
+                        except OSError:
+                            pass
+                    shutil.copyfile(e.path, target)
+                    os.chmod(target, want)
                 else:
                     raise _refuse(f"{os.fsdecode(e.path)} is not a regular file or directory")
 
