@@ -59,8 +59,10 @@ def _ldd(paths: list[Path]) -> set[Path]:
         r = subprocess.run(["ldd", *map(str, paths[chunk:chunk + 200])], check=False,
                            capture_output=True, text=True)
         for line in r.stdout.splitlines():
+            if line.rstrip().endswith(":"):  # ldd's "<file>:" header when given several files
+                continue
             part = line.split("=>")[-1].split("(")[0].strip()
-            if part.startswith("/") and not part.startswith(sys.prefix):
+            if part.startswith("/") and not part.startswith(sys.base_prefix):
                 libs.add(Path(part))
     return libs
 
