@@ -47,5 +47,10 @@ unit: setup-python
 bench: setup services
 	$(PY) bench/run.py
 
+lint:
+	$(PIP) install -q -e '.[lint]'
+	ruff check tools tests bench
+	mypy tools/patchbake
+
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

@@ -19,7 +19,7 @@ def _run(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedProcess[
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PATCHBAKE_HOME": str(home),
            "PATCHBAKE_NO_PROGRESS": "1", "HOME": str(home)}
     return subprocess.run([sys.executable, "-m", "patchbake", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, check=False)
 
 
 def _copy_repo(tmp_path: Path) -> Path:

@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from patchbake import config
 from patchbake.errors import ConfigError, PatchbakeError, all_error_classes
 
@@ -35,17 +34,17 @@ name: t
 lineages:
   v0.24.0:
     name: fix
-    upstream: {kind: index, version: 0.24.0, filename: a.tar.gz, sha256: %s}
+    upstream: {kind: index, version: 0.24.0, filename: a.tar.gz, sha256: SHA_A}
     patch: patch/a.patch
     files: patch/v0.24.0/FILES.txt
     source_record: patch/v0.24.0/SOURCE
   v0.25.1:
     name: fix
-    upstream: {kind: index, version: 0.25.1, filename: b.tar.gz, sha256: %s}
+    upstream: {kind: index, version: 0.25.1, filename: b.tar.gz, sha256: SHA_B}
     patch: patch/b.patch
     files: patch/FILES.txt
     source_record: patch/SOURCE
-""" % ("a" * 64, "b" * 64)
+""".replace("SHA_A", "a" * 64).replace("SHA_B", "b" * 64)
 
 
 def test_default_lineage_is_newest(tmp_path: Path) -> None:

@@ -52,13 +52,14 @@ def run(
     args[0] = which(args[0]) if os.sep not in args[0] else args[0]
     full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
     try:
-        cp = subprocess.run(  # noqa: S603 - argv list, no shell
+        cp = subprocess.run(
             args,
             cwd=str(cwd) if cwd else None,
             env=full_env,
             input=input,
             capture_output=True,
             timeout=timeout,
+            check=False,  # the exit code is examined below, with stderr in the message
         )
     except subprocess.TimeoutExpired as exc:
         raise ProcessError(f"{Path(args[0]).name} timed out after {timeout}s") from exc
@@ -84,6 +85,7 @@ def stream(
     args[0] = which(args[0]) if os.sep not in args[0] else args[0]
     full_env = {**os.environ, **(env or {})}
     try:
-        return subprocess.run(args, cwd=str(cwd) if cwd else None, env=full_env, timeout=timeout).returncode  # noqa: S603
+        return subprocess.run(args, cwd=str(cwd) if cwd else None, env=full_env,
+                              timeout=timeout, check=False).returncode
     except subprocess.TimeoutExpired as exc:
         raise ProcessError(f"{Path(args[0]).name} timed out after {timeout}s") from exc

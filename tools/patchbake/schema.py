@@ -4,8 +4,9 @@ one-line ConfigErrors naming the key and the file, with "did you mean" for typos
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ConfigError
 

@@ -68,8 +68,15 @@ def progress(description: str, total: int | None, unit_bytes: bool = True) -> It
     if not sys.stderr.isatty() or os.environ.get("PATCHBAKE_NO_PROGRESS"):
         yield p
         return
-    from rich.progress import (BarColumn, DownloadColumn, Progress as RP, TextColumn,
-                               TimeRemainingColumn, TransferSpeedColumn, MofNCompleteColumn)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+    from rich.progress import Progress as RP
 
     cols: list[Any] = [TextColumn("{task.description}"), BarColumn()]
     cols += [DownloadColumn(), TransferSpeedColumn()] if unit_bytes else [MofNCompleteColumn()]

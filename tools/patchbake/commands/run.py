@@ -41,7 +41,7 @@ def register(group: click.Group) -> None:
         ui.table("steps", ["step", "seconds"], [(s["step"], s["seconds"]) for s in job.steps])
         ident = job.identity
         rows = [(label, ident[key]) for key, label in LABELS]
-        rows[6] = ("files touched", f"{ident['patch_files']} (+{ident['patch_added']} "
-                                    f"-{ident['patch_removed']})")
+        touched = f"{ident['patch_files']} (+{ident['patch_added']} -{ident['patch_removed']})"
+        rows[6] = ("files touched", touched)
         ui.kv(f"identity chain of lineage {job.lineage}", rows)
         ui.out.print(f"image {ident['image']} = {ident['manifest_digest']}")
