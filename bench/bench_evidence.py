@@ -20,12 +20,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from patchbake.evidence import keys, policy, records  # noqa: E402
-from patchbake.fixtures import suites  # noqa: E402
-from patchbake.fixtures.host import HostRunner  # noqa: E402
-from patchbake.fixtures.image import ImageRef  # noqa: E402
-from patchbake.fixtures.run import run_suite  # noqa: E402
-from patchbake.store import Store  # noqa: E402
+from patchbake.evidence import keys, policy, records
+from patchbake.fixtures import suites
+from patchbake.fixtures.host import HostRunner
+from patchbake.fixtures.image import ImageRef
+from patchbake.fixtures.run import run_suite
+from patchbake.store import Store
 
 SUITES = REPO / "tests" / "fixtures" / "suites"
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))

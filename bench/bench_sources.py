@@ -24,10 +24,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tools"))
 
-from patchbake import config  # noqa: E402 - after the path set-up above
-from patchbake.sources import fetch, tree_digest  # noqa: E402
-from patchbake.sources.extract import extract  # noqa: E402
-from patchbake.store import Store  # noqa: E402
+from patchbake import config
+from patchbake.sources import fetch, tree_digest
+from patchbake.sources.extract import extract
+from patchbake.store import Store
 
 RUNS = 5
 
