@@ -33,7 +33,7 @@ services: setup-system
 
 # The main job, end to end on the embedded defaults.
 demo: setup-python
-	patchbake run
+	$(PY) -m patchbake run
 
 # The test suite: unit (hermetic) and integration (real git, sdist, engine, registry).
 # pytest exits 5 when nothing is collected: that is a failure here, never a pass.
