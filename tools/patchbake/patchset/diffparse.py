@@ -176,15 +176,45 @@ def _parse_hunk(r: _Reader, header: bytes) -> Hunk:
     added_lines: list[bytes] = []
     need_old, need_new = old_count, new_count
     last: bytes = b""
-    while need_old > 0 or need_new > 0 or (r.peek() or b"").startswith(b"\\"):
-        line = r.peek()
-        if line is None:
+    # The body is walked with a local index (the reader's ``i`` is set back before any
+    # error and at the end): this loop runs once per patch line and dominates parsing.
+    lines = r.lines
+    n = len(lines)
+    i = r.i
+    while need_old > 0 or need_new > 0 or (i < n and lines[i].startswith(b"\\")):
+        if i >= n:
+            r.i = i
             raise r.fail(f"hunk at line {line_no} ends early: {need_old} old and {need_new} "
                          "new lines missing (the patch is truncated or a count was changed)")
+        line = lines[i]
         tag = line[:1]
-        if tag == b"\\":
-            r.take()
+        if tag == b" ":
+            if need_old == 0 or need_new == 0:
+                r.i = i
+                raise _too_many(r, line_no)
+            text = line[1:]
+            old.append(text)
+            new.append(text)
+            need_old -= 1
+            need_new -= 1
+        elif tag == b"-":
+            if need_old == 0:
+                r.i = i
+                raise _too_many(r, line_no)
+            old.append(line[1:])
+            need_old -= 1
+        elif tag == b"+":
+            if need_new == 0:
+                r.i = i
+                raise _too_many(r, line_no)
+            text = line[1:]
+            new.append(text)
+            added_lines.append(text)
+            need_new -= 1
+        elif tag == b"\\":
+            i += 1
             if not last:
+                r.i = i
                 raise r.fail("'\\ No newline at end of file' without a preceding line")
             # The marker belongs to the line before it: strip that line's newline.
             for side in ((old,) if last == b"-" else (new,) if last == b"+" else (old, new)):
@@ -194,34 +224,25 @@ def _parse_hunk(r: _Reader, header: bytes) -> Hunk:
                 added_lines[-1] = added_lines[-1].rstrip(b"\n")
             last = b""
             continue
-        if tag not in (b" ", b"-", b"+"):
+        else:
+            r.i = i
             if tag == b"\n":
                 raise r.fail(f"empty line inside the hunk at line {line_no} (a context line "
                              "lost its leading space: mangled by an editor or mail?)", r.i + 1)
             raise r.fail(f"hunk at line {line_no} ends early: {need_old} old and {need_new} "
                          "new lines missing (a hunk line was dropped or a count was changed)",
                          r.i + 1)
-        if (tag in (b" ", b"-") and need_old == 0) or (tag in (b" ", b"+") and need_new == 0):
-            raise r.fail(f"hunk at line {line_no} has more lines than its header counts "
-                         "(a count was changed)", r.i + 1)
-        r.take()
-        text = line[1:]
-        if tag == b" ":
-            old.append(text)
-            new.append(text)
-            need_old -= 1
-            need_new -= 1
-        elif tag == b"-":
-            old.append(text)
-            need_old -= 1
-        else:
-            new.append(text)
-            added_lines.append(text)
-            need_new -= 1
+        i += 1
         last = tag
-    added = sum(1 for _ in added_lines)
+    r.i = i
+    added = len(added_lines)
     return Hunk(old_start, old_count, new_start, new_count, line_no, tuple(old), tuple(new),
                 tuple(added_lines), added, old_count - (new_count - added))
+
+
+def _too_many(r: _Reader, line_no: int) -> PatchError:
+    return r.fail(f"hunk at line {line_no} has more lines than its header counts "
+                  "(a count was changed)", r.i + 1)
 
 
 def _parse_binary_part(r: _Reader) -> BinaryPart:

@@ -6,16 +6,19 @@ sequence round-trips to the file system (``os.fsencode``) unchanged. Standard li
 
 from __future__ import annotations
 
+import re
+
 from ..errors import PatchError
 
 _ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13,
             b'"': 34, b"\\": 92}
 _QUOTE_OUT = {v: b"\\" + k for k, v in _ESCAPES.items()}
+_NEEDS_QUOTE = re.compile(rb'[\x00-\x1f\x7f-\xff"\\]')
 
 
 def needs_quote(raw: bytes) -> bool:
     """git's ``core.quotePath=true`` rule: control bytes, DEL, non-ASCII, quote, backslash."""
-    return any(c < 0x20 or c >= 0x7F or c in (34, 92) for c in raw)
+    return _NEEDS_QUOTE.search(raw) is not None
 
 
 def cquote(raw: bytes) -> bytes:
