@@ -13,6 +13,8 @@ after a warm-up, alternating):
   apply   `patchbake patch apply --to` (CLI: copy of the tree + apply + verify) vs
           `cp -a` + `git apply`; and apply-only (tree already copied) in-process vs
           `git apply`
+  build   the build step of patched_tree() (staging dir in the store, strict apply,
+          untouched files hard-linked from the pristine tree, or copied as before)
 
 Prints a table; writes bench/out/patch.json. The sdist comes from the store
 (PATCHBAKE_HOME or the user cache dir), fetched through the configured index if absent.
@@ -40,7 +42,7 @@ sys.path.insert(0, str(REPO / "tools"))
 from patchbake import config
 from patchbake.patchset.diffparse import parse_patch
 from patchbake.patchset.export import export
-from patchbake.patchset.strict import _verify_on_disk, apply_in_memory
+from patchbake.patchset.strict import _verify_on_disk, apply_in_memory, build_tree
 from patchbake.patchset.treeio import copy_tree, write_outcomes
 from patchbake.patchset.workspace import create_workspace
 from patchbake.sources import fetch
@@ -189,6 +191,20 @@ def main() -> int:
             shutil.rmtree(d)
         res["apply_only_lib"] = statistics.median(only_ours[1:])
         res["git_apply_only"] = statistics.median(only_git[1:])
+
+        # patched_tree()'s build: strict apply into a staging dir in the store (beside
+        # the pristine tree), untouched files hard-linked (now) or copied (before).
+        def build(link: bool) -> Callable[[], None]:
+            def go() -> None:
+                staging = store.tmpdir("bench")
+                try:
+                    build_tree(patch, pristine, staging / "tree", link=link)
+                finally:
+                    shutil.rmtree(staging)
+            return go
+
+        res["build_link"] = timed(build(True))
+        res["build_copy"] = timed(build(False))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -208,6 +224,10 @@ def main() -> int:
          res["cp_git_apply"], 3.0),
         ("apply", "apply only, in-process", res["apply_only_lib"], "git apply (tree copied)",
          res["git_apply_only"], 3.0),
+        ("build", "patched_tree build, hard links", res["build_link"], "cp -a + git apply",
+         res["cp_git_apply"], 3.0),
+        ("build", "patched_tree build, copying", res["build_copy"], "cp -a + git apply",
+         res["cp_git_apply"], 3.0),
     ]
     print(f"patch: {ex.files} files +{ex.added} -{ex.removed}, {patch_size} "
           f"bytes; workspace made in {t_ws:.1f}s; median of {RUNS}")

@@ -10,7 +10,12 @@ which ``tools/check_patch_files.py`` relies on)::
 
 from __future__ import annotations
 
-from typing import Any
+# typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
+# for every import at start-up, and these names appear in annotations only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 _LAZY = {
     "patched_tree": "patched",

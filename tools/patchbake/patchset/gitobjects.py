@@ -15,9 +15,12 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Union
 
-_Node = dict[bytes, Union["_Node", tuple[bytes, str]]]
+# No run-time alias: the bare guard pays for every import (typing) at start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    _Node = dict[bytes, "_Node | tuple[bytes, str]"]
+
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 
 

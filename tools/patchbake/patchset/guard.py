@@ -11,13 +11,18 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import ApplyError, PatchbakeError, PatchError
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist, sort_key
 from .treeio import TreeReader
+
+# typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
+# for every import at start-up, and these names appear in annotations only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 EXPORT = "run `patchbake patch export`"
 PRIORITY = ("crlf", "final-newline", "parse", "dropped", "unrecorded", "count", "hash", "apply",
@@ -94,14 +99,14 @@ def _whitespace(patch: Patch, run: _Run) -> None:
 
 def _blank_at_eof(outcomes: dict[str, Outcome], run: _Run) -> None:
     def trailing_blanks(data: bytes | None) -> int:
-        if not data:
+        """Whitespace-only lines at the end (none unless it ends in a newline). Only the
+        tail is looked at: the text after the last non-whitespace byte holds the rest of
+        that line (up to its newline), then one newline per blank line."""
+        if not data or not data.endswith(b"\n"):
             return 0
-        n = 0
-        for line in reversed(data.split(b"\n")[:-1] if data.endswith(b"\n") else []):
-            if line.strip():
-                break
-            n += 1
-        return n
+        body = data.rstrip(b" \t\n\r\x0b\x0c")  # what bytes.strip() calls whitespace
+        tail = data.count(b"\n", len(body))
+        return tail if not body else tail - 1
 
     for p, o in outcomes.items():
         if o.post is not None and b"\0" not in o.post[:8000] \
