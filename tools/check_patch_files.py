@@ -15,6 +15,7 @@ Exit status: 0 when every check passed, 21 (the guard's code) otherwise, 2 for b
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -100,4 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Everything is printed and nothing is left to collect: spare the interpreter's
+    # final garbage collection over every imported module's objects (about a tenth of
+    # this script's run time). Exit handlers still run.
+    gc.freeze()
+    sys.exit(status)

@@ -89,6 +89,10 @@ class Patch:
 
 def split_lines(data: bytes) -> list[bytes]:
     """Split on ``\\n`` only (git's notion of a line); a ``\\r`` stays part of its line."""
+    if b"\r" not in data:
+        # bytes.splitlines breaks at \n, \r and \r\n only: without a \r it is this
+        # split, done in C (the guard and the applier split every touched file).
+        return data.splitlines(keepends=True)
     parts = data.split(b"\n")
     lines = [p + b"\n" for p in parts[:-1]]
     if parts[-1]:

@@ -70,16 +70,30 @@ class Pack:
 
     def write(self, objects: Path) -> None:
         """Write ``objects/pack/pack-<sum>.{pack,idx}`` (the index last, as git does)."""
-        chunks = [b"PACK", struct.pack(">II", 2, len(self._objects))]
-        offset = 12
+        d = os.path.join(objects, "pack")
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, "tmp_pack")
         where: dict[bytes, tuple[int, int]] = {}  # raw id -> (offset, crc32)
-        for raw, (kind, data) in self._objects.items():
-            entry = _entry_header(_TYPES[kind], len(data)) + zlib.compress(data, 0)
-            where[raw] = (offset, zlib.crc32(entry))
-            chunks.append(entry)
-            offset += len(entry)
-        body = b"".join(chunks)
-        pack_sum = hashlib.sha1(body).digest()
+        with open(tmp, "wb") as f:
+            # Entries go to the file one by one, the pack's sha1 updated as they go (no
+            # joined copy of every object: the pack is as large as the touched files).
+            head = b"PACK" + struct.pack(">II", 2, len(self._objects))
+            pack_hash = hashlib.sha1(head)
+            f.write(head)
+            offset = len(head)
+            for raw, (kind, data) in self._objects.items():
+                header = _entry_header(_TYPES[kind], len(data))
+                body = zlib.compress(data, 0)
+                where[raw] = (offset, zlib.crc32(body, zlib.crc32(header)))
+                pack_hash.update(header)
+                pack_hash.update(body)
+                f.write(header)
+                f.write(body)
+                offset += len(header) + len(body)
+            pack_sum = pack_hash.digest()
+            f.write(pack_sum)
+        if offset >= 1 << 31:  # 8-byte offsets are never needed for a handful of files
+            raise ValueError("re-export pack over 2 GiB")
         ids = sorted(where)
         fanout = [0] * 256
         for raw in ids:
@@ -88,18 +102,12 @@ class Pack:
         for i in range(256):
             total += fanout[i]
             fanout[i] = total
-        if offset >= 1 << 31:  # 8-byte offsets are never needed for a handful of files
-            raise ValueError("re-export pack over 2 GiB")
         idx = b"".join((b"\377tOc", struct.pack(">I", 2), struct.pack(">256I", *fanout),
                         *ids, struct.pack(f">{len(ids)}I", *(where[r][1] for r in ids)),
                         struct.pack(f">{len(ids)}I", *(where[r][0] for r in ids)), pack_sum))
         idx += hashlib.sha1(idx).digest()
-        d = os.path.join(objects, "pack")
-        os.makedirs(d, exist_ok=True)
         name = os.path.join(d, f"pack-{pack_sum.hex()}")
-        with open(name + ".pack", "wb") as f:
-            f.write(body)
-            f.write(pack_sum)
+        os.rename(tmp, name + ".pack")
         with open(name + ".idx", "wb") as f:
             f.write(idx)
 

@@ -75,11 +75,19 @@ def _scan_raw(data: bytes, name: str, run: _Run) -> None:
 _WS_TRAIL = re.compile(rb"[ \t\r]+\n?$")
 
 
+# Any added line that _whitespace would flag matches this (a line ending in a blank, or
+# an indentation holding a space before a tab); most hunks match nothing, and one regex
+# scan of their joined lines replaces a Python loop over every line.
+_WS_ANY = re.compile(rb"[ \t\r]$|^[ \t]* \t", re.MULTILINE)
+
+
 def _whitespace(patch: Patch, run: _Run) -> None:
     for fp in patch.files:
         if fp.binary:
             continue
         for h in fp.hunks:
+            if not _WS_ANY.search(b"".join(h.added_lines)):
+                continue
             for line in h.added_lines:
                 body = line[:-1] if line.endswith(b"\n") else line
                 what = None
