@@ -106,3 +106,17 @@ def test_entry_header_varint() -> None:
     assert _entry_header(3, 15) == b"\x3f"
     assert _entry_header(3, 16) == b"\xb0\x01"
     assert _entry_header(2, 70000) == bytes([0x80 | 0x20 | (70000 & 15), 0x80 | ((70000 >> 4) & 0x7F), 70000 >> 11])
+
+
+def test_outcome_ids_are_the_blob_ids_of_their_contents() -> None:
+    from patchbake.patchset.gitbinary import blob_id
+    from patchbake.patchset.strict import apply_in_memory
+
+    outcomes = apply_in_memory(PATCH, fx.PRISTINE, filelist=FILES)
+    seen = 0
+    for o in outcomes.values():
+        for data, oid in ((o.pre, o.pre_id), (o.post, o.post_id)):
+            if oid is not None:
+                assert data is not None and blob_id(data) == oid
+                seen += 1
+    assert seen >= len(outcomes)  # every section carried at least one reusable id

@@ -30,6 +30,10 @@ class Outcome:
     pre_mode: str | None
     post: bytes | None
     post_mode: str | None
+    # git blob ids of pre and post where the apply computed them (the re-export reuses
+    # them instead of hashing the contents again); None where it did not
+    pre_id: str | None = None
+    post_id: str | None = None
 
 
 class _AlreadyThere(Exception):
@@ -147,21 +151,24 @@ def apply_file(fp: FilePatch, base: Base) -> Outcome:
             raise _AlreadyThere
         raise _err("context", f"{fp.path} has mode {mode}, the patch expects {fp.old_mode}")
     if fp.status == "D":
-        return Outcome(fp.path, "D", data, mode, None, None)
+        return Outcome(fp.path, "D", data, mode, None, None, have)
     if fp.binary:
         post = _binary(fp, data)
     else:
         post = apply_hunks(fp.path, fp.hunks, data)
-    return _checked(fp, Outcome(fp.path, "M", data, mode, post, fp.new_mode or mode))
+    return _checked(fp, Outcome(fp.path, "M", data, mode, post, fp.new_mode or mode, have))
 
 
 def _checked(fp: FilePatch, out: Outcome) -> Outcome:
-    if fp.new_id and fp.new_id != NULL_ID and out.post is not None \
-            and blob_id(out.post) != fp.new_id:
-        raise _err("hash", f"applying the hunks of {fp.path} gives blob "
-                   f"{blob_id(out.post)[:12]}, but the patch's index line records "
-                   f"{fp.new_id[:12]} (a hunk or line was dropped or edited)",
-                   "re-run `patchbake patch export`")
+    if fp.new_id and fp.new_id != NULL_ID and out.post is not None:
+        got = blob_id(out.post)
+        if got != fp.new_id:
+            raise _err("hash", f"applying the hunks of {fp.path} gives blob "
+                       f"{got[:12]}, but the patch's index line records "
+                       f"{fp.new_id[:12]} (a hunk or line was dropped or edited)",
+                       "re-run `patchbake patch export`")
+        return Outcome(out.path, out.status, out.pre, out.pre_mode, out.post, out.post_mode,
+                       out.pre_id, got)
     return out
 
 

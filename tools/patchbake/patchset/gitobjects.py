@@ -30,11 +30,18 @@ class Pack:
     def __init__(self) -> None:
         self._objects: dict[bytes, tuple[bytes, bytes]] = {}  # raw id -> (kind, data)
 
-    def add(self, kind: bytes, data: bytes) -> str:
-        """Add one object (once per id); return its id."""
-        h = hashlib.sha1(b"%s %d\0" % (kind, len(data)))
-        h.update(data)
-        raw = h.digest()
+    def add(self, kind: bytes, data: bytes, known_id: str | None = None) -> str:
+        """Add one object (once per id); return its id.
+
+        ``known_id``: the id the caller already computed from these very bytes (the
+        applier hashes every pre- and post-image it checks); not recomputed.
+        """
+        if known_id is not None:
+            raw = bytes.fromhex(known_id)
+        else:
+            h = hashlib.sha1(b"%s %d\0" % (kind, len(data)))
+            h.update(data)
+            raw = h.digest()
         self._objects.setdefault(raw, (kind, data))
         return raw.hex()
 

@@ -236,16 +236,17 @@ def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool,
                run: _Run) -> None:
     """Apply, then re-export through git while the Python-only checks run beside it.
 
-    git's ``diff-tree`` takes about as long as those checks; the main thread waits on
-    git's pipe without the GIL, so on two cores they overlap. The worker's problems are
-    merged after the apply's and before the re-export's, as if run in sequence (problems
-    are then sorted by kind, stably, so the report is the same either way).
+    git's ``diff-tree`` takes longer than those checks; while it runs this thread only
+    waits on its pipe, without the GIL, so the checks run in a thread then (see
+    :func:`reexport.beside_git`). Their problems are merged after the apply's and before
+    the re-export's, as if run in sequence (problems are then sorted by kind, stably, so
+    the report is the same either way).
     """
     outcomes = _apply(patch, root, run)
     if not (reexport and len(outcomes) == len(patch.files)):
         _content_checks(patch, fl, outcomes, run)
         return
-    import threading
+    from .reexport import beside_git
 
     side = _Run()
     failed: list[BaseException] = []
@@ -256,13 +257,11 @@ def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool,
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             failed.append(exc)
 
-    worker = threading.Thread(target=work, name="guard-checks", daemon=True)
-    worker.start()
     late = _Run()
-    try:
+    with beside_git(work) as beside:
         _reexport(patch, outcomes, late)
-    finally:
-        worker.join()
+    if not beside.ran:  # no diff was run (it failed before git, or was replaced)
+        work()
     if failed:
         raise failed[0]
     run.problems += side.problems + late.problems

@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from .apply import Outcome
@@ -29,6 +32,45 @@ def _scratch_parent() -> Path:
     return Path(tempfile.gettempdir())
 
 
+class Beside:
+    """Work to run in a thread while git writes the diff (see :func:`beside_git`)."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.work = work
+        self.ran = False
+
+
+_BESIDE: ContextVar[Beside | None] = ContextVar("patchbake_beside_git", default=None)
+
+
+@contextmanager
+def beside_git(work: Callable[[], None]) -> Iterator[Beside]:
+    """Run ``work`` in a thread during the ``git diff-tree`` of a :func:`reexport` called
+    in this block: git's time is spent outside Python, so pure-Python checks fit there
+    without slowing the pack writing before it. ``work`` must not raise. When no diff
+    ran (``ran`` stays False), the caller runs ``work`` itself.
+    """
+    beside = Beside(work)
+    token = _BESIDE.set(beside)
+    try:
+        yield beside
+    finally:
+        _BESIDE.reset(token)
+
+
+def _diff_beside(repo: Path, old: str, new: str) -> bytes:
+    beside = _BESIDE.get()
+    if beside is None or beside.ran:
+        return canonical_diff(repo, old, new)
+    beside.ran = True
+    worker = threading.Thread(target=beside.work, name="beside-git", daemon=True)
+    worker.start()
+    try:
+        return canonical_diff(repo, old, new)
+    finally:
+        worker.join()
+
+
 def reexport(outcomes: Iterable[Outcome], scratch_parent: Path | None = None) -> bytes:
     """The canonical patch that git writes for these pre/post images."""
     repo = scratch_repo(scratch_parent or _scratch_parent())
@@ -39,12 +81,12 @@ def reexport(outcomes: Iterable[Outcome], scratch_parent: Path | None = None) ->
         for o in outcomes:
             path = to_bytes(o.path)
             if o.pre is not None:
-                pre[path] = (o.pre_mode or "100644", pack.add(b"blob", o.pre))
+                pre[path] = (o.pre_mode or "100644", pack.add(b"blob", o.pre, o.pre_id))
             if o.post is not None:
-                post[path] = (o.post_mode or "100644", pack.add(b"blob", o.post))
+                post[path] = (o.post_mode or "100644", pack.add(b"blob", o.post, o.post_id))
         old, new = pack.add_tree(pre), pack.add_tree(post)
         pack.write(repo / "objects")
-        return canonical_diff(repo, old, new)
+        return _diff_beside(repo, old, new)
     finally:
         shutil.rmtree(repo, ignore_errors=True)
 
