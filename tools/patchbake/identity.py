@@ -191,23 +191,16 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         pristine_digest = compute_digest(pristine_root)
     with resolve(store, ref, pipeline) as res:
         sp = _site_packages(res, pipeline, site_packages)
-        judged: list[Any] = []
-
-        def judge(view: View) -> None:
-            # Runs while memoised layers are still being hashed; scan_image returns (and
-            # so this counts) only after every layer digest and diff_id matched.
-            identity, problems = _identity_checks(view, res)
-            # "our" layer is the one that wrote the identity record, not simply the last
-            ours = view.files.get(IDENTITY_PATH.lstrip("/"))
-            last = ours.layer if identity is not None and ours is not None else None
-            pristine = _pristine_hashes(pristine_root, pristine_digest, store)
-            judged[:] = [identity, problems, compare(view, sp, patched, pristine,
-                                                     lin.upstream.generated, last)]
-
         view = scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}", "opt/patchbake/"),
                           progress=progress, cache_dir=None if not use_cache
-                          else store.root / "bakes" / "layer-ops", meanwhile=judge)
-        identity, problems, (matched, total, mismatched, drift) = judged
+                          else store.root / "bakes" / "layer-ops")
+        identity, problems = _identity_checks(view, res)
+        # "our" layer is the one that wrote the identity record, not simply the last one
+        ours = view.files.get(IDENTITY_PATH.lstrip("/"))
+        last = ours.layer if identity is not None and ours is not None else None
+        matched, total, mismatched, drift = compare(
+            view, sp, patched, _pristine_hashes(pristine_root, pristine_digest, store),
+            lin.upstream.generated, last)
         if identity is not None and identity.get("patch", {}).get("sha256") \
                 not in (None, patched.patch_sha256):
             problems.append(f"the image was baked from patch sha256:"

@@ -255,30 +255,21 @@ def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | 
 def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
                write_root: Path | None = None, write_prefix: str = "",
                progress: Callable[[int], None] | None = None,
-               cache_dir: Path | None = None,
-               meanwhile: Callable[[View], None] | None = None) -> View:
+               cache_dir: Path | None = None) -> View:
     """Stream every layer of ``image``; return the tracked region's final view.
 
     With ``cache_dir``, what a layer does to the tracked region (its "ops") is memoised by
     the layer digest: a later scan still reads and hashes every byte of the layer to EOF
     and checks digest and diff_id, and only when both match replays the ops instead of
     re-parsing -- the parse is a pure function of bytes that just hashed to that digest.
-
-    ``meanwhile(view)`` is called once with the final view before it is returned; when
-    every layer is memoised it runs while the layers are still being hashed (the caller's
-    comparisons overlap the hashing), and its outcome counts only if every digest then
-    matches: a digest error is raised in preference to anything ``meanwhile`` raised.
     """
     scanner = _Scanner(tracked, write_root, write_prefix)
     diff_ids = image.diff_ids
     if write_root is None and cache_dir is not None:
-        files = [_cache_file(cache_dir, d.digest, tracked) for d in image.layers]
-        if all(f is not None and f.is_file() for f in files):
-            view = _replay_all(scanner, image, blobs, files, progress,  # type: ignore[arg-type]
-                               meanwhile)
-            if view is not None:
-                return view
-            scanner = _Scanner(tracked, write_root, write_prefix)  # a memo did not load
+        memos = [_load_ops(_cache_file(cache_dir, d.digest, tracked), d.digest, diff_ids[i])
+                 for i, d in enumerate(image.layers)]
+        if all(m is not None for m in memos):
+            return _replay_all(scanner, image, blobs, memos, progress)  # type: ignore[arg-type]
     for i, desc in enumerate(image.layers):
         compression = compression_of(desc.media_type)
         cache = _cache_file(cache_dir, desc.digest, tracked) if write_root is None else None
@@ -321,18 +312,13 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
         scanner.view.bytes_read += src.raw_size
         if progress:
             progress(src.raw_size)
-    if meanwhile is not None:
-        meanwhile(scanner.view)
     return scanner.view
 
 
-def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, files: list[Path],
-                progress: Callable[[int], None] | None,
-                meanwhile: Callable[[View], None] | None) -> View | None:
+def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, memos: list[dict[str, Any]],
+                progress: Callable[[int], None] | None) -> View:
     """Every layer memoised: hash all blobs in a thread (hashlib drops the GIL) while this
-    thread loads and replays the ops and runs ``meanwhile``; nothing is returned before
-    every digest and diff_id matched. None when a memo does not load after all (the
-    caller then parses every layer)."""
+    thread replays the ops; nothing is returned before every digest and diff_id matched."""
     hashed: list[HashedBlob] = []
     failed: list[BaseException] = []
 
@@ -344,35 +330,20 @@ def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, files: list[Path]
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             failed.append(exc)
 
-    # Hashing starts first: it is the long pole; loading the memos (JSON) overlaps it.
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    later: BaseException | None = None
-    try:
-        memos = [_load_ops(f, d.digest, image.diff_ids[i])
-                 for i, (f, d) in enumerate(zip(files, image.layers))]
-        if any(m is None for m in memos):
-            return None
-        for i, memo in enumerate(memos):
-            scanner.replay(memo["ops"], i)  # type: ignore[index]
-        if meanwhile is not None:
-            try:
-                meanwhile(scanner.view)
-            except BaseException as exc:  # noqa: BLE001 - raised after the digest checks
-                later = exc
-    finally:
-        worker.join()
+    for i, memo in enumerate(memos):
+        scanner.replay(memo["ops"], i)
+    worker.join()
     if failed:
         raise failed[0]
     for i, (desc, h, memo) in enumerate(zip(image.layers, hashed, memos)):
         _check_digests(h, desc.digest, desc.size, image.diff_ids[i], i)
         scanner.view.layers.append(LayerReport(desc.digest, image.diff_ids[i], h.raw_size,
-                                               int(memo["entries"])))  # type: ignore[index]
+                                               int(memo["entries"])))
         scanner.view.bytes_read += h.raw_size
         if progress:
             progress(h.raw_size)
-    if later is not None:
-        raise later
     return scanner.view
 
 
