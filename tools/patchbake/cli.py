@@ -115,8 +115,21 @@ def _register() -> None:
     _load_all()
 
 
+def _hoist_json(args: list[str]) -> list[str]:
+    """``--json`` is accepted anywhere (``patchbake series verify --json`` as well as
+    ``patchbake --json series verify``): it becomes the global flag every command reads."""
+    if "--" in args:
+        cut = args.index("--")
+        head, tail = args[:cut], args[cut:]
+    else:
+        head, tail = args, []
+    if "--json" not in head:
+        return args
+    return ["--json", *[a for a in head if a != "--json"], *tail]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = _hoist_json(list(sys.argv[1:] if argv is None else argv))
     debug = "--debug" in args or bool(os.environ.get("PATCHBAKE_DEBUG"))
     try:
         main_group.main(args=args, prog_name="patchbake", standalone_mode=False)
