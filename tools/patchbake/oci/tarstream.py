@@ -117,6 +117,11 @@ class LayerBytes:
 
     def pieces(self, n: int) -> Iterator[memoryview]:
         """Yield ``n`` bytes as zero-copy slices."""
+        if n and len(self._cur) - self._off >= n:  # the common case: one slice
+            off = self._off
+            self._off = off + n
+            yield memoryview(self._cur)[off:off + n]
+            return
         while n:
             if self._off >= len(self._cur) and not self._next():
                 raise IntegrityError(f"layer ends inside a file ({n} bytes missing)")
@@ -126,6 +131,9 @@ class LayerBytes:
             n -= take
 
     def skip(self, n: int) -> None:
+        if len(self._cur) - self._off >= n:  # within the current chunk: just move on
+            self._off += n
+            return
         for _ in self.pieces(n):
             pass
 
@@ -179,6 +187,10 @@ class Member:
 
 
 def _octal(field: bytes, what: str) -> int:
+    try:  # the common field: octal digits, then NUL or spaces (int() skips the spaces)
+        return int(field.split(b"\0", 1)[0], 8)
+    except ValueError:
+        pass  # empty, base-256 or not a number: the careful path below decides
     if field[:1] and field[0] & 0x80:  # GNU base-256
         return int.from_bytes(field[1:], "big")
     text = field.split(b"\0", 1)[0].strip(b" ")
