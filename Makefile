@@ -45,7 +45,7 @@ unit: setup-python
 	$(PY) -m pytest -q tests/unit
 
 bench: setup services
-	$(PY) bench/run.py
+	PYTHONPATH=tools $(PY) bench/run.py
 
 lint:
 	$(PIP) install -q -e '.[lint]'

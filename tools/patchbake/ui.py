@@ -10,20 +10,37 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _color() -> bool:
     return "NO_COLOR" not in os.environ and sys.stderr.isatty()
 
 
-err = Console(stderr=True, no_color=not _color(), highlight=False, soft_wrap=True)
-# Not a terminal (CI logs, pipes): wide enough that digests are never folded.
-out = Console(no_color="NO_COLOR" in os.environ or not sys.stdout.isatty(), highlight=False,
-              soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+_consoles: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Console:
+    """``ui.err`` and ``ui.out``: rich consoles made on first use, so commands that print
+    only JSON (and the guard's hot path) never import rich."""
+    if name not in ("err", "out"):
+        raise AttributeError(name)
+    if name not in _consoles:
+        from rich.console import Console
+
+        if name == "err":
+            _consoles[name] = Console(stderr=True, no_color=not _color(), highlight=False,
+                                      soft_wrap=True)
+        else:
+            # Not a terminal (CI logs, pipes): wide enough that digests are never folded.
+            tty = sys.stdout.isatty()
+            _consoles[name] = Console(no_color="NO_COLOR" in os.environ or not tty,
+                                      highlight=False, soft_wrap=True,
+                                      width=None if tty else 200)
+    return _consoles[name]
 
 
 def emit_json(obj: Any) -> None:
@@ -32,12 +49,14 @@ def emit_json(obj: Any) -> None:
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left", show_lines=False)
     for c in columns:
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*[str(x) for x in r])
-    out.print(t)
+    __getattr__("out").print(t)
 
 
 def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
@@ -45,7 +64,7 @@ def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
 
 
 def step(msg: str) -> None:
-    err.print(f"[bold]==>[/bold] {msg}" if _color() else f"==> {msg}")
+    __getattr__("err").print(f"[bold]==>[/bold] {msg}" if _color() else f"==> {msg}")
 
 
 class Progress:
@@ -81,6 +100,6 @@ def progress(description: str, total: int | None, unit_bytes: bool = True) -> It
     cols: list[Any] = [TextColumn("{task.description}"), BarColumn()]
     cols += [DownloadColumn(), TransferSpeedColumn()] if unit_bytes else [MofNCompleteColumn()]
     cols.append(TimeRemainingColumn())
-    with RP(*cols, console=err, transient=True) as bar:
+    with RP(*cols, console=__getattr__("err"), transient=True) as bar:
         p._bar, p._task = bar, bar.add_task(description, total=total)
         yield p
