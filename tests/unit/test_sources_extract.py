@@ -159,3 +159,17 @@ def test_copy_tree_rules(tmp_path: Path) -> None:
     os.symlink("../../x", src / "bad")
     with pytest.raises(UnsafeArchiveError, match="'bad' is a symlink to '../../x'"):
         copy_tree(src, tmp_path / "dst2")
+
+
+def test_symlink_under_symlink_writes_nothing_outside(tmp_path: Path) -> None:
+    """A link member under another link member: refused before either is followed."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    archive = tar(tmp_path / "a.tgz", OK,
+                  member("top/evil", type=tarfile.SYMTYPE, link="../../victim"),
+                  member("top/evil/sub/planted", type=tarfile.SYMTYPE, link="x"))
+    with pytest.raises(UnsafeArchiveError) as exc:
+        extract(archive, tmp_path / "out", strip=None)
+    assert "'top/evil/sub/planted' lies under the symlink 'top/evil'" in exc.value.message
+    assert exc.value.exit_code == 12
+    assert list(victim.iterdir()) == []

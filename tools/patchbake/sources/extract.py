@@ -226,6 +226,16 @@ def links_at_top(links: list[tuple[str, str, str]], name: str) -> bool:
 
 
 def _make_links(dest: Path, root: Path, links: list[tuple[str, str, str]]) -> None:
+    # A link under another link would be created through it (its parent directories
+    # made and the link written wherever the first one points, possibly outside the
+    # tree) before the resolution check below could refuse it: refuse it first.
+    names = {rel for rel, _, _ in links}
+    for rel, _, member in links:
+        parent = rel.rpartition("/")[0]
+        while parent:
+            if parent in names:
+                raise _unsafe(member, f"lies under the symlink '{parent}'")
+            parent = parent.rpartition("/")[0]
     for rel, target, member in links:
         path = dest / rel
         try:
