@@ -253,3 +253,25 @@ def test_verify_suites_reports_each_reason(signer: dict[str, Any]) -> None:
     assert isinstance(found["toy-gpu"], records.Verified)
     assert isinstance(found["toy-cpu"], EvidenceError)
     assert reason_of(found["toy-cpu"]) == "missing"
+
+
+@pytest.mark.parametrize("probes, flag", [
+    ({"determinism": {"status": "ok", "repeats": 3}}, "pristine-tree probe has no verdict"),
+    ({"patch_sensitivity": {"status": "not-declared"}, "determinism": {"status": "ok"}},
+     "pristine-tree probe has no verdict"),
+    ({"patch_sensitivity": {"status": "ok"}, "determinism": {"status": "not-run"}},
+     "declared 3 repeats, but the determinism probe has no verdict"),
+])
+def test_declared_probe_without_a_verdict_does_not_count(signer: dict[str, Any],
+                                                         probes: dict[str, Any],
+                                                         flag: str) -> None:
+    # the suite declares patch_sensitive and 3 repeats: a result missing either probe's
+    # verdict is signed as WARNED, and a statement claiming PASSED anyway is refused
+    path = signed(signer, probes=probes)
+    v = records.verify_file(path, DIGEST, signer["policy"])
+    assert v.statement.result == "WARNED" and not v.counts_as_evidence
+    stmt = statement.build(make_result(probes=probes), [])
+    stmt["predicate"]["result"] = "PASSED"
+    env = dsse.sign(json.dumps(stmt).encode(), signer["key"])
+    expect("bad-predicate", flag, records.verify_bytes, json.dumps(env.to_json()).encode(),
+           "x", DIGEST, signer["policy"])

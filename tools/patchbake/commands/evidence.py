@@ -41,7 +41,7 @@ def _verified_json(v: records.Verified) -> dict[str, Any]:
             "suite": s.suite, "result": s.result, "counts": s.counts, "runner": s.runner,
             "subject": {"name": s.subject_name, "digest": s.subject_digest},
             "counts_as_evidence": v.counts_as_evidence, "envelope_sha256": v.envelope_sha256,
-            "flags": statement.probe_flags(s.probes)}
+            "flags": statement.probe_flags(s.probes, s.predicate.get("suiteDeclaration"))}
 
 
 @click.group("keys")

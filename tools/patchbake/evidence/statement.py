@@ -43,22 +43,35 @@ class Statement:
         return dict(self.raw["predicate"])
 
 
-def probe_flags(probes: dict[str, Any]) -> list[str]:
-    """Why a passing run cannot count (empty when it can)."""
+def probe_flags(probes: dict[str, Any], declared: dict[str, Any] | None = None) -> list[str]:
+    """Why a passing run cannot count (empty when it can).
+
+    With the suite's ``declared`` declaration, a probe it asks for that has no verdict
+    (absent, not run) also counts: a result document missing its probe must not pass.
+    """
     flags = []
+    decl = declared or {}
     sens = probes.get("patch_sensitivity") or {}
     if sens.get("status") == "flagged":
         flags.append("passes on the pristine upstream tree (not patch-sensitive)")
+    elif decl.get("patch_sensitive") is True and sens.get("status") != "ok":
+        flags.append("declared patch-sensitive, but the pristine-tree probe has no verdict")
     det = probes.get("determinism") or {}
     if det.get("status") == "flagged":
         flags.append("repeats were not bit-identical")
+    elif isinstance(decl.get("repeats"), int) and decl["repeats"] > 1 \
+            and det.get("status") != "ok":
+        flags.append(f"declared {decl['repeats']} repeats, but the determinism probe has no "
+                     "verdict")
     return flags
 
 
 def overall_result(result: dict[str, Any]) -> str:
     if result.get("result") != "PASSED":
         return "FAILED"
-    return "WARNED" if probe_flags(result.get("probes") or {}) else "PASSED"
+    suite = result.get("suite")
+    return "WARNED" if probe_flags(result.get("probes") or {},
+                                   suite if isinstance(suite, dict) else None) else "PASSED"
 
 
 def build(result: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -144,7 +157,9 @@ def check(obj: Any, where: str) -> Statement:
     if runner not in ("host", "docker"):
         fail("bad-predicate", f"{where}: runner {runner!r} is not host or docker")
     probes = _need(pred, "probes", dict, where)
-    if result == "PASSED" and probe_flags(probes):
-        fail("bad-predicate", f"{where}: result PASSED although {probe_flags(probes)[0]}")
+    decl = pred.get("suiteDeclaration")
+    flags = probe_flags(probes, decl if isinstance(decl, dict) else None)
+    if result == "PASSED" and flags:
+        fail("bad-predicate", f"{where}: result PASSED although {flags[0]}")
     return Statement(obj, name, "sha256:" + digest, suite, result,
                      {k: int(counts[k]) for k in COUNT_KEYS}, env, runner, probes)
