@@ -150,6 +150,8 @@ H200 = {"cuda_available": True, "gpu_name": "NVIDIA H200", "compute_capability":
     (H200, {"capability": "==8.9"}, "needs compute capability ==8.9; NVIDIA H200 has 9.0"),
     (H200, {"capability": ">=8.9,<9.0"}, "needs compute capability >=8.9,<9.0"),
     (H200, {"min_free_memory_gib": 200}, "needs 200.0 GiB of free GPU memory"),
+    ({**H200, "compute_capability": None}, {"capability": ">=8.9"},
+     "needs compute capability >=8.9; the capability of NVIDIA H200 could not be determined"),
 ])
 def test_requirement_refusals(env: dict[str, Any], req: dict[str, Any], message: str) -> None:
     s = parse(requires={"gpu": True, **req})
