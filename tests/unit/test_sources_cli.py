@@ -92,7 +92,7 @@ def test_fetch_all_lineages(tmp_path: Path, home: Path,
     (tmp_path / "tree" / "a").write_text("a")
     p.write_text(text + text.split("lineages:\n", 1)[1].replace("v1.0:", "v0.9:").replace(
         f"kind: path, version: '1.0', path: demo.tar.gz, sha256: {sha}",
-        "kind: path, version: '0.9', path: tree"))
+        "kind: path, version: '0.9', path: tree").replace("patch/", "patch/v0.9/"))
     rc, out, err = run(["--pipeline", str(p), "fetch", "--all", "--json"], capsys)
     assert rc == 0, err
     doc = json.loads(out)
