@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from patchbake.errors import EvidenceError
 from patchbake.evidence import keys, policy, records, summary
 from test_evidence_sign_verify import DIGEST, make_result, write_policy
@@ -41,3 +42,33 @@ def test_warned_evidence_is_not_a_pass(tmp_path: Path) -> None:
     assert "passed" not in text.split("Not run:")[0].split("fresh apply")[-1]
     assert "Only 69 of 70 baked source files matched" in text
     assert "`toy-gpu` (evidence present but WARNED; it does not count)" in text
+
+
+def test_verification_problems_are_not_summarised_as_all_matched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from patchbake import identity
+    from patchbake.errors import VerifyError
+    from patchbake.evidence import facts
+    from patchbake.fixtures.image import ImageRef
+
+    def fake(problems: list[str], mismatched: list[dict[str, Any]], matched: int
+             ) -> identity.VerifyResult:
+        return identity.VerifyResult(
+            ref=DIGEST, kind="store", digest=DIGEST, config_digest=DIGEST, matched=matched,
+            total=70, mismatched=mismatched, base_drift={}, problems=problems, layers=[],
+            identity=None, bytes_read=0, seconds=0.0)
+
+    ctx = SimpleNamespace(pipeline=None, store=None, lineage=lambda: None)
+    ref = ImageRef("img", DIGEST, None)
+    bad_record = fake(["/opt/patchbake/verify.py does not match the identity record"], [], 70)
+    monkeypatch.setattr(identity, "verify_image", lambda *a, **k: bad_record)
+    with pytest.raises(VerifyError, match="verify.py does not match") as info:
+        facts.match_counts(ctx, ref)
+    assert info.value.exit_code == VerifyError("x").exit_code
+    one_off = fake([], [{"path": "vllm/x.py", "expected": "a", "found": "b"}], 69)
+    monkeypatch.setattr(identity, "verify_image", lambda *a, **k: one_off)
+    assert facts.match_counts(ctx, ref) == (69, 70)  # the paragraph says "Only 69 of 70"
+    monkeypatch.setattr(identity, "verify_image", lambda *a, **k: fake([], [], 70))
+    assert facts.match_counts(ctx, ref) == (70, 70)

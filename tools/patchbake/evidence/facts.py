@@ -42,6 +42,10 @@ def match_counts(ctx: Any, ref: ImageRef) -> tuple[int | None, int | None]:
     except ImportError:
         return None, None
     report = identity.verify_image(ctx.pipeline, ref.digest, ctx.store, ctx.lineage())
+    if not report.mismatched:
+        # mismatches are the paragraph's to state ("Only M of N"); any other failure (an
+        # identity record that lies, nothing baked) must not read as "All N matched"
+        identity.raise_on_failure(report)
     return int(report.matched), int(report.total)
 
 
