@@ -11,7 +11,8 @@ made. What it guarantees:
 - pull: every byte is hashed by us against the digest we asked for (the registry's
   ``Docker-Content-Digest`` header is never trusted) and goes through
   ``Store.put_stream(expected=...)``, so nothing half-written or unverified is ever stored.
-  A manifest is stored last, so a manifest in the store means its blobs are there too.
+  A manifest is stored last, so after a full pull its blobs are there too (with
+  ``layers=False`` only its config is).
 """
 
 from __future__ import annotations
