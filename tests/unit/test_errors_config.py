@@ -51,6 +51,7 @@ def test_default_lineage_is_newest(tmp_path: Path) -> None:
     p = config.load(_write(tmp_path, BASE))
     assert p.lineage().key == "v0.25.1"
     assert p.lineage("v0.24.0").upstream.version == "0.24.0"
+    assert p.path == (tmp_path / "pipeline.yaml").resolve() and p.root == tmp_path.resolve()
 
 
 @pytest.mark.parametrize(
@@ -64,7 +65,7 @@ def test_default_lineage_is_newest(tmp_path: Path) -> None:
         (lambda t: t.replace("name: t\n", "name: t\nchanels: {}\n"), "did you mean 'channels'"),
         (lambda t: t.replace("files: patch/v0.24.0/FILES.txt", "files: patch/FILES.txt"),
          "'lineages.v0.25.1.files' names patch/FILES.txt, which 'lineages.v0.24.0.files' "
-         "names too: each lineage needs its own patch, FILES.txt and SOURCE"),
+         "names too: each lineage needs its own patch, FILES.txt, SOURCE and series"),
     ],
 )
 def test_bad_pipeline_is_one_line_error(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -160,14 +160,16 @@ def parse(data: Any, path: Path) -> Pipeline:
     # each other's on export, and the guard would check one against the other's pin.
     owner: dict[Path, str] = {}
     for lin in lineages.values():
-        for what, path in (("patch", lin.patch), ("files", lin.files),
-                           ("source_record", lin.source_record)):
-            other = owner.setdefault(path, f"lineages.{lin.key}.{what}")
+        for what, owned in (("patch", lin.patch), ("files", lin.files),
+                            ("source_record", lin.source_record), ("series", lin.series)):
+            if owned is None:
+                continue
+            other = owner.setdefault(owned, f"lineages.{lin.key}.{what}")
             if other != f"lineages.{lin.key}.{what}":
                 raise ConfigError(f"{source}: 'lineages.{lin.key}.{what}' names "
-                                  f"{path.relative_to(root) if path.is_relative_to(root) else path}"
+                                  f"{owned.relative_to(root) if owned.is_relative_to(root) else owned}"
                                   f", which '{other}' names too: each lineage needs its own "
-                                  "patch, FILES.txt and SOURCE")
+                                  "patch, FILES.txt, SOURCE and series")
     default = top["default_lineage"] or max(
         lineages, key=lambda k: _version_key(lineages[k].upstream.version))
     if default not in lineages:
