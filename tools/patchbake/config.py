@@ -159,14 +159,14 @@ def parse(data: Any, path: Path) -> Pipeline:
     # Each lineage owns its patch, FILES.txt and SOURCE: two sharing one would overwrite
     # each other's on export, and the guard would check one against the other's pin.
     owner: dict[Path, str] = {}
-    for lin in lineages.values():
-        for what, owned in (("patch", lin.patch), ("files", lin.files),
-                            ("source_record", lin.source_record), ("series", lin.series)):
+    for each in lineages.values():
+        for what, owned in (("patch", each.patch), ("files", each.files),
+                            ("source_record", each.source_record), ("series", each.series)):
             if owned is None:
                 continue
-            other = owner.setdefault(owned, f"lineages.{lin.key}.{what}")
-            if other != f"lineages.{lin.key}.{what}":
-                raise ConfigError(f"{source}: 'lineages.{lin.key}.{what}' names "
+            other = owner.setdefault(owned, f"lineages.{each.key}.{what}")
+            if other != f"lineages.{each.key}.{what}":
+                raise ConfigError(f"{source}: 'lineages.{each.key}.{what}' names "
                                   f"{owned.relative_to(root) if owned.is_relative_to(root) else owned}"
                                   f", which '{other}' names too: each lineage needs its own "
                                   "patch, FILES.txt, SOURCE and series")
