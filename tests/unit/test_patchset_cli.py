@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -165,3 +166,66 @@ def test_patched_tree_is_cached_and_rechecked(repo: Path) -> None:
         patched_tree(lin, store)
     shutil.rmtree(t1.root)
     assert patched_tree(lin, store).tree_digest == t1.tree_digest  # rebuilt
+
+
+TAMPER = {
+    "drop-hunk": (lambda d: fx.drop_hunk(d, "pkg/core.py", 1), "dropped",
+                  "pkg/core.py: work was dropped by a regeneration"),
+    "drop-file": (lambda d: fx.drop_section(d, "pkg/new.py"), "dropped",
+                  "pkg/new.py: work was dropped by a regeneration"),
+    "change-count": (lambda d: d.replace(b"@@ -11,7 +11,8 @@", b"@@ -11,7 +11,9 @@"), "parse",
+                     "fixture-fix-v1.0.patch:"),
+    "swap-sections": (lambda d: fx.swap_sections(d, 0, 2), "order",
+                      "file sections are not in canonical order"),
+    "crlf": (lambda d: d.replace(b"\n", b"\r\n"), "crlf", "lines end in CRLF"),
+    "truncate": (lambda d: d[: len(d) // 2], "final-newline", "lacks a final newline"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPER))
+def test_check_tamper_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[str],
+                                      case: str) -> None:
+    """Each tamper case from the issue: exit 21, one line on stderr naming the case."""
+    mutate, kind, message = TAMPER[case]
+    p = repo / "patch" / "fixture-fix-v1.0.patch"
+    p.write_bytes(mutate(p.read_bytes()))
+    rc, out, err = cli(capsys, "patch", "check", "--no-tree", "--json")
+    assert rc == 21
+    assert json.loads(out)["problems"][0]["kind"] == kind
+    assert err.count("\n") == 1 and err.startswith("patchbake: error: ")
+    assert message in err
+
+
+def _pin_tree(repo: Path, tree: Path) -> None:
+    """Point the lineage's upstream at ``tree`` (a directory source pinned by its digest)."""
+    y = repo / "pipeline.yaml"
+    sha = tree_digest(tree).removeprefix("sha256:")
+    y.write_text(re.sub(r'path: "[^"]*", sha256: [0-9a-f]{64}',
+                        f'path: "{tree}", sha256: {sha}', y.read_text()))
+
+
+def test_reversed_patch_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    """A pin whose tree already holds the patch's post-image: the patch is reversed."""
+    from patchbake.patchset.diffparse import parse_patch
+    from patchbake.patchset.strict import apply_to_dir
+
+    apply_to_dir(parse_patch(fx.patch_bytes(), "p"), fx.PRISTINE, tmp_path / "patched")
+    _pin_tree(repo, tmp_path / "patched")
+    rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out"))
+    assert rc == 22 and "the patch is reversed" in err
+    assert not (tmp_path / "out").exists()
+    rc, _, err = cli(capsys, "patch", "check")
+    assert rc == 21 and "the patch is reversed here" in err
+
+
+def test_path_through_a_symlink_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    tree = fx.pristine_copy(tmp_path / "linked")
+    (tree / "pkg" / "sub").rename(tree / "pkg" / "realsub")
+    (tree / "pkg" / "sub").symlink_to("realsub")
+    _pin_tree(repo, tree)
+    rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out"))
+    assert rc == 22 and "pkg/sub is a symbolic link" in err
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
