@@ -275,3 +275,12 @@ def test_declared_probe_without_a_verdict_does_not_count(signer: dict[str, Any],
     env = dsse.sign(json.dumps(stmt).encode(), signer["key"])
     expect("bad-predicate", flag, records.verify_bytes, json.dumps(env.to_json()).encode(),
            "x", DIGEST, signer["policy"])
+
+
+@pytest.mark.parametrize("drop", ["image", "counts", "suite", "passed_tests"])
+def test_incomplete_result_is_refused_by_name(signer: dict[str, Any], drop: str) -> None:
+    result = make_result()
+    del result[drop]
+    expect("malformed", "suite result is incomplete or mistyped", records.sign_result,
+           result, signer["key"], signer["evidence"])
+    assert not signer["evidence"].exists()  # nothing written

@@ -79,6 +79,15 @@ def build(result: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]
     if result.get("format") != RESULT_FORMAT:
         fail("malformed", f"not a suite result: format is {result.get('format')!r}, expected "
              f"{RESULT_FORMAT!r}", hint="produce it with `patchbake fixtures run --results-out`")
+    try:
+        return _build(result, steps)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # a truncated or hand-edited result: a named error, never a traceback
+        fail("malformed", f"suite result is incomplete or mistyped ({type(exc).__name__}: "
+             f"{exc})", hint="produce it with `patchbake fixtures run --results-out`")
+
+
+def _build(result: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
     image, suite = result["image"], result["suite"]
     predicate = {
         "result": overall_result(result),
