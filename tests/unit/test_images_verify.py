@@ -310,3 +310,13 @@ def test_cli_image_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     capsys.readouterr()
     assert main([*pipe, "image", "show", "nope"]) == 3
     assert "no image definition 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("record", [b"[1, 2]", b'{"files": [1]}', b'{"files": [], "patch": "x"}'])
+def test_identity_record_of_the_wrong_shape_is_a_problem_not_a_crash(
+        tmp_path: Path, record: bytes) -> None:
+    repo, digest = baked(tmp_path)
+    odd = _with_extra_layer(repo, digest, _layer([("opt/patchbake/identity.json", record)]))
+    res = verify(repo, odd)
+    assert not res.ok
+    assert res.problems[0] == "/opt/patchbake/identity.json is not an identity record (wrong shape)"

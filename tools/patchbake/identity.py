@@ -227,7 +227,13 @@ def _identity_checks(view: View, res: Resolved) -> tuple[dict[str, Any] | None, 
         identity = json.loads(raw or b"")
     except ValueError:
         return {}, [f"{IDENTITY_PATH} is not valid JSON"]
-    for f in identity.get("files", []):
+    files = identity.get("files") if isinstance(identity, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files) \
+            or not isinstance(identity.get("patch", {}), dict) \
+            or not isinstance(identity.get("verifier", {}), dict):
+        # a record of the wrong shape is a finding about the image, not a crash
+        return {}, [f"{IDENTITY_PATH} is not an identity record (wrong shape)"]
+    for f in files:
         got = view.files.get(str(f.get("path", "")).lstrip("/"))
         if got is None or got.sha256 != f.get("sha256"):
             problems.append(f"identity record lists {f.get('path')} as sha256:{f.get('sha256')}"
