@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from patchbake.errors import RegistryError, TagMovedError
+from patchbake.errors import ImageError, RegistryError, TagMovedError
 from patchbake.oci.registry import RegistryClient
 from patchbake.oci.registry_auth import Credentials
 from patchbake.oci.registry_blobs import SMALL_BODY
@@ -296,8 +296,11 @@ def test_push_of_blob_missing_everywhere_says_what_to_do(store: Store,
     fake = FakeRegistry()
     img = make_image()
     store.put_bytes(img.manifest)
-    with pytest.raises(Exception, match="neither in registry.test/app nor in the local store"):
+    with pytest.raises(ImageError, match="neither in registry.test/app nor in the local store"
+                       ) as ei:
         client(fake, sleeps).push(store, img.digest, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 30
+    assert not fake.calls("PUT")  # no manifest went up for an image missing its blobs
 
 
 def test_get_blob_verifies(store: Store, sleeps: list[float]) -> None:
