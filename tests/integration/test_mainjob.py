@@ -71,3 +71,13 @@ def test_main_job_stops_at_the_guard_when_a_hunk_is_dropped(shared_home: Path,
     assert r.returncode == 21, r.stderr
     assert "lost-line guard failed" in r.stderr
     assert not (repo / "manifests").exists()
+
+
+def test_main_job_without_the_patch_is_one_line(shared_home: Path, tmp_path: Path) -> None:
+    repo = _copy_repo(tmp_path)
+    next((repo / "patch").glob("*.patch")).unlink()
+    r = _run(["run"], shared_home, repo)
+    assert r.returncode == 21, r.stderr
+    last = r.stderr.splitlines()[-1]  # after the step names, one line and no traceback
+    assert last.startswith("patchbake: error: ") and "Traceback" not in r.stderr
+    assert "dsv4-deterministic-topk-v0.25.1.patch does not exist" in last

@@ -174,3 +174,28 @@ def test_source_recorded_against_another_tree() -> None:
             tree_digest="sha256:" + "2" * 64)
     assert kinds(r) == ["upstream"]
     assert "SOURCE was exported against the tree sha256:1111" in messages(r)
+
+
+def test_check_lineage_reads_the_committed_files(tmp_path: Path) -> None:
+    """The CLI's `patch check` and the main job share this; a missing patch is an error."""
+    from types import SimpleNamespace
+
+    from patchbake.errors import GuardError
+    from patchbake.patchset.guard import check_lineage
+
+    (tmp_path / "p.patch").write_bytes(fx.patch_bytes())
+    (tmp_path / "FILES.txt").write_bytes(fx.files_bytes())
+    lin = SimpleNamespace(patch=tmp_path / "p.patch", files=tmp_path / "FILES.txt",
+                          source_record=tmp_path / "SOURCE",
+                          upstream=SimpleNamespace(pin=PIN))
+    r = check_lineage(lin, pristine_root=fx.PRISTINE, reexport=False)
+    assert r.ok and r.applied and r.files == 6
+    (tmp_path / "SOURCE").write_text(json.dumps({
+        "format": "patchbake-source 1", "patch_sha256": r.patch_sha256,
+        "tree_digest": "sha256:" + "1" * 64}))
+    r = check_lineage(lin, tree_digest="sha256:" + "2" * 64)
+    assert [p.kind for p in r.problems] == ["upstream"]
+    (tmp_path / "p.patch").unlink()
+    with pytest.raises(GuardError, match="p.patch does not exist") as exc:
+        check_lineage(lin)
+    assert exc.value.exit_code == 21

@@ -33,8 +33,7 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     from .bake import bake_image
     from .identity import verify_image
     from .patchset import patched_tree
-    from .patchset.guard import check
-    from .patchset.sourcerec import read_source
+    from .patchset.guard import check_lineage
     from .sources import fetch
 
     lin = pipeline.lineage(lineage)
@@ -51,12 +50,8 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     fetched = step("fetch", lambda: fetch(lin, store, progress=progress, base=pipeline.root))
 
     def guard() -> Any:
-        src = read_source(lin.source_record)
-        report = check(lin.patch.read_bytes(),
-                       lin.files.read_bytes() if lin.files.exists() else None,
-                       patch_name=lin.patch.name, pristine_root=fetched.root,
-                       pin=lin.upstream.pin,
-                       source_patch_sha256=src.patch_sha256 if src else None)
+        report = check_lineage(lin, pristine_root=fetched.root,
+                               tree_digest=fetched.tree_digest)
         if not report.ok:
             first = report.problems[0]
             raise GuardError(f"lost-line guard failed with {len(report.problems)} problem(s); "

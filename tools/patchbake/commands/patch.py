@@ -23,25 +23,13 @@ def _fetch(ctx: Ctx) -> Any:
 
 
 def run_check(ctx: Ctx, *, tree: bool = True, reexport: bool = True) -> Any:
-    """The guard for the CLI: read the lineage's files, fetch the pin, run every check."""
-    from ..patchset.guard import check
-    from ..patchset.sourcerec import read_source
+    """The guard for the CLI: fetch the pin (unless ``tree`` is False), run every check."""
+    from ..patchset.guard import check_lineage
 
-    lin = ctx.lineage()
-    try:
-        data = lin.patch.read_bytes()
-    except FileNotFoundError:
-        raise GuardError(f"{lin.patch} does not exist",
-                         hint="make it with `patchbake patch workspace` and "
-                              "`patchbake patch export`") from None
-    files = lin.files.read_bytes() if lin.files.exists() else None
-    src = read_source(lin.source_record)
     fetched = _fetch(ctx) if tree else None
-    return check(data, files, patch_name=lin.patch.name,
-                 pristine_root=fetched.root if fetched else None, pin=lin.upstream.pin,
-                 source_patch_sha256=src.patch_sha256 if src else None, reexport=reexport,
-                 source_tree_digest=src.tree_digest if src else None,
-                 tree_digest=fetched.tree_digest if fetched else None)
+    return check_lineage(ctx.lineage(), pristine_root=fetched.root if fetched else None,
+                         tree_digest=fetched.tree_digest if fetched else None,
+                         reexport=reexport)
 
 
 def register(group: click.Group) -> None:

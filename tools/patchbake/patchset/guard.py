@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import ApplyError, PatchbakeError, PatchError
+from ..errors import ApplyError, GuardError, PatchbakeError, PatchError
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist, sort_key
@@ -337,3 +337,28 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
     added = patch.added if patch else 0
     removed = patch.removed if patch else 0
     return Report(not run.problems, files, added, removed, sha, run.problems, applied)
+
+
+def check_lineage(lineage: Any, *, pristine_root: Path | None = None,
+                  tree_digest: str | None = None, reexport: bool = True) -> Report:
+    """:func:`check` on a lineage's committed files (patch, FILES.txt, SOURCE).
+
+    ``pristine_root`` and ``tree_digest`` come from fetching the lineage's pin (the
+    caller fetches, so this module stays standard-library only); without them only the
+    patch <=> FILES.txt part runs. A missing patch is an error, not a report.
+    """
+    from .sourcerec import read_source
+
+    try:
+        data = lineage.patch.read_bytes()
+    except FileNotFoundError:
+        raise GuardError(f"{lineage.patch} does not exist",
+                         hint="make it with `patchbake patch workspace` and "
+                              "`patchbake patch export`") from None
+    files = lineage.files.read_bytes() if lineage.files.exists() else None
+    src = read_source(lineage.source_record)
+    return check(data, files, patch_name=lineage.patch.name, pristine_root=pristine_root,
+                 pin=lineage.upstream.pin,
+                 source_patch_sha256=src.patch_sha256 if src else None, reexport=reexport,
+                 source_tree_digest=src.tree_digest if src else None,
+                 tree_digest=tree_digest)
