@@ -33,6 +33,19 @@ def test_two_stores_same_digest_and_cached(tmp_path: Path) -> None:
     assert (repo.root / first.record).is_file()
 
 
+@pytest.mark.parametrize("entry", [b"[]", b"{}", b'{"manifest_digest": 1}', b"{torn"])
+def test_foreign_or_torn_cache_entry_is_a_miss(tmp_path: Path, entry: bytes) -> None:
+    repo = make_repo(tmp_path)
+    first = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
+    entries = list((repo.store.root / "bakes").glob("*.json"))
+    key = [p for p in entries if json.loads(p.read_bytes()).get("manifest_digest")
+           == first.digest]
+    assert len(key) == 1
+    key[0].write_bytes(entry)
+    again = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
+    assert not again.cached and again.digest == first.digest
+
+
 def test_epoch_changes_digest(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     a = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=0)

@@ -216,10 +216,10 @@ def _cached(store: Store, key: str) -> dict[str, Any] | None:
     path = store.root / "bakes" / f"{key}.json"
     try:
         rec = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not all(store.has(d) for d in (rec["manifest_digest"], rec["config_digest"],
-                                      rec["layers"][-1]["digest"])):
+        needed = (rec["manifest_digest"], rec["config_digest"], rec["layers"][-1]["digest"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None  # a torn or foreign entry is a cache miss: bake again
+    if not all(isinstance(d, str) and store.has(d) for d in needed):
         return None
     return dict(rec)
 
