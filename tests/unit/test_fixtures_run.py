@@ -136,3 +136,19 @@ def test_image_reference_parsing() -> None:
 
     with pytest.raises(ImageError, match="not sha256"):
         parse("img@sha256:zz")
+
+
+def test_unparsable_image_record_is_an_image_error(tmp_path: Path) -> None:
+    from patchbake.errors import ImageError
+    from patchbake.fixtures.image import find_record
+
+    d = "sha256:" + "ab" * 32
+    rec = tmp_path / "manifests" / "images" / "img" / f"{'ab' * 32}.json"
+    rec.parent.mkdir(parents=True)
+    assert find_record(tmp_path, d) is None
+    rec.write_text('{"manifest_digest": "x"')
+    with pytest.raises(ImageError, match="is not valid JSON") as info:
+        find_record(tmp_path, d)
+    assert info.value.exit_code == 30
+    rec.write_text('{"manifest_digest": "x"}')
+    assert find_record(tmp_path, d) == {"manifest_digest": "x"}
