@@ -320,3 +320,13 @@ def test_identity_record_of_the_wrong_shape_is_a_problem_not_a_crash(
     res = verify(repo, odd)
     assert not res.ok
     assert res.problems[0] == "/opt/patchbake/identity.json is not an identity record (wrong shape)"
+
+
+def test_identity_record_naming_no_patch_is_a_problem(tmp_path: Path) -> None:
+    repo, digest = baked(tmp_path)
+    odd = _with_extra_layer(repo, digest, _layer([("opt/patchbake/identity.json",
+                                                   b'{"files": [], "patch": {}}')]))
+    res = verify(repo, odd)
+    assert not res.ok
+    assert "/opt/patchbake/identity.json names no patch sha256: which patch was baked " \
+        "cannot be checked" in res.problems

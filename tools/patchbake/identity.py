@@ -201,11 +201,13 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         matched, total, mismatched, drift = compare(
             view, sp, patched, _pristine_hashes(pristine_root, pristine_digest, store),
             lin.upstream.generated, last)
-        if identity is not None and identity.get("patch", {}).get("sha256") \
-                not in (None, patched.patch_sha256):
-            problems.append(f"the image was baked from patch sha256:"
-                            f"{identity['patch']['sha256']}; the fresh apply is of patch "
-                            f"sha256:{patched.patch_sha256}")
+        baked_patch = (identity.get("patch") or {}).get("sha256") if identity else None
+        if identity and baked_patch is None:
+            problems.append(f"{IDENTITY_PATH} names no patch sha256: which patch was baked "
+                            "cannot be checked")
+        elif identity and baked_patch != patched.patch_sha256:
+            problems.append(f"the image was baked from patch sha256:{baked_patch}; the fresh "
+                            f"apply is of patch sha256:{patched.patch_sha256}")
         return VerifyResult(
             ref=ref, kind=res.kind, digest=res.image.manifest_digest,
             config_digest=res.image.config_desc.digest, matched=matched, total=total,
