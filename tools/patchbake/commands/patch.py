@@ -102,10 +102,10 @@ def register(group: click.Group) -> None:
 
     @patch_group.command("apply")
     @click.option("--to", "dest", required=True, type=click.Path(path_type=Path),
-                  help="new or empty directory to write the patched tree into")
+                  metavar="DIR", help="new or empty directory to write the patched tree into")
     @pass_ctx
     def apply_cmd(ctx: Ctx, dest: Path) -> None:
-        """Strictly apply the canonical patch to the pinned upstream, into DEST."""
+        """Strictly apply the canonical patch to the pinned upstream, into DIR."""
         from ..patchset.patched import read_lineage_patch
         from ..patchset.strict import apply_to_dir
 
@@ -139,7 +139,7 @@ def register(group: click.Group) -> None:
 
     @series_group.command("split")
     @click.option("--from", "from_dir", default=None, type=click.Path(path_type=Path),
-                  help="workspace directory (default: the lineage's workspace under .work/)")
+                  metavar="DIR", help="workspace directory (default: the lineage's workspace under .work/)")
     @pass_ctx
     def series_split_cmd(ctx: Ctx, from_dir: Path | None) -> None:
         """Write patch/series/ with one patch per workspace commit after the pristine one."""
