@@ -8,7 +8,6 @@ are deterministic), anything else for the same image and suite is refused.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
 from ..errors import EvidenceError
+from ..fixtures.machine import platform_line
 from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
 from . import dsse, statement
 from .failures import fail, reason_of
@@ -27,12 +27,6 @@ from .policy import Policy
 SUFFIX = ".dsse.json"
 _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-def _machine() -> str:
-    # os.uname, not platform.platform(): the latter may start a process (uname -p)
-    u = os.uname()
-    return f"{u.sysname} {u.release} {u.machine}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +77,7 @@ def sign_result(result: dict[str, Any], key: Ed25519PrivateKey, evidence_dir: Pa
     steps = list(result.get("steps") or [])
     # Where signing happened, without a time: re-signing the same result on the same
     # machine must give the same bytes, so the write-once store accepts it.
-    steps.append({"step": "sign", "host": platform.node(), "platform": _machine(),
+    steps.append({"step": "sign", "host": platform.node(), "platform": platform_line(),
                   "tool": f"patchbake {__version__}"})
     stmt = statement.build(result, steps)
     statement.check(stmt, "the statement about to be signed")
