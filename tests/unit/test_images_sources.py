@@ -111,3 +111,25 @@ def test_template_missing(tmp_path: Path) -> None:
     overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", "sha256:" + "0" * 64)
     with pytest.raises(ImageError, match="template .* does not exist"):
         render(defn, "overlay", "base:1", overlay, {})
+
+
+@pytest.mark.parametrize("entry", [[1], [{"Layers": []}], [{"Config": "c.json", "Layers": "x"}]])
+def test_classic_archive_with_a_malformed_manifest_is_an_image_error(
+        tmp_path: Path, entry: list) -> None:  # type: ignore[type-arg]
+    import io
+    import tarfile
+
+    from patchbake.oci.archive import import_docker_archive
+    from patchbake.store import Store
+
+    path = tmp_path / "classic.tar"
+    with tarfile.open(path, "w") as tf:
+        data = json.dumps(entry).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    store = Store.open(tmp_path / "store")
+    with pytest.raises(ImageError) as err:
+        import_docker_archive(store, path)
+    assert err.value.exit_code == 30
+    assert "manifest.json" in err.value.one_line()

@@ -172,6 +172,11 @@ def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
     if not isinstance(entries, list) or len(entries) != 1:
         raise ImageError(f"{path}: manifest.json must describe exactly one image")
     entry = entries[0]
+    if not isinstance(entry, dict) or not isinstance(entry.get("Config"), str) \
+            or not isinstance(entry.get("Layers"), list) \
+            or not all(isinstance(x, str) for x in entry["Layers"]):
+        raise ImageError(f"{path}: manifest.json's entry needs 'Config' (a path) and "
+                         "'Layers' (a list of paths)")
     cbytes = _read(tf, entry["Config"])
     cdigest = "sha256:" + hashlib.sha256(cbytes).hexdigest()
     stem = Path(entry["Config"]).name.removesuffix(".json")
