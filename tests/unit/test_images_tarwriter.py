@@ -56,3 +56,46 @@ def test_unclean_paths_refused(bad: str) -> None:
 def test_file_and_parent_conflict_refused() -> None:
     with pytest.raises(ImageError, match="both a file and a parent"):
         layer([file_entry("a", data=b""), file_entry("a/b", data=b"")])
+
+
+def _raw_pax_layer(pax_data: bytes) -> bytes:
+    """A pax 'x' header with exactly ``pax_data`` as its body, then one small file."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        x = tarfile.TarInfo("PaxHeader/f")
+        x.type, x.size = tarfile.XHDTYPE, len(pax_data)
+        tf.addfile(x, io.BytesIO(pax_data))
+        f = tarfile.TarInfo("f")
+        f.size = 2
+        tf.addfile(f, io.BytesIO(b"hi"))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("pax", [b"0 a=b\n", b"3 a=b\n", b"x path=y\n", b"99 path=y\n",
+                                 b"nospace\n", b"11 size=-1\n", b"11 size=\xc2\xb2\n"])
+def test_malformed_pax_headers_are_integrity_errors(pax: bytes) -> None:
+    # a zero-length record used to loop forever; others crashed with ValueError
+    from patchbake.errors import IntegrityError
+    from patchbake.oci.tarstream import LayerBytes, members
+
+    src = LayerBytes(io.BytesIO(_raw_pax_layer(pax)), "none")
+    try:
+        with pytest.raises(IntegrityError, match="pax header"):
+            for m in members(src):
+                src.skip(m.size)
+    finally:
+        src.close()
+
+
+def test_wellformed_pax_header_still_parses() -> None:
+    from patchbake.oci.tarstream import LayerBytes, members
+
+    src = LayerBytes(io.BytesIO(_raw_pax_layer(b"15 path=longer\n")), "none")
+    try:
+        got = []
+        for m in members(src):
+            got.append((m.name, m.size))
+            src.skip(m.size)
+    finally:
+        src.close()
+    assert got == [("longer", 2)]

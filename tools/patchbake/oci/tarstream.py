@@ -204,13 +204,26 @@ def _pax(data: bytes) -> dict[str, str]:
     out: dict[str, str] = {}
     pos = 0
     while pos < len(data):
-        sp = data.index(b" ", pos)
-        length = int(data[pos:sp])
+        # "<len> <key>=<value>\n", len counting the whole record: a length that does not
+        # move forward past its own digits (or runs off the end) would loop or misparse
+        sp = data.find(b" ", pos)
+        try:
+            length = int(data[pos:sp]) if sp > pos else -1
+        except ValueError:
+            length = -1
+        if length <= sp - pos + 1 or pos + length > len(data):
+            raise IntegrityError(f"malformed pax header record at offset {pos} (corrupt layer)")
         record = data[sp + 1:pos + length - 1]
         key, _, value = record.partition(b"=")
         out[key.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
         pos += length
     return out
+
+
+def _pax_size(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):  # refuses signs and non-ASCII digits
+        raise IntegrityError(f"pax header size {text!r} is not a number (corrupt layer)")
+    return int(text)
 
 
 def members(src: LayerBytes) -> Iterator[Member]:
@@ -247,7 +260,7 @@ def members(src: LayerBytes) -> Iterator[Member]:
         m = Member(
             name=pax.get("path") or long_name or name.decode("utf-8", "surrogateescape"),
             mode=_octal(block[100:108], "mode"),
-            size=int(pax["size"]) if "size" in pax else size,
+            size=_pax_size(pax["size"]) if "size" in pax else size,
             type=b"0" if typ in (b"\0", b"7") else typ,
             linkname=pax.get("linkpath") or long_link or link,
         )
