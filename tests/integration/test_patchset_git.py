@@ -323,3 +323,35 @@ def test_pristine_commit_rules(repo: Path, tmp_path: Path,
     git(ws, "update-ref", "refs/heads/main", head)
     rc, _, err = cli(capsys, "patch", "export", "--from", str(ws))
     assert rc == 23 and "its pristine commit records the tree sha256:0000" in err
+
+
+def test_rewritten_workspace_that_drops_work_is_refused(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A workspace made from the committed patch, reset to the pristine commit: an export
+    without the patch's paths would erase them. Rebuilding the same work is fine."""
+    a = tmp_path / "a"
+    assert cli(capsys, "patch", "workspace", str(a))[0] == 0
+    make_change(a)
+    assert cli(capsys, "patch", "export", "--from", str(a))[0] == 0
+    committed = (repo / "patch" / "fixture-fix-v1.0.patch").read_bytes()
+    b = tmp_path / "b"
+    assert cli(capsys, "patch", "workspace", str(b))[0] == 0
+    git(b, "reset", "-q", "--hard", "refs/patchbake/pristine")
+    (b / "README.txt").write_text("other work\n")
+    git(b, "commit", "-qam", "other")
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(b))
+    assert rc == 23 and "its history no longer contains the base commit" in err
+    assert "pkg/added.py, pkg/core.py, pkg/gone.py and 2 more" in err
+    assert (repo / "patch" / "fixture-fix-v1.0.patch").read_bytes() == committed
+    rc, _, err = cli(capsys, "patch", "export", "--from", str(b), "--force", "--reason",
+                     "start over")
+    assert rc == 0, err
+    # The same work rebuilt on the pristine commit (as a series is made) exports as is.
+    c = tmp_path / "c"
+    assert cli(capsys, "patch", "workspace", str(c))[0] == 0
+    head = git(c, "rev-parse", "HEAD").strip()
+    git(c, "reset", "-q", "--hard", "refs/patchbake/pristine")
+    git(c, "read-tree", "-u", "--reset", head)
+    git(c, "commit", "-qm", "the same, rebuilt")
+    rc, out, err = cli(capsys, "--json", "patch", "export", "--from", str(c))
+    assert rc == 0 and json.loads(out)["changed"] is False, err

@@ -127,6 +127,7 @@ class _Refs:
     pristine: str
     pristine_tree_digest: str | None  # what the pristine commit's message records
     base_patch_sha: str | None  # what the workspace's base commit applied
+    base_commit: str | None  # the workspace's base commit (refs/patchbake/base)
     source_commit_known: bool  # SOURCE's commit is an object of this repository
 
 
@@ -152,7 +153,10 @@ def _read_refs(o: _Origin, pin: str, src: SourceRecord | None) -> _Refs:
     m = re.search(r"^patch-sha256: ([0-9a-f]{64})$", _message(got[BASE_REF]) or "", re.MULTILINE)
     known = src_commit is not None and (got.get(src_commit) or ("", "", b""))[1] == "commit"
     td = re.search(r"^tree-digest: (sha256:[0-9a-f]{64})$", message or "", re.MULTILINE)
-    return _Refs(pristine, td.group(1) if td else None, m.group(1) if m else None, known)
+    base_obj = got[BASE_REF]
+    base = base_obj[0] if base_obj is not None else None
+    return _Refs(pristine, td.group(1) if td else None, m.group(1) if m else None, base,
+                 known)
 
 
 def _guard_forward(o: _Origin, refs: _Refs, current: str | None,
@@ -183,6 +187,28 @@ def _guard_forward(o: _Origin, refs: _Refs, current: str | None,
                           f"{str(src.commit)[:12]} is not an ancestor of {o.commit[:12]}",
                           hint="export from a descendant of the recorded commit, or pass "
                                "--force --reason '...'")
+
+
+def _guard_rewritten(o: _Origin, refs: _Refs, current: str | None,
+                     current_bytes: bytes | None, new: Patch) -> None:
+    """A workspace made from the committed patch passes :func:`_guard_forward` on that
+    alone; if its history was then rewritten past the base commit (a reset to the
+    pristine commit, or a rebase that splits the patch into a series), refuse an export
+    that no longer touches a path the committed patch touches: that work was dropped."""
+    if o.kind != "workspace" or current is None or current_bytes is None \
+            or refs.base_patch_sha != current or refs.base_commit is None \
+            or _is_ancestor(o.repo, refs.base_commit, o.commit):
+        return
+    old = parse_patch(current_bytes, "committed patch").by_path()
+    dropped = sorted(set(old) - set(new.by_path()))
+    if dropped:
+        shown = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more"
+                                          if len(dropped) > 3 else "")
+        raise ExportError(f"{o.spec}: its history no longer contains the base commit "
+                          f"{refs.base_commit[:12]} and the export drops work the committed "
+                          f"patch has ({shown}); refusing to erase it",
+                          hint="restore those changes in the workspace, or pass --force "
+                               "--reason '...'")
 
 
 def _post_hashes(git_dir: Path, ids: list[str]) -> dict[str, str]:
@@ -261,6 +287,8 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
                           f"{refs.pristine_tree_digest}, but the pinned upstream is "
                           f"{fetched.tree_digest}",
                           hint="make a fresh workspace with `patchbake patch workspace`")
+    if not force:
+        _guard_rewritten(o, refs, current, current_bytes, patch)
     sha = hashlib.sha256(data).hexdigest()
     entries = [Entry(f.path, f.status, f.added, f.removed,
                      post.get(f.path)) for f in patch.files]
