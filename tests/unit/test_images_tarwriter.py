@@ -99,3 +99,17 @@ def test_wellformed_pax_header_still_parses() -> None:
     finally:
         src.close()
     assert got == [("longer", 2)]
+
+
+def test_oversized_pax_header_is_refused_before_reading_it() -> None:
+    from patchbake.errors import IntegrityError
+    from patchbake.oci.tarstream import LayerBytes, members
+
+    header = tarfile.TarInfo("PaxHeader/f")
+    header.type, header.size = tarfile.XHDTYPE, 8 << 30  # claims 8 GiB; the blob is tiny
+    src = LayerBytes(io.BytesIO(header.tobuf(tarfile.GNU_FORMAT) + bytes(1024)), "none")
+    try:
+        with pytest.raises(IntegrityError, match="over the .* cap"):
+            list(members(src))
+    finally:
+        src.close()

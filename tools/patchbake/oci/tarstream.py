@@ -23,6 +23,7 @@ from ..errors import ImageError, IntegrityError
 BLOCK = 512
 _READ = 1 << 20
 _ZERO = bytes(BLOCK)
+_META_MAX = 16 << 20  # pax / GNU long-name header bodies
 _END = object()
 
 
@@ -242,6 +243,9 @@ def members(src: LayerBytes) -> Iterator[Member]:
         typ = block[156:157] or b"0"
         size = _octal(block[124:136], "size")
         if typ in (b"x", b"g", b"L", b"K"):
+            if size > _META_MAX:  # read into memory: a layer must not make us hold GBs
+                raise IntegrityError(f"tar {typ.decode()} header of {size} bytes, over the "
+                                     f"{_META_MAX} cap (corrupt layer)")
             data = src.read_exact(size + (-size % BLOCK)) if size else b""
             payload = (data or b"")[:size]
             if typ == b"x":
