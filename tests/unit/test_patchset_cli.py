@@ -229,3 +229,22 @@ def test_path_through_a_symlink_through_the_cli(repo: Path, capsys: pytest.Captu
     assert rc == 22 and "pkg/sub is a symbolic link" in err
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+
+def test_legacy_files_txt_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    """The older one-path-per-line FILES.txt is read by check and apply (paths only)."""
+    f = repo / "patch" / "FILES.txt"
+    legacy = b"# touched paths\n" + b"".join(
+        ln.split(b"  ")[0] + b"\n" for ln in f.read_bytes().splitlines()
+        if not ln.startswith(b"#"))
+    f.write_bytes(legacy)
+    rc, out, err = cli(capsys, "patch", "check", "--no-tree", "--json")
+    assert rc == 0 and json.loads(out)["ok"] is True, err
+    rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out"))
+    assert rc == 0, err
+    f.write_bytes(legacy.replace(b"pkg/new.py\n", b""))
+    rc, _, err = cli(capsys, "patch", "check", "--no-tree")
+    assert rc == 21 and "pkg/new.py: new work not recorded" in err
+    rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out2"))
+    assert rc == 22 and "only in the patch: pkg/new.py" in err
