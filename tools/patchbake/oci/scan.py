@@ -349,6 +349,8 @@ def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, memos: list[dict[
 
 def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff_id: str,
                    i: int) -> None:
+    if not isinstance(diff_id, str):
+        raise ImageError(f"layer {i}: diff_id {diff_id!r} is not a string")
     got = "sha256:" + reader.raw_hash.hexdigest()
     if got != digest:
         raise IntegrityError(f"layer {i}: blob {digest} hashes to {got}: the layer's bytes "
@@ -360,5 +362,3 @@ def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff
     if got_diff != diff_id:
         raise IntegrityError(f"layer {i}: uncompressed tar hashes to {got_diff}; the config's "
                              f"diff_id is {diff_id} (layer swapped or config edited)")
-    if not isinstance(diff_id, str):
-        raise ImageError(f"layer {i}: diff_id {diff_id!r} is not a string")
