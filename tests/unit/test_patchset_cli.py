@@ -248,3 +248,23 @@ def test_legacy_files_txt_through_the_cli(repo: Path, capsys: pytest.CaptureFixt
     assert rc == 21 and "pkg/new.py: new work not recorded" in err
     rc, _, err = cli(capsys, "patch", "apply", "--to", str(tmp_path / "out2"))
     assert rc == 22 and "only in the patch: pkg/new.py" in err
+
+
+def test_lineage_picks_the_files(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two lineages side by side: the newest is the default, --lineage picks the other."""
+    y = repo / "pipeline.yaml"
+    text = y.read_text()
+    second = text.split("lineages:\n", 1)[1].replace("v1.0:", "v0.9:") \
+        .replace('version: "1.0"', 'version: "0.9"').replace("patch/", "patch/v0.9/")
+    y.write_text(text + second)
+    (repo / "patch" / "v0.9").mkdir()
+    rc, out, _ = cli(capsys, "patch", "check", "--no-tree", "--json")
+    assert rc == 0 and json.loads(out)["files"] == 6
+    rc, _, err = cli(capsys, "--lineage", "v0.9", "patch", "check", "--no-tree")
+    assert rc == 21 and "v0.9/fixture-fix-v1.0.patch does not exist" in err
+    (repo / "patch" / "v0.9" / "fixture-fix-v1.0.patch").write_bytes(
+        fx.drop_section(fx.patch_bytes(), "pkg/new.py"))
+    rc, out, err = cli(capsys, "--lineage", "v0.9", "patch", "check", "--no-tree", "--json")
+    assert rc == 21 and json.loads(out)["problems"][0]["kind"] == "files-missing"
+    rc, _, err = cli(capsys, "--lineage", "v0.8", "patch", "check")
+    assert rc == 3 and "no lineage 'v0.8'" in err
