@@ -133,3 +133,17 @@ def test_classic_archive_with_a_malformed_manifest_is_an_image_error(
         import_docker_archive(store, path)
     assert err.value.exit_code == 30
     assert "manifest.json" in err.value.one_line()
+
+
+@pytest.mark.parametrize("name, repo", [
+    ("vllm/vllm-openai:v0.25.1", "vllm/vllm-openai"),
+    ("127.0.0.1:5000/base:1", "127.0.0.1:5000/base"),
+    ("127.0.0.1:5000/base", "127.0.0.1:5000/base"),
+    ("host:5000/org/base@sha256:" + "a" * 64, "host:5000/org/base"),
+])
+def test_registry_repo_keeps_the_port(name: str, repo: str) -> None:
+    # the engine backend used name.split(':')[0], which cut "127.0.0.1:5000/base:1" to
+    # "127.0.0.1"; both backends now share this
+    from patchbake.images.base import registry_repo
+
+    assert registry_repo(name) == repo

@@ -111,15 +111,21 @@ def _from_engine(defn: Definition, store: Store) -> BaseImage:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _from_registry(defn: Definition, store: Store) -> BaseImage:
-    from ..oci import registry
-
-    repo = defn.base.name.split("@")[0]
+def registry_repo(name: str) -> str:
+    """``[host[:port]/]repo`` of a base name, without its tag or digest (a host's port
+    is not a tag: only the last path component can carry one)."""
+    repo = name.split("@")[0]
     last = repo.rsplit("/", 1)[-1]
     if ":" in last:
         repo = repo[: len(repo) - len(last)] + last.split(":")[0]
-    result = registry.pull(store, f"{repo}@{defn.base.digest}", layers=False,
-                           platform=defn.base.platform)
+    return repo
+
+
+def _from_registry(defn: Definition, store: Store) -> BaseImage:
+    from ..oci import registry
+
+    result = registry.pull(store, f"{registry_repo(defn.base.name)}@{defn.base.digest}",
+                           layers=False, platform=defn.base.platform)
     if result.index_digest:
         _check_platform(defn, result.digest)
     image = load_image(StoreBlobs(store), result.digest)

@@ -27,7 +27,7 @@ from ..oci.image import StoreBlobs, load_image
 from ..oci.media import Descriptor
 from ..store import Store
 from . import record as records
-from .base import BaseImage, resolve_base
+from .base import BaseImage, registry_repo, resolve_base
 from .definition import Definition
 from .overlay import Overlay, Patched, build_overlay
 
@@ -63,7 +63,8 @@ def _engine_base(defn: Definition, base: BaseImage, store: Store) -> str:
                                                       for d in base.image.layers):
             from ..oci import registry
 
-            registry.pull(store, f"{defn.base.name.split(':')[0]}@{defn.base.digest}")
+            registry.pull(store, f"{registry_repo(defn.base.name)}@{defn.base.digest}",
+                          platform=defn.base.platform)
         archive = export_docker_archive(store, base.manifest_digest, tmp / "base.tar", [tag])
         engine.load(archive)
     finally:
