@@ -343,6 +343,17 @@ def test_verify_detects_tampered_store(net: FakeHTTP, store: Store) -> None:
         fetch(lineage(), store, verify=True)
 
 
+def test_verify_detects_tampered_store_for_a_directory(tmp_path: Path, store: Store) -> None:
+    src = tmp_path / "tree"
+    src.mkdir()
+    (src / "setup.py").write_bytes(b"setup()\n")
+    f = fetch(lineage(kind="path", path=str(src), sha256=None), store, verify=True)
+    (f.root / "setup.py").write_bytes(b"tampered\n")
+    with pytest.raises(IntegrityError, match="hashes to sha256:.*recorded") as e:
+        fetch(lineage(kind="path", path=str(src), sha256=None), store, verify=True)
+    assert e.value.exit_code == 11
+
+
 def test_concurrent_fetches_share_one_download(net: FakeHTTP, store: Store) -> None:
     results: list[Any] = []
     barrier = threading.Barrier(4)

@@ -173,7 +173,10 @@ def fetch(lineage: config.Lineage, store: Store, *, progress: ProgressFactory | 
     if up.kind == "path":
         src = _resolve_local(up.path or "", base)
         if src.is_dir():
-            return _fetch_dir(up, src, store, progress)
+            fetched = _fetch_dir(up, src, store, progress)
+            if verify:
+                check_tree(fetched)
+            return fetched
     if up.kind == "git":
         key = _record_key(up, None, None)
     elif up.kind == "path" and not up.sha256:
