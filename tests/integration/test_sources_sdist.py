@@ -35,21 +35,24 @@ def test_real_sdist_identity(vllm, shared_home: Path) -> None:  # type: ignore[n
     assert vllm.root.is_relative_to(shared_home)
 
 
-def test_tree_digest_is_fast(vllm) -> None:  # type: ignore[no-untyped-def]
-    t = time.perf_counter()
+def test_tree_digest_recomputes_to_the_record(vllm) -> None:  # type: ignore[no-untyped-def]
+    # Speed is measured in bench/bench_sources.py, never asserted in a test.
     assert tree_digest(vllm.root) == vllm.tree_digest
-    assert time.perf_counter() - t < 2.0
 
 
 def test_cli_second_fetch_is_cached(vllm, shared_home: Path, pipeline_path: Path,
                                     monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATCHBAKE_HOME", str(shared_home))
-    t = time.perf_counter()
+    import requests
+
+    def no_network(*a: object, **k: object) -> None:
+        raise AssertionError("a cached fetch must not touch the network")
+
+    monkeypatch.setattr(requests.Session, "send", no_network)
     assert cli.main(["--pipeline", str(pipeline_path), "fetch", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["tree_digest"] == vllm.tree_digest and doc["archive_sha256"] == SHA
-    assert time.perf_counter() - t < 1.0
 
 
 def test_repacked_tarball_same_digest_changed_byte_not(vllm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
