@@ -72,3 +72,13 @@ def test_verification_problems_are_not_summarised_as_all_matched(
     assert facts.match_counts(ctx, ref) == (69, 70)  # the paragraph says "Only 69 of 70"
     monkeypatch.setattr(identity, "verify_image", lambda *a, **k: fake([], [], 70))
     assert facts.match_counts(ctx, ref) == (70, 70)
+
+
+def test_repeats_without_output_digests_are_not_called_bit_identical(tmp_path: Path) -> None:
+    v = _verified(tmp_path, probes={"patch_sensitivity": {"status": "ok", "tests": 3,
+                                                          "failed": 3},
+                                    "determinism": {"status": "ok", "repeats": 3,
+                                                    "digests": 0}})
+    text = summary.paragraph(summary.ImageFacts("img", DIGEST, None, 70, 70), {"toy-gpu": v})
+    assert "3 repeats agreed test by test (no output digests recorded)" in text
+    assert "bit-identical" not in text

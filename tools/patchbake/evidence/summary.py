@@ -58,8 +58,11 @@ def _suite_sentence(v: Verified) -> str:
                       f"{sens.get('tests', '?')} tests), so it tests the patch")
     det = s.probes.get("determinism") or {}
     if det.get("status") == "ok":
-        probes.append(f"{det.get('repeats')} repeats were bit-identical"
-                      + (f" across {det.get('digests')} output digests" if det.get("digests") else ""))
+        # with no output digests recorded only outcomes were compared: not "bit-identical"
+        probes.append(f"{det.get('repeats')} repeats were bit-identical across "
+                      f"{det.get('digests')} output digests" if det.get("digests") else
+                      f"{det.get('repeats')} repeats agreed test by test (no output digests "
+                      "recorded)")
     if probes:
         text += "; " + "; ".join(probes)
     return text + "."
