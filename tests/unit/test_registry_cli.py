@@ -131,3 +131,25 @@ def test_push_definition_means_its_latest_bake(home: Path, fake: FakeRegistry,
                        f"{HOST}/vllm-sm89:0.25.1-dsv4", "--json")
     assert rc == 0, err
     assert json.loads(out)["digest"] == img.digest and asked == ["sm89-serving-offline"]
+
+
+def test_push_definition_prefers_the_record_over_the_store_name(
+        home: Path, fake: FakeRegistry, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchbake import bake
+    from patchbake.oci import layout
+    from patchbake.oci.media import Descriptor
+
+    recorded, other = make_image(b"recorded\n"), make_image(b"other\n")
+    store = Store.open(home)
+    store_image(store, recorded)
+    store_image(store, other)
+    layout.ensure_layout(store)
+    layout.add_ref(store, "sm89-serving-offline",  # the store names another bake of it
+                   Descriptor("application/vnd.oci.image.manifest.v1+json", other.digest,
+                              len(other.manifest)))
+    monkeypatch.setattr(bake, "latest_digest", lambda ctx, name: recorded.digest
+                        if name == "sm89-serving-offline" else None)
+    rc, out, err = run(capsys, "push", "sm89-serving-offline", f"{HOST}/app:1", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["digest"] == recorded.digest

@@ -38,11 +38,13 @@ def resolve_source(ctx: Ctx, store: Store, source: str) -> str:
     definition (its latest recorded bake) -> manifest digest."""
     if source.startswith("sha256:"):
         return layout.resolve(store, source).digest
-    if source in layout.refs(store):
-        return layout.resolve(store, source).digest
+    # a definition means its latest *recorded* bake, even when the store's index.json
+    # names another bake of it (a bake from another checkout, another epoch)
     digest = _latest_bake(ctx, source)
     if digest:
         return digest
+    if source in layout.refs(store):
+        return layout.resolve(store, source).digest
     raise ImageError(
         f"'{source}' is neither a manifest digest in the store, an image name in its "
         "index.json, nor an image definition with a recorded bake",
