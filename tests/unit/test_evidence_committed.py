@@ -26,3 +26,16 @@ def test_committed_evidence_verifies(path: Path) -> None:
 
 def test_there_is_committed_evidence() -> None:
     assert FILES, "manifests/evidence/ holds no evidence"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name[:12]}/{p.name}" for p in FILES])
+def test_committed_evidence_is_about_a_recorded_bake(path: Path) -> None:
+    # evidence whose image has no committed record is orphaned: nothing says what it baked
+    from patchbake.fixtures.image import find_record
+
+    rec = find_record(REPO, f"sha256:{path.parent.name}")
+    assert rec is not None, f"no manifests/images/*/{path.parent.name}.json"
+    assert rec["manifest_digest"] == f"sha256:{path.parent.name}"
+    pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
+    v = records.verify_file(path, rec["manifest_digest"], pol)
+    assert v.statement.subject_name == rec["definition"]
