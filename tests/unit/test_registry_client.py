@@ -361,3 +361,19 @@ def test_docker_config_read_only_when_challenged(store: Store, sleeps: list[floa
     assert client(open_reg, sleeps).pull(store, f"{HOST}/app:v1") == img.digest
     with pytest.raises(RegistryError, match="cannot read Docker credentials"):
         client(FakeRegistry(auth="basic"), sleeps).pull(store, f"{HOST}/app:v1")
+
+
+def test_plain_http_token_realm_off_loopback_is_refused(store: Store, sleeps: list[float],
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    import registry_fake
+
+    monkeypatch.setattr(registry_fake, "REALM", "http://auth.test/token")
+    fake = FakeRegistry(auth="bearer")
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+    with pytest.raises(RegistryError, match="refusing plain http to auth.test") as ei:
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 31
+    assert fake.token_requests == []  # no credentials or request ever went there
+    assert not store.has(img.digest)
