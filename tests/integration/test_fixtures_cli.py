@@ -96,6 +96,27 @@ def test_run_sign_verify_summary(world: dict[str, Any], capsys: pytest.CaptureFi
     assert rc == 50 and "does not exist" in err
 
 
+def test_signing_refuses_a_probe_on_a_foreign_pristine_tree(
+        world: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    from patchbake.sources.digest import tree_digest
+
+    root = world["root"]
+    rc, out, err = cli(capsys, "--json", "fixtures", "run", "toy", "--image", "toy",
+                       "--runner", "host", "--results-out", str(root / "r.json"))
+    assert rc == 0, err
+    result = json.loads((root / "r.json").read_text())
+    sens = result["probes"]["patch_sensitivity"]
+    assert sens["vllm_tree_digest"] == tree_digest(SUITES / "trees" / "pristine" / "vllm")
+    rc, out, err = cli(capsys, "--json", "keys", "generate", "--out", str(root / "keys"))
+    assert rc == 0, err
+    (root / "policy.yaml").write_text("version: 1\nkeys:\n" + json.loads(out)["policy_entry"])
+    sens["vllm_tree_digest"] = tree_digest(SUITES / "trees" / "patched" / "vllm")
+    (root / "r.json").write_text(json.dumps(result))
+    rc, _, err = cli(capsys, "evidence", "sign", str(root / "r.json"))
+    assert rc == 50 and "not the pinned upstream's" in err
+    assert not (root / "evidence").exists()
+
+
 def test_refusals_and_failures_exit_codes(world: dict[str, Any],
                                           capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = cli(capsys, "fixtures", "run", "toy-gpu", "--image", "toy", "--runner", "host")

@@ -284,3 +284,17 @@ def test_incomplete_result_is_refused_by_name(signer: dict[str, Any], drop: str)
     expect("malformed", "suite result is incomplete or mistyped", records.sign_result,
            result, signer["key"], signer["evidence"])
     assert not signer["evidence"].exists()  # nothing written
+
+
+def _with_probe(**sens: object) -> dict[str, object]:
+    return {"suite": {"name": "toy"}, "probes": {"patch_sensitivity": dict(sens)}}
+
+
+def test_pristine_probe_must_have_run_on_the_pinned_tree() -> None:
+    pinned = "sha256:" + "1" * 64
+    records.check_pristine_probe(_with_probe(status="ok", vllm_tree_digest=pinned), pinned)
+    records.check_pristine_probe(_with_probe(status="not-declared"), pinned)
+    expect("foreign-pristine", "not the pinned upstream's", records.check_pristine_probe,
+           _with_probe(status="ok", vllm_tree_digest="sha256:" + "2" * 64), pinned)
+    expect("foreign-pristine", "does not record which vLLM tree", records.check_pristine_probe,
+           _with_probe(status="ok"), pinned)

@@ -99,11 +99,25 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
     key = keymod.load_private(key_path or sig.key)
     want = _image(ctx, image_ref) if image_ref else None
     rows = []
+    pinned: list[str] = []  # the pin's vllm/ digest, fetched once and only when needed
+
+    def pinned_vllm_digest() -> str:
+        if not pinned:
+            from ..sources import fetch
+            from ..sources.digest import tree_digest
+
+            f = fetch(ctx.lineage(), ctx.store, base=ctx.pipeline.root)
+            pinned.append(tree_digest(f.root / "vllm"))
+        return pinned[0]
+
     for rp in results:
         result = records.load_result(rp)
         digest = (result.get("image") or {}).get("digest")
         if want and digest != want.digest:
             raise EvidenceError(f"{rp} is a result for image {digest}, not {want.digest}")
+        sens = (result.get("probes") or {}).get("patch_sensitivity") or {}
+        if sens.get("status") not in (None, "not-declared"):
+            records.check_pristine_probe(result, pinned_vllm_digest())
         path, written, stmt = records.sign_result(result, key, sig.evidence_dir)
         rows.append({"result": str(rp), "evidence": str(path), "written": written,
                      "suite": stmt["predicate"]["suite"], "outcome": stmt["predicate"]["result"],

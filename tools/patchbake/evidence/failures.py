@@ -14,7 +14,7 @@ from ..errors import EvidenceError
 
 REASONS = ("missing", "unreadable", "malformed", "payload-type", "unsigned", "bad-signature",
            "untrusted-key", "not-allowed", "wrong-subject", "bad-predicate", "exists",
-           "policy", "flagged")
+           "policy", "flagged", "foreign-pristine")
 
 
 def fail(reason: str, message: str, *, hint: str | None = None) -> NoReturn:

@@ -71,6 +71,28 @@ def load_result(path: Path) -> dict[str, Any]:
     return data
 
 
+def check_pristine_probe(result: dict[str, Any], pinned_vllm_digest: str) -> None:
+    """Fail closed unless a patch-sensitivity probe ran on the pinned upstream's vLLM tree.
+
+    The probe may run where the upstream cannot be fetched (a GPU box given
+    ``--pristine-image``/``--pristine-tree``); it records the digest of the ``vllm/`` tree it
+    ran on, and signing (where the pin can be fetched) compares it with the pin's.
+    """
+    sens = ((result.get("probes") or {}).get("patch_sensitivity") or {})
+    if sens.get("status") in (None, "not-declared"):
+        return
+    suite = (result.get("suite") or {}).get("name", "?")
+    got = sens.get("vllm_tree_digest")
+    if not got:
+        fail("foreign-pristine", f"suite '{suite}': the result does not record which vLLM tree "
+             "its patch-sensitivity probe ran on, so it cannot show the suite fails on the "
+             "pinned upstream", hint="re-run `patchbake fixtures run` with this version")
+    if got != pinned_vllm_digest:
+        fail("foreign-pristine", f"suite '{suite}': the patch-sensitivity probe ran on a vLLM "
+             f"tree {got}, not the pinned upstream's {pinned_vllm_digest}",
+             hint="probe on the pinned upstream (default) or on the unpatched base image")
+
+
 def sign_result(result: dict[str, Any], key: Ed25519PrivateKey, evidence_dir: Path,
                 ) -> tuple[Path, bool, dict[str, Any]]:
     """Sign one suite result; store it; return (path, newly written, statement)."""
