@@ -149,6 +149,22 @@ def test_workspace_export_twice_and_hostile_config_identical(
     assert rc == 0 and json.loads(out)["ok"] is True
 
 
+def test_reexport_of_an_unchanged_patch_from_a_new_workspace_keeps_source(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    make_change(ws)
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    source = (repo / "patch" / "SOURCE").read_bytes()
+    ws2 = tmp_path / "ws2"
+    assert cli(capsys, "patch", "workspace", str(ws2))[0] == 0
+    assert git(ws2, "rev-parse", "HEAD").strip() != git(ws, "rev-parse", "HEAD").strip()
+    rc, out, err = cli(capsys, "--json", "patch", "export", "--from", str(ws2))
+    assert rc == 0, err
+    assert json.loads(out)["changed"] is False
+    assert (repo / "patch" / "SOURCE").read_bytes() == source
+
+
 def test_export_refusals(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ws = tmp_path / "ws"
     assert cli(capsys, "patch", "workspace", str(ws))[0] == 0

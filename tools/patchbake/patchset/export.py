@@ -304,8 +304,15 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
             "reason": (reason or "").strip(), "previous_commit": src.commit if src else None,
             "previous_patch_sha256": current},
     }
-    for path, content in ((lineage.patch, data), (lineage.files, files_bytes),
-                          (lineage.source_record, render_source(record))):
+    outputs = [(lineage.patch, data), (lineage.files, files_bytes)]
+    # A workspace's commit ids are local; re-exporting the same patch from another
+    # workspace changes nothing, so SOURCE keeps pointing at where the work was made.
+    # (A fork's new commit is kept: it moves the "only forward" mark.)
+    unchanged = current == sha and not force and o.kind == "workspace" and src is not None \
+        and src.patch_sha256 == sha
+    if not unchanged:
+        outputs.append((lineage.source_record, render_source(record)))
+    for path, content in outputs:
         if current_bytes is None or not path.exists() or path.read_bytes() != content:
             atomic_write(path, content)
     return Exported(lineage.patch, lineage.files, lineage.source_record, sha,
