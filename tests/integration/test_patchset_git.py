@@ -18,23 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patch
 import fx
 from patchbake.cli import main
 from patchbake.patchset.guard import check
-from patchbake.sources import tree_digest
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
-PIPELINE = """\
-version: 1
-name: fixture
-lineages:
-  v1.0:
-    name: fixture-fix
-    upstream: {{kind: path, package: fixture, version: "1.0", path: "{tree}", sha256: {sha}}}
-    patch: patch/fixture-fix-v1.0.patch
-    files: patch/FILES.txt
-    source_record: patch/SOURCE
-    series: patch/series
-"""
 
 HOSTILE_GITCONFIG = """\
 [diff]
@@ -69,11 +56,7 @@ def git(cwd: Path, *args: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    tree = fx.pristine_copy(tmp_path / "upstream")
-    sha = tree_digest(tree).removeprefix("sha256:")
-    r = tmp_path / "repo"
-    (r / "patch").mkdir(parents=True)
-    (r / "pipeline.yaml").write_text(PIPELINE.format(tree=tree, sha=sha))
+    r = fx.make_repo(tmp_path, with_patch=False)
     monkeypatch.chdir(r)
     monkeypatch.setenv("PATCHBAKE_PIPELINE", str(r / "pipeline.yaml"))
     return r

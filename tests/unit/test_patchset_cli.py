@@ -19,31 +19,10 @@ from patchbake.patchset.patched import patched_tree
 from patchbake.sources import tree_digest
 from patchbake.store import Store
 
-PIPELINE = """\
-version: 1
-name: fixture
-lineages:
-  v1.0:
-    name: fixture-fix
-    upstream: {{kind: path, package: fixture, version: "1.0", path: "{tree}", sha256: {sha}}}
-    patch: patch/fixture-fix-v1.0.patch
-    files: patch/FILES.txt
-    source_record: patch/SOURCE
-    series: patch/series
-"""
-
 
 @pytest.fixture
 def repo(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    tree = fx.pristine_copy(tmp_path / "upstream")
-    sha = tree_digest(tree).removeprefix("sha256:")
-    r = tmp_path / "repo"
-    (r / "patch").mkdir(parents=True)
-    (r / "pipeline.yaml").write_text(PIPELINE.format(tree=tree, sha=sha))
-    (r / "patch" / "fixture-fix-v1.0.patch").write_bytes(fx.patch_bytes())
-    pin = f"fixture==1.0 sha256:{sha}".encode()
-    files = fx.files_bytes().replace(b"fixture==1.0 sha256:" + b"0" * 64, pin)
-    (r / "patch" / "FILES.txt").write_bytes(files)
+    r = fx.make_repo(tmp_path, with_patch=True)
     monkeypatch.chdir(r)
     monkeypatch.setenv("PATCHBAKE_PIPELINE", str(r / "pipeline.yaml"))
     return r
