@@ -21,10 +21,10 @@ sys.path.insert(0, str(REPO / "tools"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from patchbake.evidence import keys, policy, records
-from patchbake.fixtures import suites
-from patchbake.fixtures.host import HostRunner
-from patchbake.fixtures.image import ImageRef
-from patchbake.fixtures.run import run_suite
+from patchbake.suites import spec as suites
+from patchbake.suites.host import HostRunner
+from patchbake.suites.image import ImageRef
+from patchbake.suites.run import run_suite
 from patchbake.store import Store
 
 SUITES = REPO / "tests" / "fixtures" / "suites"

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from fixtures_python_image import ensure_image
-from patchbake.fixtures import suites
-from patchbake.fixtures.docker import DockerRunner
-from patchbake.fixtures.image import ImageRef
-from patchbake.fixtures.run import run_suite
+from patchbake.suites import spec as suites
+from patchbake.suites.docker import DockerRunner
+from patchbake.suites.image import ImageRef
+from patchbake.suites.run import run_suite
 from patchbake.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]

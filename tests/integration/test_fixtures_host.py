@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from patchbake.errors import SuiteError
 from patchbake.evidence import keys, policy, records
-from patchbake.fixtures import suites
-from patchbake.fixtures.host import HostRunner
-from patchbake.fixtures.image import ImageRef
-from patchbake.fixtures.run import run_suite
+from patchbake.suites import spec as suites
+from patchbake.suites.host import HostRunner
+from patchbake.suites.image import ImageRef
+from patchbake.suites.run import run_suite
 from patchbake.store import Store
 
 pytestmark = pytest.mark.integration

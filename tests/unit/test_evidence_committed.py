@@ -31,7 +31,7 @@ def test_there_is_committed_evidence() -> None:
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name[:12]}/{p.name}" for p in FILES])
 def test_committed_evidence_is_about_a_recorded_bake(path: Path) -> None:
     # evidence whose image has no committed record is orphaned: nothing says what it baked
-    from patchbake.fixtures.image import find_record
+    from patchbake.suites.image import find_record
 
     rec = find_record(REPO, f"sha256:{path.parent.name}")
     assert rec is not None, f"no manifests/images/*/{path.parent.name}.json"

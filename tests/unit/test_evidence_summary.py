@@ -51,7 +51,7 @@ def test_verification_problems_are_not_summarised_as_all_matched(
     from patchbake import identity
     from patchbake.errors import VerifyError
     from patchbake.evidence import facts
-    from patchbake.fixtures.image import ImageRef
+    from patchbake.suites.image import ImageRef
 
     def fake(problems: list[str], mismatched: list[dict[str, Any]], matched: int
              ) -> identity.VerifyResult:

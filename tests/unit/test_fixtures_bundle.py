@@ -10,8 +10,8 @@ import pytest
 from images_support import make_repo
 from patchbake.bake import bake_image
 from patchbake.errors import IntegrityError, StoreError
-from patchbake.fixtures.bundle import bundle
-from patchbake.fixtures.image import ImageRef
+from patchbake.suites.bundle import bundle
+from patchbake.suites.image import ImageRef
 from patchbake.identity import materialise
 from patchbake.store import Store
 

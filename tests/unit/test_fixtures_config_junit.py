@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from patchbake.errors import ConfigError, RequirementError, SuiteError
-from patchbake.fixtures import junit, machine, probes, suites
-from patchbake.fixtures.execution import Execution, fill, verdict
+from patchbake.suites import junit, machine, probes, spec as suites
+from patchbake.suites.execution import Execution, fill, verdict
 
 GOOD = {"path": "tests/fixtures/suites/passing", "runner": "host",
         "command": ["{python}", "-m", "pytest", "--junitxml={junit}", "x"],

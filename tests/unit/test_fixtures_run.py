@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from patchbake.errors import RequirementError, SuiteError
 from patchbake.evidence import statement
-from patchbake.fixtures import junit, suites
-from patchbake.fixtures.execution import Execution
-from patchbake.fixtures.image import ImageRef, parse
-from patchbake.fixtures.run import run_suite, suite_content_sha256
+from patchbake.suites import junit, spec as suites
+from patchbake.suites.execution import Execution
+from patchbake.suites.image import ImageRef, parse
+from patchbake.suites.run import run_suite, suite_content_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "tests" / "fixtures" / "suites"
@@ -140,7 +140,7 @@ def test_image_reference_parsing() -> None:
 
 def test_unparsable_image_record_is_an_image_error(tmp_path: Path) -> None:
     from patchbake.errors import ImageError
-    from patchbake.fixtures.image import find_record
+    from patchbake.suites.image import find_record
 
     d = "sha256:" + "ab" * 32
     rec = tmp_path / "manifests" / "images" / "img" / f"{'ab' * 32}.json"

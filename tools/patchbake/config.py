@@ -178,7 +178,7 @@ def parse(data: Any, path: Path) -> Pipeline:
     # suites and signing are validated here so a bad declaration fails at load, whatever
     # command runs (their modules import nothing heavy)
     from .evidence.settings import parse as parse_signing
-    from .fixtures.suites import parse_all as parse_suites
+    from .suites.spec import parse_all as parse_suites
 
     parse_suites(top["suites"], root, source)
     parse_signing(top["signing"], root, source)

@@ -13,7 +13,7 @@ from ..cli import Ctx, pass_ctx
 from ..errors import EvidenceError, PatchbakeError
 from ..evidence import settings
 from ..evidence.failures import reason_of
-from ..fixtures import image as imagemod
+from ..suites import image as imagemod
 
 if TYPE_CHECKING:
     from ..evidence import records, summary

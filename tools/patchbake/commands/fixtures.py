@@ -12,9 +12,9 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
-from ..fixtures import image as imagemod
-from ..fixtures import suites as suitesmod
-from ..fixtures.run import run_suite
+from ..suites import image as imagemod
+from ..suites import suites as suitesmod
+from ..suites.run import run_suite
 from ..fsutil import atomic_write, pretty_json
 
 
@@ -97,11 +97,11 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     ref = imagemod.resolve(ctx.store, image_ref, p)
     kind = runner or suite.runner
     if kind == "docker":
-        from ..fixtures.docker import DockerRunner
+        from ..suites.docker import DockerRunner
 
         r: Any = DockerRunner(p.root, ctx.store)
     else:
-        from ..fixtures.host import HostRunner
+        from ..suites.host import HostRunner
 
         r = HostRunner(p.root, ctx.store, pipeline=p)
     sp = None
@@ -150,7 +150,7 @@ def probes_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     """Copy IMAGES (manifest, config, layers) into a fresh store for a machine with no
     network and no registry; each blob is re-hashed on the way in."""
-    from ..fixtures.bundle import bundle
+    from ..suites.bundle import bundle
 
     made = bundle(ctx.store, [imagemod.resolve(ctx.store, i, ctx.pipeline) for i in images],
                   out)

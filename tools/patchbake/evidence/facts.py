@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import PatchbakeError
-from ..fixtures.image import ImageRef, find_record
+from ..suites.image import ImageRef, find_record
 
 
 def patch_sha256(ctx: Any, ref: ImageRef) -> str | None:
