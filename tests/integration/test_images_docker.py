@@ -57,7 +57,7 @@ def test_archive_loads_and_verifies_in_container(withpy: tuple[Path, list[str]],
     assert ok.stdout.startswith("patchbake build: withpy | vllm 0.25.1 + dsv4-deterministic-topk")
     assert "OK: " in ok.stdout
     edited = docker("run", "--rm", "--network", "none", tag, "sh", "-c",
-                    f"echo '# hand edit' >> {SP}/vllm/v1/sample/ops/topk_topp_sampler.py && "
+                    f"echo '# hand edit' >> {SP}/vllm/envs.py && "
                     "python3 /opt/patchbake/verify.py", check=False)
     assert edited.returncode == 1
     assert "MISMATCH modified" in edited.stdout and "STALE OR MODIFIED IMAGE" in edited.stdout

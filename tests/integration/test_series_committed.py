@@ -44,4 +44,4 @@ def test_series_missing_a_patch_names_the_first_differing_file(shared_home: Path
     series.write_text("\n".join(names[:-1]) + "\n")  # the last commit's work is dropped
     r = _series_verify(repo, shared_home)
     assert r.returncode == 24, r.stderr
-    assert "vllm/v1/sample/ops/topk_topp_sampler.py" in r.stderr
+    assert "vllm/model_executor/layers/sparse_attn_indexer.py" in r.stderr
