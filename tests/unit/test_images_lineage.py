@@ -152,3 +152,30 @@ def test_revision_label_reads_source_through_its_parser(tmp_path: Path) -> None:
     # a SOURCE about another patch does not describe this image: the patch sha256 then
     lin.source_record.write_bytes(render_source({**source, "patch_sha256": "f" * 64}))
     assert revision(lin, repo.patched) == f"sha256:{repo.patched.patch_sha256}"
+
+
+def test_a_rebake_supersedes_the_old_record_without_deleting_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from patchbake.images import record
+
+    repo = make_repo(tmp_path)
+    first = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=0)
+    assert record.superseded(repo.root, "offline") == {}
+    second = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=1)
+    assert first.digest != second.digest
+    sup = record.superseded(repo.root, "offline")
+    assert sup == {first.digest: {"digest": first.digest, "superseded_by": second.digest,
+                                  "record": first.record}}
+    assert (repo.root / first.record).is_file()  # kept: evidence about it still verifies
+    assert record.latest(repo.root, "offline")["manifest_digest"] == second.digest
+    third = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=2)
+    sup = record.superseded(repo.root, "offline")
+    assert {d: r["superseded_by"] for d, r in sup.items()} == {
+        first.digest: third.digest, second.digest: third.digest}
+    # going back to a bake takes it out of the index
+    bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=0)
+    assert set(record.superseded(repo.root, "offline")) == {second.digest, third.digest}
+    assert main(["--pipeline", str(repo.root / "pipeline.yaml"), "image", "ls", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["definitions"]
+    assert rows[0]["latest"] == first.digest
+    assert rows[0]["superseded"] == sorted([second.digest, third.digest])

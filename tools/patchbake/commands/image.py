@@ -121,13 +121,16 @@ def image_ls(ctx: Ctx, as_json: bool) -> None:
         except ImageError:
             digest = None
         rows.append({"definition": name, "file": ctx.pipeline.images[name],
-                     "latest": digest, "in_store": bool(digest and ctx.store.has(digest))})
+                     "latest": digest, "in_store": bool(digest and ctx.store.has(digest)),
+                     "superseded": sorted(record.superseded(ctx.pipeline.root, name))})
     named = {n: d.digest for n, d in layout.refs(ctx.store).items()}
     if as_json or ctx.as_json:
         ui.emit_json({"definitions": rows, "store": named})
         return
-    ui.table("image definitions", ["definition", "file", "latest bake", "in store"],
-             [(r["definition"], r["file"], r["latest"] or "-", r["in_store"]) for r in rows])
+    ui.table("image definitions", ["definition", "file", "latest bake", "in store",
+                                   "superseded"],
+             [(r["definition"], r["file"], r["latest"] or "-", r["in_store"],
+               len(r["superseded"])) for r in rows])
     ui.table(f"images in the store ({ctx.store.root})", ["name", "manifest digest"],
              sorted(named.items()))
 
