@@ -10,6 +10,7 @@ import json
 import os
 import runpy
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -229,19 +230,21 @@ def _rootfs(repo: Repo, digest: str, root: Path) -> None:
                     tf.extract(m, root)
 
 
+InImage = tuple[Path, Callable[..., tuple[int, str]]]
+
+
 @pytest.fixture
 def in_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-             capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+             capsys: pytest.CaptureFixture[str]) -> InImage:
     repo, digest = baked(tmp_path)
     root = tmp_path / "rootfs"
     _rootfs(repo, digest, root)
-    monkeypatch.setenv("PATCHBAKE_ROOT", str(root))
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.chdir(tmp_path)
     script = str(root / "opt/patchbake/verify.py")
 
     def run(*args: str) -> tuple[int, str]:
-        monkeypatch.setattr("sys.argv", [script, *args])
+        monkeypatch.setattr("sys.argv", [script, "--root", str(root), *args])
         with pytest.raises(SystemExit) as info:
             runpy.run_path(script, run_name="__main__")
         cap = capsys.readouterr()
@@ -250,7 +253,7 @@ def in_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     return root, run
 
 
-def test_in_image_verifier(in_image) -> None:  # type: ignore[no-untyped-def]
+def test_in_image_verifier(in_image: InImage) -> None:
     root, run = in_image
     rc, out = run()
     assert rc == 0, out
@@ -284,7 +287,9 @@ def test_in_image_verifier(in_image) -> None:  # type: ignore[no-untyped-def]
     (lambda r: os.chmod(r / SP.strip("/") / "vllm/envs.py", 0o755),
      f"mode {SP}/vllm/envs.py (recorded 0644, found 0755)"),
 ])
-def test_in_image_verifier_sees_every_file_and_hook(in_image, tamper, reason) -> None:  # type: ignore[no-untyped-def]
+def test_in_image_verifier_sees_every_file_and_hook(in_image: InImage,
+                                                    tamper: Callable[[Path], object],
+                                                    reason: str) -> None:
     root, run = in_image
     tamper(root)
     rc, out = run("--quiet")
@@ -294,7 +299,8 @@ def test_in_image_verifier_sees_every_file_and_hook(in_image, tamper, reason) ->
     assert len(out.splitlines()) == 1
 
 
-def test_in_image_verifier_shadowing_vllm(in_image, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_in_image_verifier_shadowing_vllm(in_image: InImage,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     root, run = in_image
     (root / "shadow/vllm").mkdir(parents=True)
     (root / "shadow/vllm/__init__.py").write_text("evil = 1\n")
@@ -316,10 +322,9 @@ def test_in_image_verifier_allow_listed_hook(tmp_path: Path, monkeypatch: pytest
     root = tmp_path / "rootfs"
     _rootfs(repo, digest, root)
     (root / SP.strip("/") / "ok.pth").write_bytes(pth)
-    monkeypatch.setenv("PATCHBAKE_ROOT", str(root))
     monkeypatch.chdir(tmp_path)
     script = str(root / "opt/patchbake/verify.py")
-    monkeypatch.setattr("sys.argv", [script, "--quiet"])
+    monkeypatch.setattr("sys.argv", [script, "--root", str(root), "--quiet"])
     with pytest.raises(SystemExit) as info:
         runpy.run_path(script, run_name="__main__")
     assert (info.value.code or 0) == 0, capsys.readouterr()
@@ -330,7 +335,7 @@ def test_in_image_verifier_allow_listed_hook(tmp_path: Path, monkeypatch: pytest
     assert f"startup-hook {SP}/ok.pth" in capsys.readouterr().err
 
 
-def test_in_image_verifier_refuses_an_empty_tree_manifest(in_image) -> None:  # type: ignore[no-untyped-def]
+def test_in_image_verifier_refuses_an_empty_tree_manifest(in_image: InImage) -> None:
     root, run = in_image
     ident = root / "opt/patchbake/identity.json"
     rec = json.loads(ident.read_bytes())

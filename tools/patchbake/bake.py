@@ -142,6 +142,7 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
         "dev.patchbake.patch.sha256": patched.patch_sha256,
         "dev.patchbake.files.sha256": patched.files_sha256,
         "dev.patchbake.upstream.pin": up.pin,
+        "dev.patchbake.lineage": lineage.key,
         "dev.patchbake.upstream.tree-digest": patched.pristine_digest,
         "dev.patchbake.patched-tree.digest": patched.tree_digest,
         "dev.patchbake.site-packages": defn.site_packages,

@@ -20,6 +20,9 @@ tree manifest /opt/patchbake/tree.json it names by sha256:
 - this script is the one the record names.
 Exit 0 when everything matches, 1 on any difference, 2 when the record or the tree
 manifest is missing, unreadable, of the wrong shape or empty.
+
+``--root DIR`` checks an unpacked image below DIR (tests; never taken from the
+environment, so an image's own configuration cannot point the check elsewhere).
 """
 
 import hashlib
@@ -29,7 +32,7 @@ import site
 import stat
 import sys
 
-RECORD = os.environ.get("PATCHBAKE_IDENTITY", "/opt/patchbake/identity.json")
+RECORD = "/opt/patchbake/identity.json"
 TREE_FORMAT = "patchbake-tree/1"
 HOOK_NAMES = ("sitecustomize", "usercustomize")
 
@@ -86,6 +89,12 @@ def load_record(root):
     if not files:
         raise RecordError("tree manifest {} lists no files: an empty record proves "
                           "nothing".format(tree.get("path")))
+    for entry in files:
+        if not (isinstance(entry, list) and len(entry) == 5 and isinstance(entry[0], str)
+                and entry[1] in ("file", "symlink") and isinstance(entry[2], int)
+                and isinstance(entry[3], str) and isinstance(entry[4], str)):
+            raise RecordError("tree manifest {} has a malformed entry: {!r}".format(
+                tree.get("path"), entry)[:300])
     return rec, doc
 
 
@@ -216,7 +225,13 @@ def reason(problems):
 
 
 def main(argv):
-    root = os.environ.get("PATCHBAKE_ROOT", "").rstrip("/")
+    root = ""
+    if "--root" in argv:
+        at = argv.index("--root")
+        root = argv[at + 1].rstrip("/") if at + 1 < len(argv) else ""
+        if not root:
+            print("patchbake: --root needs a directory", file=sys.stderr)
+            return 2
     try:
         rec, doc = load_record(root)
     except RecordError as exc:

@@ -119,6 +119,7 @@ def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
     identity = {
         "format": IDENTITY_FORMAT,
         "definition": defn.name,
+        "lineage": lineage.key,
         "upstream": {"package": up.package, "version": up.version, "pin": up.pin,
                      "tree_digest": patched.pristine_digest},
         "patch": {"name": lineage.name, "sha256": patched.patch_sha256},
