@@ -179,3 +179,18 @@ def test_a_rebake_supersedes_the_old_record_without_deleting_it(
     rows = json.loads(capsys.readouterr().out)["definitions"]
     assert rows[0]["latest"] == first.digest
     assert rows[0]["superseded"] == sorted([second.digest, third.digest])
+
+
+def test_committed_record_names_the_forced_sources_commit() -> None:
+    """patch/SOURCE on this repository was written by `patch export --force --reason`
+    (it names the previous commit too): the committed bake's revision is its source."""
+    from patchbake.images import record
+    from patchbake.patchset.sourcerec import read_source
+
+    repo = Path(__file__).resolve().parents[2]
+    src = read_source(repo / "patch" / "SOURCE")
+    assert src is not None and src.data.get("forced"), "patch/SOURCE is no longer forced"
+    rec = record.latest(repo, "sm89-serving-offline")
+    assert rec["patch"]["sha256"] == src.patch_sha256
+    assert rec["labels"]["org.opencontainers.image.revision"] == src.commit
+    assert src.commit != src.data["forced"]["previous_commit"]
