@@ -194,3 +194,34 @@ def test_committed_record_names_the_forced_sources_commit() -> None:
     assert rec["patch"]["sha256"] == src.patch_sha256
     assert rec["labels"]["org.opencontainers.image.revision"] == src.commit
     assert src.commit != src.data["forced"]["previous_commit"]
+
+
+def test_a_base_declared_without_vllm(tmp_path: Path) -> None:
+    """Test bases with no vLLM (a Python + torch image) say so; a base that has one may
+    not claim it has none."""
+    repo = make_repo(tmp_path)
+    skeleton = json.loads(repo.store.read_blob(repo.standin_digest))
+    cd, cs, _ = layout.put_json(repo.store, {
+        "architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [skeleton["layers"][0]["digest"]]}})
+    md, _, _ = layout.put_json(repo.store, {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": cd, "size": cs},
+        "layers": [skeleton["layers"][0]]})
+    _archive_of(repo, md, "novllm")
+    text = (f"version: 1\nbase: {{source: docker-archive, name: 'novllm:1', digest: '{md}', "
+            f"path: novllm.tar{{extra}}}}\nsite_packages: {SP}\nmode: overlay\n")
+    repo.define("novllm", text.replace("{extra}", ""))
+    with pytest.raises(LineageError, match="0 of 6 files|6 of 6 files differ"):
+        bake_image(repo.pipeline, "novllm", repo.store, patched=repo.patched)
+    repo.define("novllm2", text.replace("{extra}", ", has_vllm: false"))
+    res = bake_image(repo.pipeline, "novllm2", repo.store, patched=repo.patched)
+    rec = json.loads((repo.root / res.record).read_bytes())
+    assert rec["tree"]["files"] == 3  # only the baked files
+    _define_archive(repo, "liar", repo.standin_digest)
+    (repo.root / "images/liar.yaml").write_text(
+        (repo.root / "images/liar.yaml").read_text().replace("path: liar.tar}",
+                                                             "path: liar.tar, has_vllm: false}"))
+    with pytest.raises(LineageError, match=r"declared without vLLM \(base.has_vllm: false\) "
+                                           r"but installs 6 vllm/ file\(s\)"):
+        bake_image(repo.pipeline, "liar", repo.store, patched=repo.patched)

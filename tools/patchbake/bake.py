@@ -120,7 +120,8 @@ def checked_base_tree(pipeline: Pipeline, defn: Definition, lin: Lineage, base: 
                       store: Store) -> BaseTree:
     """The base's installed vllm/ tree, refused (LineageError) unless it is the lineage's."""
     tree = base_tree(base, store, defn.sp_rel)
-    check_lineage(tree, lin, pristine_package(lin, store, pipeline.root), defn.base.name)
+    check_lineage(tree, lin, pristine_package(lin, store, pipeline.root), defn.base.name,
+                  defn.base.has_vllm)
     return tree
 
 

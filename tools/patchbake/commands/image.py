@@ -149,7 +149,9 @@ def image_show(ctx: Ctx, name: str, as_json: bool) -> None:
               "base.digest": d.base.digest, "base.platform": d.base.platform,
               "base.platform_digest": d.base.platform_digest,
               "base.verified": d.base.verified, "site_packages": d.site_packages,
-              "mode": d.mode, "template": str(d.template.relative_to(ctx.pipeline.root)),
+              "mode": d.mode, "lineage": d.lineage or None,
+              "startup_allow": [f"{p} sha256:{h}" for p, h in d.startup_allow],
+              "template": str(d.template.relative_to(ctx.pipeline.root)),
               "torch_cuda_arch_list": d.torch_cuda_arch_list, "fingerprint": d.fingerprint}
     if as_json or ctx.as_json:
         ui.emit_json(fields)

@@ -52,6 +52,9 @@ BASE_SCHEMA = Schema({
                       help="whether the digest was checked against the registry"),
     "variant": Field(str, default="plain", check=one_of("plain", "with-python"),
                      help="stand-in only: with-python adds the host's python3 (tests)"),
+    "has_vllm": Field(bool, default=True,
+                      help="false only for test bases that carry no vLLM at all: bake then "
+                           "requires an empty vllm/ tree there instead of the lineage's"),
     "note": Field(str, default=""),
 })
 
@@ -90,6 +93,7 @@ class Base:
     path: Path | None
     verified: bool
     variant: str = "plain"
+    has_vllm: bool = True
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
         name=name, path=path, description=top["description"],
         base=Base(base["source"], base["name"], base["digest"], base["platform"],
                   base["platform_digest"], (root / base["path"]) if base["path"] else None,
-                  base["verified"], base["variant"]),
+                  base["verified"], base["variant"], base["has_vllm"]),
         site_packages=top["site_packages"], mode=top["mode"], source=top["source"],
         template=path.parent / build["template"],
         torch_cuda_arch_list=build["torch_cuda_arch_list"], builder=build["builder"],

@@ -137,10 +137,17 @@ def _record_problems(tree: BaseTree) -> list[str]:
 
 
 def check_lineage(tree: BaseTree, lineage: Lineage, pristine: dict[str, str],
-                  base_name: str) -> None:
-    """Refuse a base whose installed vLLM is not the lineage's pin (LineageError)."""
+                  base_name: str, has_vllm: bool = True) -> None:
+    """Refuse a base whose installed vLLM is not the lineage's pin (LineageError). A
+    definition that declares ``base.has_vllm: false`` (test bases) needs no vLLM there."""
     up = lineage.upstream
     what = f"lineage {lineage.key} (vllm {up.version})"
+    if not has_vllm:
+        if tree.files or tree.dist_name:
+            raise LineageError(f"base {base_name} is declared without vLLM (base.has_vllm: "
+                               f"false) but installs {len(tree.files)} vllm/ file(s)"
+                               f"{' and ' + tree.dist_name if tree.dist_name else ''}")
+        return
     if tree.dist_name is None:
         have = {k: ("link:" if f.kind == "symlink" else "") + f.sha256
                 for k, f in tree.files.items()}
