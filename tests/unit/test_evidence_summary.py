@@ -46,8 +46,6 @@ def test_warned_evidence_is_not_a_pass(tmp_path: Path) -> None:
 
 def test_verification_problems_are_not_summarised_as_all_matched(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
-
     from patchbake import identity
     from patchbake.errors import VerifyError
     from patchbake.evidence import facts
@@ -60,18 +58,18 @@ def test_verification_problems_are_not_summarised_as_all_matched(
             total=70, mismatched=mismatched, base_drift={}, problems=problems, layers=[],
             identity=None, bytes_read=0, seconds=0.0)
 
-    ctx = SimpleNamespace(pipeline=None, store=None, lineage=lambda: None)
+    unused: Any = None  # verify_image is replaced: pipeline, store and lineage are not read
     ref = ImageRef("img", DIGEST, None)
     bad_record = fake(["/opt/patchbake/verify.py does not match the identity record"], [], 70)
     monkeypatch.setattr(identity, "verify_image", lambda *a, **k: bad_record)
     with pytest.raises(VerifyError, match="verify.py does not match") as info:
-        facts.match_counts(ctx, ref)
+        facts.match_counts(unused, unused, unused, ref)
     assert info.value.exit_code == VerifyError("x").exit_code
     one_off = fake([], [{"path": "vllm/x.py", "expected": "a", "found": "b"}], 69)
     monkeypatch.setattr(identity, "verify_image", lambda *a, **k: one_off)
-    assert facts.match_counts(ctx, ref) == (69, 70)  # the paragraph says "Only 69 of 70"
+    assert facts.match_counts(unused, unused, unused, ref) == (69, 70)  # the paragraph says "Only 69 of 70"
     monkeypatch.setattr(identity, "verify_image", lambda *a, **k: fake([], [], 70))
-    assert facts.match_counts(ctx, ref) == (70, 70)
+    assert facts.match_counts(unused, unused, unused, ref) == (70, 70)
 
 
 def test_repeats_without_output_digests_are_not_called_bit_identical(tmp_path: Path) -> None:

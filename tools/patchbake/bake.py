@@ -334,10 +334,9 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
     return _result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
 
 
-def latest_digest(ctx_or_pipeline: Any, name: str) -> str | None:
+def latest_digest(pipeline: Pipeline, name: str) -> str | None:
     """Manifest digest of definition ``name``'s latest recorded bake (None: not a
-    definition). Accepts a Pipeline or the CLI's Ctx (used by push/verify/evidence)."""
-    pipeline = getattr(ctx_or_pipeline, "pipeline", ctx_or_pipeline)
+    definition)."""
     if name not in pipeline.images:
         return None
     return str(records.latest(pipeline.root, name)["manifest_digest"])

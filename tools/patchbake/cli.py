@@ -9,12 +9,11 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
 
 import click
 
 from . import __version__
-from .config import Pipeline, load
+from .config import Lineage, Pipeline, load
 from .errors import PatchbakeError, UsageError
 from .store import Store
 
@@ -40,7 +39,7 @@ class Ctx:
             self._store = Store.open()
         return self._store
 
-    def lineage(self) -> Any:
+    def lineage(self) -> Lineage:
         return self.pipeline.lineage(self.lineage_key)
 
 

@@ -158,7 +158,8 @@ def evidence_verify(ctx: Ctx, file: Path, image_ref: str, policy_path: Path | No
 def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.ImageFacts:
     from ..evidence import facts, summary
 
-    patch, matched, total = facts.patch_and_match(ctx, ref, verify_files)
+    patch, matched, total = facts.patch_and_match(ctx.pipeline, ctx.store, ctx.lineage(), ref,
+                                                 verify_files)
     m = re.search(r"sm(\d+)", ref.name)
     return summary.ImageFacts(ref.name, ref.digest, patch, matched, total,
                               f"sm{m.group(1)}" if m else None)

@@ -29,7 +29,7 @@ def _latest_bake(ctx: Ctx, name: str) -> str | None:
     finder = getattr(bake, "latest_digest", None)
     if finder is None:
         return None
-    digest = finder(ctx, name)
+    digest = finder(ctx.pipeline, name)
     return str(digest) if digest else None
 
 

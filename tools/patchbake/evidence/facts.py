@@ -7,14 +7,14 @@ copied from an earlier log. Kept apart so the summary meets the identity stage a
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..config import Lineage, Pipeline
 from ..errors import PatchbakeError
+from ..store import Store
 from ..suites.image import ImageRef, find_record
 
 
-def patch_sha256(ctx: Any, ref: ImageRef) -> str | None:
-    rec = find_record(ctx.pipeline.root, ref.digest)
+def patch_sha256(pipeline: Pipeline, store: Store, ref: ImageRef) -> str | None:
+    rec = find_record(pipeline.root, ref.digest)
     if rec:
         for key in ("patch_sha256", "patch"):
             v = rec.get(key)
@@ -25,7 +25,7 @@ def patch_sha256(ctx: Any, ref: ImageRef) -> str | None:
     try:
         from ..oci import image as oci_image
 
-        img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
+        img = oci_image.load_image(oci_image.StoreBlobs(store), ref.digest)
     except PatchbakeError:
         return None
     for k, v in img.labels.items():
@@ -34,14 +34,15 @@ def patch_sha256(ctx: Any, ref: ImageRef) -> str | None:
     return None
 
 
-def match_counts(ctx: Any, ref: ImageRef) -> tuple[int | None, int | None]:
+def match_counts(pipeline: Pipeline, store: Store, lineage: Lineage, ref: ImageRef
+                 ) -> tuple[int | None, int | None]:
     """(matched, total) from a fresh `patchbake verify` of the image; (None, None) if it
     cannot run here (the summary then says the files were not re-verified)."""
     try:
         from .. import identity
     except ImportError:
         return None, None
-    report = identity.verify_image(ctx.pipeline, ref.digest, ctx.store, ctx.lineage())
+    report = identity.verify_image(pipeline, ref.digest, store, lineage)
     if not report.mismatched:
         # mismatches are the paragraph's to state ("Only M of N"); any other failure (an
         # identity record that lies, nothing baked) must not read as "All N matched"
@@ -49,7 +50,8 @@ def match_counts(ctx: Any, ref: ImageRef) -> tuple[int | None, int | None]:
     return int(report.matched), int(report.total)
 
 
-def patch_and_match(ctx: Any, ref: ImageRef, verify_files: bool
-                    ) -> tuple[str | None, int | None, int | None]:
-    matched, total = match_counts(ctx, ref) if verify_files else (None, None)
-    return patch_sha256(ctx, ref), matched, total
+def patch_and_match(pipeline: Pipeline, store: Store, lineage: Lineage, ref: ImageRef,
+                    verify_files: bool) -> tuple[str | None, int | None, int | None]:
+    matched, total = (match_counts(pipeline, store, lineage, ref) if verify_files
+                      else (None, None))
+    return patch_sha256(pipeline, store, ref), matched, total
