@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 
@@ -26,19 +26,24 @@ from ..oci.archive import export_docker_archive, import_docker_archive
 from ..oci.image import StoreBlobs, load_image
 from ..oci.media import Descriptor
 from ..store import Store
+from . import recipe
 from . import record as records
 from .base import BaseImage, registry_repo, resolve_base
 from .definition import Definition
 from .overlay import Overlay, Patched, build_overlay
-
-if TYPE_CHECKING:
-    from ..bake import BakeResult
+from .recipe import (
+    BakeResult,
+    bake_key,
+    build_record,
+    checked_base_tree,
+    image_labels,
+    save_cache,
+    wrapped_entrypoint,
+)
 
 
 def render(defn: Definition, mode: str, base_ref: str, overlay: Overlay,
            labels: dict[str, str], base_config: dict[str, Any] | None = None) -> str:
-    from ..bake import wrapped_entrypoint
-
     entrypoint, cmd = wrapped_entrypoint(base_config or {})
     if not defn.template.is_file():
         raise ImageError(f"{defn.path.name}: template {defn.template} does not exist")
@@ -113,14 +118,11 @@ def _ensure_in_engine(store: Store, rec: dict[str, object]) -> None:
 
 def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
                      store: Store, mode: str, warnings: list[str], epoch: int) -> BakeResult:
-    from ..bake import (_cached, _result, bake_key, build_record, checked_base_tree,
-                        image_labels, save_cache)
-
     t0 = time.monotonic()
     layout.ensure_layout(store)
     base = resolve_base(defn, store, lin)
     key = bake_key(defn, base, patched, epoch, f"engine-{mode}")
-    rec = _cached(store, key)
+    rec = recipe.cached(store, key)
     cached = rec is not None
     if rec is None:
         base_ref = _engine_base(defn, base, store)  # (a registry base's layers come too)
@@ -153,5 +155,5 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
                                                 rec["manifest_digest"],
                                                 store.blob_path(rec["manifest_digest"])
                                                 .stat().st_size))
-    res = _result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
+    res = recipe.result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
     return res
