@@ -72,20 +72,3 @@ def run(
         )
     return result
 
-
-def stream(
-    argv: Sequence[str | os.PathLike[str]],
-    *,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-) -> int:
-    """Run a program with inherited stdout/stderr (for long runs the user watches)."""
-    args = [str(a) for a in argv]
-    args[0] = which(args[0]) if os.sep not in args[0] else args[0]
-    full_env = {**os.environ, **(env or {})}
-    try:
-        return subprocess.run(args, cwd=str(cwd) if cwd else None, env=full_env,
-                              timeout=timeout, check=False).returncode
-    except subprocess.TimeoutExpired as exc:
-        raise ProcessError(f"{Path(args[0]).name} timed out after {timeout}s") from exc

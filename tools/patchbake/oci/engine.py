@@ -1,91 +1,73 @@
-"""Docker engine backend (Docker SDK for Python): load, save, inspect, build, run.
+"""The one Docker engine client: every talk with the engine goes through here, as the
+``docker`` CLI run by ``proc.run`` (the one chokepoint for processes: tool resolved first,
+output captured and shown on failure, a timeout on every call).
 
 Identities, as the engine reports them: the classic (graphdriver) store that Docker 20.10
-uses names an image by its CONFIG digest ("Image ID", ``image.id``); ``RepoDigests`` holds
-MANIFEST digests, and only for images pulled from or pushed to a registry. A locally built
-image has no manifest digest until it is pushed. Every build and container here uses
-``network_mode="none"``.
+uses names an image by its CONFIG digest ("Image ID"); ``RepoDigests`` holds MANIFEST
+digests, and only for images pulled from or pushed to a registry. A locally built image has
+no manifest digest until it is pushed. Every build and container here has no network.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..errors import EngineError
-from ..fsutil import atomic_writer
+from .. import proc
+from ..errors import EngineError, ProcessError
+
+# the classic builder: what the engine backend's records were made with (BuildKit writes
+# other history and layer bytes)
+_BUILD_ENV = {"DOCKER_BUILDKIT": "0"}
 
 
-def _client() -> Any:
+def docker(args: list[str], *, what: str, timeout: float, check: bool = True,
+           env: dict[str, str] | None = None) -> proc.Result:
+    """``docker ARGS``; a failure is an EngineError naming ``what`` was asked."""
     try:
-        import docker
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise EngineError("the Docker SDK for Python is not installed (pip install docker)") from None
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - the SDK raises many kinds; all mean "no engine"
-        raise EngineError(f"no Docker engine answers: {exc}",
-                          hint="start one (ci/services.sh) or use the embedded backend") from None
-    return client
-
-
-def _errors() -> tuple[type[BaseException], ...]:
-    import docker.errors
-
-    return (docker.errors.DockerException,)
+        return proc.run(["docker", *args], check=check, timeout=timeout, env=env)
+    except ProcessError as exc:
+        raise EngineError(f"{what} failed: {exc.message}",
+                          hint="start an engine (ci/services.sh) or use the embedded "
+                               "backend") from None
 
 
 def inspect(name: str) -> tuple[str, list[str]]:
     """(image ID = config digest, repo digests = manifest digests) of an engine image."""
-    client = _client()
+    r = docker(["image", "inspect", "--format", "{{json .}}", name],
+               what=f"docker image inspect {name}", timeout=60, check=False)
+    if r.returncode != 0:
+        raise EngineError(f"engine has no image {name}: "
+                          f"{r.stderr.decode('utf-8', 'replace').strip()}")
+    attrs = json.loads(r.stdout)
+    return str(attrs["Id"]), [str(d) for d in attrs.get("RepoDigests") or []]
+
+
+def image_id(name: str) -> str | None:
+    """The engine's image ID for ``name``, None when it has no such image."""
     try:
-        img = client.images.get(name)
-    except _errors() as exc:
-        raise EngineError(f"engine has no image {name}: {exc}") from None
-    return str(img.id), list(img.attrs.get("RepoDigests") or [])
+        return inspect(name)[0]
+    except EngineError:
+        return None
 
 
 def save(name: str, dest: Path) -> Path:
-    client = _client()
+    """``docker save`` into ``dest``, written whole or not at all."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
-        img = client.images.get(name)
-        with atomic_writer(dest) as f:
-            for chunk in img.save(named=True):
-                f.write(chunk)
-    except _errors() as exc:
-        raise EngineError(f"docker save {name} failed: {exc}") from None
+        docker(["save", "--output", str(tmp), name], what=f"docker save {name}", timeout=1800)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
     return dest
 
 
-def load(archive: Path) -> list[str]:
-    """``docker load`` an archive; returns the loaded image IDs."""
-    client = _client()
-    try:
-        with open(archive, "rb") as f:
-            images = client.images.load(f.read())
-    except _errors() as exc:
-        raise EngineError(f"docker load {archive} failed: {exc}") from None
-    return [str(i.id) for i in images]
-
-
-def tag(image_id: str, repo: str, tag_name: str) -> None:
-    client = _client()
-    try:
-        client.images.get(image_id).tag(repo, tag_name)
-    except _errors() as exc:
-        raise EngineError(f"docker tag {image_id} {repo}:{tag_name} failed: {exc}") from None
-
-
-def remove(name: str) -> None:
-    client = _client()
-    try:
-        client.images.remove(name, force=True, noprune=False)
-    except _errors():
-        pass  # already gone
+def load(archive: Path) -> None:
+    """``docker load`` an archive."""
+    docker(["load", "--input", str(archive)], what=f"docker load {archive}", timeout=1800)
 
 
 @dataclass(frozen=True)
@@ -98,42 +80,44 @@ class Built:
 def build(context: Path, tag_name: str, *, dockerfile: str = "Dockerfile",
           nocache: bool = False, buildargs: dict[str, str] | None = None) -> Built:
     """``docker build --network none`` of ``context``; returns the image ID (config digest)."""
-    client = _client()
+    iidfile = context.parent / f".{context.name}.iid"
+    args = ["build", "--network", "none", "--rm", "--force-rm", "--tag", tag_name,
+            "--file", str(context / dockerfile), "--iidfile", str(iidfile)]
+    if nocache:
+        args.append("--no-cache")
+    for k, v in sorted((buildargs or {}).items()):
+        args += ["--build-arg", f"{k}={v}"]
     try:
-        image, logs = client.images.build(path=str(context), dockerfile=dockerfile,
-                                          tag=tag_name, network_mode="none", rm=True,
-                                          forcerm=True, nocache=nocache, pull=False,
-                                          buildargs=buildargs or {})
-    except _errors() as exc:
-        log = getattr(exc, "build_log", None) or []
-        tail = [str(x.get("stream", x.get("error", ""))).strip() for x in log][-5:]
-        raise EngineError(f"docker build of {context} failed: {exc} | {' | '.join(tail)}") from None
-    lines = [str(x.get("stream", "")).strip() for x in logs if x.get("stream")]
-    return Built(str(image.id), tag_name, tuple(lines[-5:]))
-
-
-@contextmanager
-def container_run(image: str, argv: list[str]) -> Iterator[tuple[int, str]]:
-    """Run ``argv`` in a fresh container with no network; yields (exit code, output) and
-    always removes the container."""
-    client = _client()
-    container = None
-    try:
-        container = client.containers.create(image, argv, network_mode="none")
-        container.start()
-        status = container.wait(timeout=300)
-        out = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-        yield int(status.get("StatusCode", 1)), out
-    except _errors() as exc:
-        raise EngineError(f"docker run {image} {' '.join(argv)} failed: {exc}") from None
+        r = docker([*args, str(context)], what=f"docker build of {context}", timeout=3600,
+                   env=_BUILD_ENV)
+        image = iidfile.read_text(encoding="utf-8").strip()
     finally:
-        if container is not None:
-            try:
-                container.remove(force=True)
-            except _errors():
-                pass
+        iidfile.unlink(missing_ok=True)
+    lines = [x.strip() for x in r.text.splitlines() if x.strip()]
+    return Built(image, tag_name, tuple(lines[-5:]))
 
 
-def run(image: str, argv: list[str]) -> tuple[int, str]:
-    with container_run(image, argv) as result:
-        return result
+def has_gpus() -> bool:
+    """Whether the engine has the NVIDIA runtime (containers may then get ``--gpus``)."""
+    try:
+        r = docker(["info", "--format", "{{json .Runtimes}}"], what="docker info", timeout=30)
+    except (EngineError, ProcessError):
+        return False
+    return "nvidia" in r.text
+
+
+def server_version() -> str:
+    return docker(["version", "--format", "{{.Server.Version}}"], what="docker version",
+                  timeout=30).text.strip()
+
+
+def remove_container(name: str) -> None:
+    """Force-remove a container; one already gone is fine."""
+    docker(["rm", "--force", name], what=f"docker rm {name}", timeout=60, check=False)
+
+
+def run(args: list[str], *, timeout: float, check: bool = True) -> proc.Result:
+    """``docker run ARGS`` (the caller names the container); always without network. A
+    program that fails or times out in the container is the caller's ProcessError."""
+    return proc.run(["docker", "run", "--network", "none", *args], check=check,
+                    timeout=timeout)
