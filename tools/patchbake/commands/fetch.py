@@ -23,13 +23,12 @@ def summary(lineage_key: str, f: Fetched) -> dict[str, Any]:
 
 def register(group: click.Group) -> None:
     @group.command("fetch")
-    @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
     @click.option("--all", "all_lineages", is_flag=True,
                   help="fetch every lineage in pipeline.yaml (JSON: a list)")
     @click.option("--verify", is_flag=True,
                   help="re-hash a cached tree and fail if it no longer matches its digest")
     @pass_ctx
-    def fetch_cmd(ctx: Ctx, as_json: bool, all_lineages: bool, verify: bool) -> None:
+    def fetch_cmd(ctx: Ctx, all_lineages: bool, verify: bool) -> None:
         """Fetch, verify and extract the pinned upstream; print its identity."""
         pipeline = ctx.pipeline
         keys = sorted(pipeline.lineages) if all_lineages else [ctx.lineage().key]
@@ -38,7 +37,7 @@ def register(group: click.Group) -> None:
             f = fetch(pipeline.lineage(key), ctx.store, progress=ui.progress,
                       base=pipeline.root, verify=verify)
             rows.append(summary(key, f))
-        if as_json or ctx.as_json:
+        if ctx.as_json:
             ui.emit_json(rows if all_lineages else rows[0])
             return
         for row in rows:

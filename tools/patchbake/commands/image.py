@@ -4,22 +4,13 @@ materialise``. Printing lives here; the work is in ``patchbake.bake`` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _json_opt(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="print the result as JSON")(f)
-
 
 @click.command("bake")
 @click.argument("image", required=False)
@@ -28,18 +19,16 @@ def _json_opt(f: F) -> F:
 @click.option("--backend", type=click.Choice(["embedded", "engine"]), default="embedded",
               show_default=True, help="embedded: one deterministic layer, no daemon; "
               "engine: docker build --network none (not reproducible)")
-@_json_opt
 @pass_ctx
-def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str,
-             as_json: bool) -> None:
+def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str) -> None:
     """Bake IMAGE (a definition from pipeline.yaml; default: the offline one)."""
     from ..bake import bake_image
 
-    if not (as_json or ctx.as_json):
+    if not ctx.as_json:
         ui.step(f"bake {image or '(default image)'}")
     res = bake_image(ctx.pipeline, image, ctx.store, lineage=ctx.lineage_key, backend=backend,
                      docker_archive=archive)
-    if as_json or ctx.as_json:
+    if ctx.as_json:
         ui.emit_json(res.to_json())
         return
     for w in res.warnings:
@@ -60,10 +49,8 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str,
 @click.option("--no-cache", is_flag=True,
               help="re-parse every layer (layer ops are otherwise memoised by layer digest; "
                    "every byte is hashed either way)")
-@_json_opt
 @pass_ctx
-def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
-               as_json: bool) -> None:
+def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool) -> None:
     """Verify REF's vLLM files against a fresh strict apply of the patch.
 
     REF: a definition (its latest bake), sha256:<manifest>, an OCI layout dir, a
@@ -73,7 +60,7 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
 
     res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
                        site_packages=site_packages, use_cache=not no_cache)
-    if as_json or ctx.as_json:
+    if ctx.as_json:
         ui.emit_json(res.to_json())
     else:
         d = res.base_drift
@@ -107,9 +94,8 @@ def image_group() -> None:
 
 
 @image_group.command("ls")
-@_json_opt
 @pass_ctx
-def image_ls(ctx: Ctx, as_json: bool) -> None:
+def image_ls(ctx: Ctx) -> None:
     """Definitions with their latest recorded bake, and images named in the store."""
     from ..images import definition, record
     from ..oci import layout
@@ -124,7 +110,7 @@ def image_ls(ctx: Ctx, as_json: bool) -> None:
                      "latest": digest, "in_store": bool(digest and ctx.store.has(digest)),
                      "superseded": sorted(record.superseded(ctx.pipeline.root, name))})
     named = {n: d.digest for n, d in layout.refs(ctx.store).items()}
-    if as_json or ctx.as_json:
+    if ctx.as_json:
         ui.emit_json({"definitions": rows, "store": named})
         return
     ui.table("image definitions", ["definition", "file", "latest bake", "in store",
@@ -137,9 +123,8 @@ def image_ls(ctx: Ctx, as_json: bool) -> None:
 
 @image_group.command("show")
 @click.argument("name")
-@_json_opt
 @pass_ctx
-def image_show(ctx: Ctx, name: str, as_json: bool) -> None:
+def image_show(ctx: Ctx, name: str) -> None:
     """The validated (effective) definition NAME."""
     from ..images import definition
 
@@ -153,7 +138,7 @@ def image_show(ctx: Ctx, name: str, as_json: bool) -> None:
               "startup_allow": [f"{p} sha256:{h}" for p, h in d.startup_allow],
               "template": str(d.template.relative_to(ctx.pipeline.root)),
               "torch_cuda_arch_list": d.torch_cuda_arch_list, "fingerprint": d.fingerprint}
-    if as_json or ctx.as_json:
+    if ctx.as_json:
         ui.emit_json(fields)
     else:
         ui.kv(f"image definition {name}", list(fields.items()))
@@ -165,10 +150,8 @@ def image_show(ctx: Ctx, name: str, as_json: bool) -> None:
 @click.option("--site-packages", default="/usr/local/lib/python3.12/dist-packages",
               show_default=True)
 @click.option("--docker-archive", "archive", type=click.Path(path_type=Path), default=None)
-@_json_opt
 @pass_ctx
-def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path | None,
-                  as_json: bool) -> None:
+def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path | None) -> None:
     """Build the offline stand-in base from the pinned sdist (deterministic)."""
     from ..images.standin import build_standin
     from ..oci.archive import export_docker_archive
@@ -181,7 +164,7 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
     out = {"digest": s.manifest.digest, "config_digest": s.config_digest,
            "layers": list(s.layers), "files": s.files, "variant": variant, "cached": s.cached,
            "docker_archive": str(archive) if archive else None}
-    if as_json or ctx.as_json:
+    if ctx.as_json:
         ui.emit_json(out)
     else:
         ui.kv(f"stand-in base ({variant})", list(out.items()))

@@ -79,14 +79,13 @@ def register(group: click.Group) -> None:
             ui.kv("exported", list(row.items()))
 
     @patch_group.command("check")
-    @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
     @click.option("--no-tree", is_flag=True,
                   help="skip the checks that need the pinned upstream (apply, hashes, re-export)")
     @pass_ctx
-    def check_cmd(ctx: Ctx, as_json: bool, no_tree: bool) -> None:
+    def check_cmd(ctx: Ctx, no_tree: bool) -> None:
         """The lost-line guard: patch <=> FILES.txt <=> the pinned tree; re-export identical."""
         report = run_check(ctx, tree=not no_tree)
-        if as_json or ctx.as_json:
+        if ctx.as_json:
             ui.emit_json(report.as_json())
         else:
             ui.kv("patch check", [("ok", report.ok), ("files", report.files),

@@ -78,10 +78,8 @@ def _pull_json(res: PullResult, name: str) -> dict[str, Any]:
 @click.option("--mount-from", "mount_from", multiple=True, metavar="REPO",
               help="a repository on the destination registry that may hold the blobs "
                    "(cross-repository mount instead of upload); repeatable")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @pass_ctx
-def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...],
-             as_json: bool) -> None:
+def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...]) -> None:
     """Push SOURCE (image definition, store name or sha256:DIGEST) to DEST
     (HOST[:PORT]/repo:tag or HOST[:PORT]/repo@sha256:...). An existing tag that points
     to another digest is never moved (exit 32)."""
@@ -89,11 +87,11 @@ def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...],
     store = ctx.store
     digest = resolve_source(ctx, store, source)
     client = RegistryClient(ref.host)
-    if not (ctx.as_json or as_json):
+    if not ctx.as_json:
         ui.step(f"pushing {digest} to {ref}")
     with ui.progress("push", None) as bar:
         res = client.push(store, digest, ref, mount_from=mount_from, progress=bar.advance)
-    if ctx.as_json or as_json:
+    if ctx.as_json:
         ui.emit_json(_push_json(res))
         return
     ui.kv("push", [
@@ -109,22 +107,21 @@ def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...],
 @click.argument("ref")
 @click.option("--platform", default=DEFAULT_PLATFORM, show_default=True,
               help="os/arch[/variant] to take from a multi-arch index")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @pass_ctx
-def pull_cmd(ctx: Ctx, ref: str, platform: str, as_json: bool) -> None:
+def pull_cmd(ctx: Ctx, ref: str, platform: str) -> None:
     """Pull REF (HOST[:PORT]/repo:tag or @sha256:...) into the store, every byte verified;
     the image is named REF in the store's index.json."""
     r = parse_pull_ref(ref)
     store = ctx.store
     client = RegistryClient(r.host)
-    if not (ctx.as_json or as_json):
+    if not ctx.as_json:
         ui.step(f"pulling {r}")
     with ui.progress("pull", None) as bar:
         res = client.pull_image(store, r, platform=platform, progress=bar.advance)
     size = store.blob_path(res.digest).stat().st_size
     name = str(r)
     layout.add_ref(store, name, Descriptor(res.media_type, res.digest, size))
-    if ctx.as_json or as_json:
+    if ctx.as_json:
         ui.emit_json(_pull_json(res, name))
         return
     ui.kv("pull", [

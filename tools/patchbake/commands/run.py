@@ -29,13 +29,12 @@ LABELS = (
 def register(group: click.Group) -> None:
     @group.command("run")
     @click.option("--image", default=None, help="image definition to bake (default: the offline one)")
-    @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
     @pass_ctx
-    def run_cmd(ctx: Ctx, image: str | None, as_json: bool) -> None:
+    def run_cmd(ctx: Ctx, image: str | None) -> None:
         """Fetch, check, apply, bake and verify; print the identity chain."""
         job = run_main_job(ctx.pipeline, ctx.store, lineage=ctx.lineage_key, image=image,
                            on_step=lambda s: ui.step(s), progress=ui.progress)
-        if as_json or ctx.as_json:
+        if ctx.as_json:
             ui.emit_json(job.to_json())
             return
         ui.table("steps", ["step", "seconds"], [(s["step"], s["seconds"]) for s in job.steps])
