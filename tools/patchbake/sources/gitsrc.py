@@ -1,8 +1,8 @@
 """The ``git`` source kind: a local repository at a full commit id, exported with
 ``git archive`` (never a branch or tag: those move).
 
-Git runs without system or global configuration so a user's settings cannot change
-the exported bytes. The repository's own ``.gitattributes`` (export-ignore,
+Git runs under the one isolation policy (``patchbake.gitrun``) so a user's settings
+cannot change the exported bytes. The repository's own ``.gitattributes`` (export-ignore,
 export-subst, eol) still apply, as they would for anyone exporting that commit.
 """
 
@@ -12,14 +12,11 @@ from pathlib import Path
 
 from .. import proc
 from ..errors import FetchError, ProcessError
-
-ISOLATED = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C",
-            "GIT_TERMINAL_PROMPT": "0"}
-_PINNED = ["-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "tar.umask=0022"]
+from ..gitrun import git
 
 
 def _git(repo: Path, *args: str) -> proc.Result:
-    return proc.run(["git", "-C", str(repo), *_PINNED, *args], env=ISOLATED, check=False)
+    return git(["-C", str(repo), *args], cwd=repo, check=False)
 
 
 def export(repo_spec: str, commit: str, out_tar: Path, *, root: Path | None = None) -> None:

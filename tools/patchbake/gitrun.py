@@ -1,0 +1,73 @@
+"""The one git isolation policy: every git that patchbake runs (the patchset stage's
+diffs and commits, the sources stage's ``git archive``) runs through ``git()`` here.
+
+Two runs over the same objects must give the same bytes on any machine, whatever the
+user's git configuration. So git runs with a replaced environment (no system or global
+config, an empty temporary HOME, ``LC_ALL=C``, no ``GIT_*`` variables from the caller) and
+every output-affecting setting is pinned with ``-c``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import proc
+
+AUTHOR = ("patchbake", "patchbake@localhost")
+FIXED_DATE = "@0 +0000"  # 1970-01-01T00:00:00Z: commits of the same trees get the same id
+
+CONFIG: tuple[str, ...] = (
+    "core.quotePath=true", "core.abbrev=40", "core.autocrlf=false", "core.safecrlf=false",
+    "core.eol=lf", "core.fileMode=true", "core.symlinks=true", "core.ignoreCase=false",
+    "core.precomposeUnicode=false", "core.bigFileThreshold=512m", "core.hooksPath=/dev/null",
+    "core.attributesFile=/dev/null", "core.excludesFile=/dev/null", "core.commentChar=#",
+    "diff.noprefix=false", "diff.mnemonicPrefix=false", "diff.relative=false",
+    "diff.renames=false", "diff.algorithm=myers", "diff.context=3",
+    "diff.interHunkContext=0", "diff.indentHeuristic=true", "diff.suppressBlankEmpty=false",
+    "diff.ignoreSubmodules=none", "color.ui=never", "commit.gpgSign=false",
+    "gc.auto=0", "maintenance.auto=false", "init.defaultBranch=main", "advice.detachedHead=false",
+    "tar.umask=0022",
+)
+
+_HOME: list[str] = []
+
+
+def _home() -> str:
+    if not _HOME:
+        d = tempfile.mkdtemp(prefix="patchbake-git-home.")
+        atexit.register(shutil.rmtree, d, True)
+        _HOME.append(d)
+    return _HOME[0]
+
+
+def git_env() -> dict[str, str]:
+    home = _home()
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": home, "XDG_CONFIG_HOME": home, "LC_ALL": "C", "LANG": "C", "TZ": "UTC",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_AUTHOR_NAME": AUTHOR[0], "GIT_AUTHOR_EMAIL": AUTHOR[1],
+        "GIT_COMMITTER_NAME": AUTHOR[0], "GIT_COMMITTER_EMAIL": AUTHOR[1],
+        "GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE,
+    }
+
+
+def git(args: Sequence[str | os.PathLike[str]], *, git_dir: Path | None = None,
+        work_tree: Path | None = None, cwd: Path | None = None, input: bytes | None = None,
+        check: bool = True) -> proc.Result:
+    argv: list[str | os.PathLike[str]] = ["git"]
+    for c in CONFIG:
+        argv += ["-c", c]
+    if git_dir is not None:
+        argv.append(f"--git-dir={git_dir}")
+    if work_tree is not None:
+        argv.append(f"--work-tree={work_tree}")
+    argv += list(args)
+    return proc.run(argv, cwd=cwd or work_tree or git_dir, env=git_env(), input=input,
+                    check=check, replace_env=True)
