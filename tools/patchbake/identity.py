@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from .config import Lineage, Pipeline
+from .images.definition import Definition
 from .errors import ImageError, IntegrityError, VerifyError
 from .fsutil import atomic_write, canonical_json
 from .images import definition as definitions
 from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched
 from .images.refs import Resolved, resolve
-from .oci.scan import View, scan_image
+from . import startup
+from .oci.scan import View, layer_ops, scan_image
 from .store import Store
 
 PACKAGE = "vllm/"
@@ -62,19 +64,141 @@ class VerifyResult:
                 "config_digest": self.config_digest, "ref": self.ref, "kind": self.kind,
                 "problems": self.problems, "layers": self.layers, "ok": self.ok,
                 "bytes_read": self.bytes_read, "seconds": self.seconds,
-                "definition": self.definition}
+                "definition": self.definition, **self.extra}
 
 
-def _site_packages(res: Resolved, pipeline: Pipeline | None, given: str | None) -> str:
-    if given:
-        return given.strip("/")
-    label = res.image.labels.get("dev.patchbake.site-packages")
-    if label:
-        return label.strip("/")
-    if pipeline is not None and res.definition:
-        return definitions.load(pipeline, res.definition).sp_rel
-    raise ImageError(f"{res.ref} carries no dev.patchbake.site-packages label (not a patchbake "
-                     "image?)", hint="pass --site-packages /usr/local/lib/python3.12/dist-packages")
+@dataclass(frozen=True)
+class Expected:
+    """What verify takes from the repository -- the image definition and, when the image
+    was recorded, its image record -- and never from the image under test."""
+
+    definition: Definition
+    record: dict[str, Any] | None
+    base_diff_ids: tuple[str, ...]
+    base_config: dict[str, Any] | None
+    how: str  # how the definition was found
+
+    @property
+    def sp(self) -> str:
+        return self.definition.sp_rel
+
+
+def _find_record(pipeline: Pipeline, image: Any) -> dict[str, Any] | None:
+    """The image record naming this manifest digest (or, for an engine's re-export that
+    keeps the config but not the manifest, this config digest)."""
+    from .images import record as records
+
+    for name in sorted(pipeline.images):
+        folder = records.records_dir(pipeline.root, name)
+        exact = records.record_path(pipeline.root, name, image.manifest_digest)
+        files = [exact] if exact.is_file() else sorted(folder.glob("*.json"))
+        for f in files:
+            if f.name == records.LATEST:
+                continue
+            try:
+                rec = json.loads(f.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict) and rec.get("definition") == name and (
+                    rec.get("manifest_digest") == image.manifest_digest
+                    or rec.get("config_digest") == image.config_desc.digest):
+                return dict(rec)
+    return None
+
+
+def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: str | None,
+                 site_packages: str | None = None) -> Expected:
+    """The definition (and record) ``res`` is verified against; refuses to guess."""
+    rec = _find_record(pipeline, res.image)
+    named = res.definition or definition
+    if rec is not None and named is not None and rec["definition"] != named:
+        raise ImageError(f"{res.ref} ({res.image.manifest_digest}) is recorded as a bake of "
+                         f"'{rec['definition']}', not of '{named}'")
+    name = named or (rec["definition"] if rec else None)
+    if name is None:
+        raise ImageError(f"cannot tell which image definition {res.ref} "
+                         f"({res.image.manifest_digest}) is verified against: no image record "
+                         "names it", hint="name it: `patchbake verify REF --definition NAME`")
+    defn = definitions.load(pipeline, name)
+    if site_packages and site_packages.strip("/") != defn.sp_rel:
+        raise ImageError(f"--site-packages {site_packages} disagrees with definition "
+                         f"'{name}' ({defn.site_packages}); verify reads the definition's")
+    how = (f"definition '{name}'" + (" (named)" if named else " (from the image record)")
+           + (f", record {rec['manifest_digest']}" if rec else ", no image record"))
+    base_digest = (rec.get("base") or {}).get("manifest_digest") if rec else None
+    base_digest = base_digest or defn.base.platform_digest or defn.base.digest
+    base = _base_image(store, base_digest, name)
+    if rec is not None:
+        diff_ids = tuple(x["diff_id"] for x in rec.get("layers") or [] if x.get("from") == "base")
+    else:
+        diff_ids = tuple(base.diff_ids) if base is not None else ()
+    if not diff_ids:
+        raise ImageError(f"definition '{name}': its base {base_digest} is not in the store, so "
+                         "the layers above the base cannot be told",
+                         hint=f"run `patchbake bake {name}` (it fetches the base) first")
+    return Expected(defn, rec, diff_ids, base.config if base is not None else None, how)
+
+
+def _base_image(store: Store, digest: str, name: str) -> Any:
+    from .oci.image import StoreBlobs, load_image
+
+    if not store.has(digest):
+        return None
+    try:
+        return load_image(StoreBlobs(store), digest)
+    except ImageError:
+        return None  # an index: the record's platform manifest is used instead
+
+
+def _label_checks(res: Resolved, exp: Expected) -> list[str]:
+    """Labels are the image's claims about itself: compared with the definition, never
+    obeyed."""
+    labels = res.image.labels
+    problems = []
+    want = {"dev.patchbake.site-packages": exp.definition.site_packages,
+            "dev.patchbake.definition": exp.definition.name}
+    for key, value in want.items():
+        if key in labels and labels[key] != value:
+            problems.append(f"label {key}={labels[key]!r} disagrees with the definition "
+                            f"({value!r})")
+    if exp.record is not None and exp.record.get("site_packages") != \
+            exp.definition.site_packages:
+        problems.append(f"the image record says site-packages {exp.record.get('site_packages')}"
+                        f", the definition {exp.definition.site_packages}")
+    n = len(exp.base_diff_ids)
+    if tuple(res.image.diff_ids[:n]) != exp.base_diff_ids:
+        problems.append(f"the image's first {n} layers are not the base of definition "
+                        f"'{exp.definition.name}' (diff_ids differ)")
+    return problems
+
+
+def _site_packages(res: Resolved, pipeline: Pipeline | None, given: str | None,
+                   definition: str | None = None) -> str:
+    """For materialise: the site-packages of the image's definition (found by name, by
+    its image record, or as a definition's pinned base), else the caller's; never the
+    image's own label."""
+    sp = None
+    if pipeline is not None:
+        rec = _find_record(pipeline, res.image)
+        name = res.definition or definition or (rec["definition"] if rec else None)
+        if name is not None:
+            sp = definitions.load(pipeline, name).sp_rel
+        else:
+            bases = {definitions.load(pipeline, n).sp_rel for n in sorted(pipeline.images)
+                     if res.image.manifest_digest in _base_digests(pipeline, n)}
+            sp = bases.pop() if len(bases) == 1 else None
+    if sp is not None and given and given.strip("/") != sp:
+        raise ImageError(f"--site-packages {given} disagrees with the image definition (/{sp})")
+    if sp is None and not given:
+        raise ImageError(f"cannot tell where {res.ref} installs vllm: no image definition or "
+                         "record names it (its own labels are not trusted)",
+                         hint="pass --site-packages, or run in the repository that baked it")
+    return sp or str(given).strip("/")
+
+
+def _base_digests(pipeline: Pipeline, name: str) -> set[str]:
+    d = definitions.load(pipeline, name)
+    return {x for x in (d.base.digest, d.base.platform_digest) if x}
 
 
 def _pristine_hashes(root: Path, tree_digest: str, store: Store) -> dict[str, str]:
@@ -170,10 +294,13 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
 
 def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Lineage | None = None,
                  *, patched: Patched | None = None, pristine_root: Path | None = None,
-                 site_packages: str | None = None,
+                 site_packages: str | None = None, definition: str | None = None,
                  progress: Callable[[int], None] | None = None,
                  use_cache: bool = True) -> VerifyResult:
-    """Verify ``ref``; returns the result (check ``.ok``); raises on a tampered image."""
+    """Verify ``ref``; returns the result (check ``.ok``); raises on a tampered image.
+
+    Where to look (site-packages, which layers are the base, which start-up hooks are
+    allowed) comes from the image definition and record, never from the image's labels."""
     t0 = time.monotonic()
     lin = lineage if isinstance(lineage, Lineage) else pipeline.lineage(lineage)
     if patched is None:
@@ -190,17 +317,23 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
 
         pristine_digest = compute_digest(pristine_root)
     with resolve(store, ref, pipeline) as res:
-        sp = _site_packages(res, pipeline, site_packages)
-        view = scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}", "opt/patchbake/"),
-                          progress=progress, cache_dir=None if not use_cache
-                          else store.root / "bakes" / "layer-ops")
+        exp = expected_for(pipeline, store, res, definition, site_packages)
+        sp = exp.sp
+        env = startup.env_of(res.image.config)
+        where = startup.places(exp.definition.site_packages, env)
+        tracked = (f"{sp}/{PACKAGE}", "opt/patchbake/", *where.tracked())
+        view = scan_image(res.image, res.blobs, tracked, progress=progress,
+                          cache_dir=None if not use_cache else store.root / "bakes" / "layer-ops")
         identity, problems = _identity_checks(view, res)
-        # "our" layer is the one that wrote the identity record, not simply the last one
-        ours = view.files.get(IDENTITY_PATH.lstrip("/"))
-        last = ours.layer if identity is not None and ours is not None else None
+        problems = _label_checks(res, exp) + problems
+        after = _after_base(res, exp, patched, tracked)
+        problems += startup.findings(view, where, sp, startup.allow_list(
+            exp.definition.startup_allow), env, exp.base_config, res.image.config)
         matched, total, mismatched, drift = compare(
             view, sp, patched, _pristine_hashes(pristine_root, pristine_digest, store),
-            lin.upstream.generated, last)
+            lin.upstream.generated, None)
+        mismatched += after
+        _drift_before_overlay(drift, {m["path"] for m in after})
         baked_patch = (identity.get("patch") or {}).get("sha256") if identity else None
         if identity and baked_patch is None:
             problems.append(f"{IDENTITY_PATH} names no patch sha256: which patch was baked "
@@ -213,9 +346,58 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
             config_digest=res.image.config_desc.digest, matched=matched, total=total,
             mismatched=mismatched, base_drift=drift, problems=problems,
             layers=[{"digest": x.digest, "diff_id": x.diff_id, "size": x.size,
-                     "entries": x.entries} for x in view.layers],
+                     "entries": x.entries, "from": "base" if i < len(exp.base_diff_ids)
+                     else "after the base"} for i, x in enumerate(view.layers)],
             identity=identity, bytes_read=view.bytes_read,
-            seconds=round(time.monotonic() - t0, 3), definition=res.definition)
+            seconds=round(time.monotonic() - t0, 3), definition=exp.definition.name,
+            extra={"selected": res.chosen or _selected(res), "expected_from": exp.how})
+
+
+def _selected(res: Resolved) -> str:
+    return {"definition": "the definition's latest recorded bake",
+            "store": "the manifest named in the store",
+            "docker": "the image the engine saved",
+            "docker-archive": "the one image the archive's descriptions agree on",
+            "registry": "the manifest the registry served for the reference"}.get(res.kind, "")
+
+
+def _touches_package(path: str, pkg: str) -> bool:
+    return path == pkg or path.startswith(pkg + "/") or pkg.startswith(path + "/")
+
+
+def _after_base(res: Resolved, exp: Expected, patched: Patched,
+                tracked: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Every layer above the base may write the baked files and delete the files the
+    patch deletes, nothing else under ``vllm/``: anything more is a failure, not drift."""
+    pkg = f"{exp.sp}/{PACKAGE}".rstrip("/")
+    touched = {f"{exp.sp}/{p}" for p in patched.files if p.startswith(PACKAGE)}
+    deleted = {f"{exp.sp}/{p}" for p in patched.deleted if p.startswith(PACKAGE)}
+    out: list[dict[str, Any]] = []
+    for i in range(len(exp.base_diff_ids), len(res.image.layers)):
+        for op in layer_ops(res.image, res.blobs, i, tracked):
+            path = op[1]
+            if op[0] == "f" and path.startswith(pkg + "/") and path not in touched:
+                out.append({"path": path[len(exp.sp) + 1:], "expected": None,
+                            "found": op[5], "why": f"layer {i} (above the base) writes a file "
+                            "outside the baked set"})
+            elif op[0] in ("r", "x") and _touches_package(path, pkg) and not (
+                    op[0] == "r" and not op[2] and path in deleted):
+                what = "replaces" if op[0] == "x" else "deletes"
+                out.append({"path": path[len(exp.sp) + 1:] if path.startswith(exp.sp + "/")
+                            else "/" + path, "expected": None, "found": None,
+                            "why": f"layer {i} (above the base) {what} "
+                            f"{'what is under ' if op[0] == 'r' and op[2] else ''}it; the "
+                            "patch does not"})
+    return out
+
+
+def _drift_before_overlay(drift: dict[str, Any], flagged: set[str]) -> None:
+    """Base drift is the base against pristine upstream: paths the layers above the base
+    changed are failures listed as mismatches, not drift."""
+    for kind in ("changed", "missing", "extra"):
+        drift[kind] = [p for p in drift[kind]
+                       if not any(p == f or p.startswith(f + "/") for f in flagged)]
+        drift["counts"][kind] = len(drift[kind])
 
 
 def _identity_checks(view: View, res: Resolved) -> tuple[dict[str, Any] | None, list[str]]:

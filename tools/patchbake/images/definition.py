@@ -73,6 +73,9 @@ DEFINITION_SCHEMA = Schema({
     "source": Field(str, default="", help="org.opencontainers.image.source for this image"),
     "build": Field(dict, default={}),
     "labels": Field(dict, default={}),
+    "startup_allow": Field(dict, default={},
+                           help="verify: start-up hooks this image may carry, each pinned by "
+                                "sha256 (an absolute path, or env:NAME for NAME=VALUE)"),
 })
 
 
@@ -104,6 +107,7 @@ class Definition:
     labels: tuple[tuple[str, str], ...]
     fingerprint: str  # sha256 of the validated definition (part of the bake key)
     repo_root: Path = Path(".")  # relative paths (base.path, upstream paths) resolve here
+    startup_allow: tuple[tuple[str, str], ...] = ()  # verify only: not part of the bake
 
     @property
     def sp_rel(self) -> str:
@@ -124,6 +128,8 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
     if top["mode"] == "build" and not build["builder"]:
         raise ConfigError(f"{source}: mode 'build' needs 'build.builder' (a devel image by "
                           "digest that has the CUDA compiler)")
+    allow = _startup_allow(top.pop("startup_allow"), source)
+    # the allow-list is verify policy, not a bake input: it stays out of the fingerprint
     fingerprint = sha256_bytes(canonical_json({"top": {**top, "base": base, "build": build}}))
     return Definition(
         name=name, path=path, description=top["description"],
@@ -135,8 +141,20 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
         torch_cuda_arch_list=build["torch_cuda_arch_list"], builder=build["builder"],
         max_jobs=build["max_jobs"],
         labels=tuple(sorted((str(k), str(v)) for k, v in top["labels"].items())),
-        fingerprint=fingerprint, repo_root=root,
+        fingerprint=fingerprint, repo_root=root, startup_allow=allow,
     )
+
+
+def _startup_allow(raw: dict[Any, Any], source: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for k, v in raw.items():
+        key = str(k)
+        ok_key = key.startswith("env:") or (_abs_path_check(key) is None)
+        if not ok_key or _digest_check(v) is not None:
+            raise ConfigError(f"{source}: 'startup_allow.{key}' must map an absolute path (or "
+                              "env:NAME) to sha256:<64 hex digits>")
+        out.append((key, str(v)))
+    return tuple(sorted(out))
 
 
 def load_file(path: Path, name: str | None = None, root: Path | None = None) -> Definition:
