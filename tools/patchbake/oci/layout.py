@@ -228,7 +228,7 @@ def choose_manifest(blobs: Blobs, index: dict[str, Any], where: str, *,
         raise ImageError(f"{where} names {len(named)} different manifests '{select}'; name "
                          f"one by digest (it lists: {_listing(cands) or 'nothing'})")
     if len(digests) == 1:
-        return Chosen(digests[0], f"the only image manifest {where} names")
+        return Chosen(digests[0], f"the only image manifest {cands[0].via} names")
     if not digests:
         raise ImageError(f"{where} names no image manifest")
     want = platform or DEFAULT_PLATFORM
@@ -236,8 +236,9 @@ def choose_manifest(blobs: Blobs, index: dict[str, Any], where: str, *,
                                              c.name, c.via) for c in cands]
     fit = list(dict.fromkeys(c.digest for c in cands if _matches(c.platform or "", want)))
     if len(fit) == 1:
+        via = next(c.via for c in cands if c.digest == fit[0])
         return Chosen(fit[0], f"the only {want} image among {len(digests)} manifests "
-                              f"{where} names")
+                              f"{via} names")
     raise ImageError(f"{where} names {len(digests)} image manifests ({len(fit)} for {want}): "
                      f"{_listing(cands)}; refusing to guess, name one as "
                      "DIR@sha256:<hex> or DIR@<ref.name>")
