@@ -84,7 +84,7 @@ def test_a_layer_above_the_base_may_write_only_the_baked_set(
     repo, digest = _baked(tmp_path)
     res = _verify(repo, with_layer(repo.store, digest, layer([(f"{sp}/{name}", data)])))
     assert not res.ok
-    assert [m["path"] for m in res.mismatched] == [name] and why in res.mismatched[0]["why"]
+    assert {m["path"] for m in res.mismatched} == {name} and why in res.mismatched[0]["why"]
     assert name not in res.base_drift["changed"] + res.base_drift["extra"]
 
 
@@ -170,24 +170,40 @@ def test_entrypoint_change_fails(tmp_path: Path) -> None:
     assert found.startswith("image config Entrypoint ['python3', '-c', 'import evil'] differs")
 
 
-def _allow(repo: Repo, text: str) -> None:
-    p = repo.root / "images" / "offline.yaml"
+def _allow(repo: Repo, text: str, name: str = "offline") -> None:
+    p = repo.root / "images" / f"{name}.yaml"
     p.write_text(p.read_text() + text)
 
 
-def test_allow_list_pins_hooks_by_content(tmp_path: Path) -> None:
-    repo, digest = _baked(tmp_path)
+def test_allow_list_pins_base_hooks_by_content(tmp_path: Path) -> None:
+    from images_craft import entry, layout_dir
+
+    repo, _ = _baked(tmp_path)
     pth = b"/opt/extra\n"
-    crafted = with_layer(repo.store, digest, layer([(f"{sp}/extra.pth", pth)]),
-                         {"Env": ["PATH=/usr/bin", "PYTHONPATH=/opt/lib"]})
+    # a base (pinned by digest) that carries a .pth file and sets PYTHONPATH
+    base = with_layer(repo.store, repo.standin_digest, layer([(f"{sp}/extra.pth", pth)]),
+                      {"Env": ["PATH=/usr/bin", "PYTHONPATH=/opt/lib"]})
+    layout_dir(repo.store, repo.root / "base", [entry(repo.store, base)], [base])
+    text = (repo.root / "images" / "offline.yaml").read_text()
+    repo.define("hooked", text.replace(repo.standin_digest, base).replace(
+        "source: standin", "source: oci-layout\n  path: base"))
+    bake_image(repo.pipeline, "hooked", repo.store, patched=repo.patched)
+
+    def check() -> list[str]:
+        return list(verify_image(repo.pipeline, "hooked", repo.store,
+                                 patched=repo.patched).problems)
+
+    found = check()
+    assert found[0].startswith(f"/{sp}/extra.pth: a .pth file") and len(found) == 2
+    assert found[1].startswith("image config Env PYTHONPATH='/opt/lib' changes")
     env = hashlib.sha256(b"PYTHONPATH=/opt/lib").hexdigest()
     _allow(repo, f"startup_allow:\n  /{sp}/extra.pth: sha256:{hashlib.sha256(pth).hexdigest()}"
-                 f"\n  env:PYTHONPATH: sha256:{env}\n")
-    assert _verify(repo, crafted).ok
-    other = with_layer(repo.store, digest, layer([(f"{sp}/extra.pth", b"import evil\n")]),
-                       {"Env": ["PATH=/usr/bin", "PYTHONPATH=/opt/lib"]})
-    (found,) = _problems(repo, other)
-    assert "(allow-list names another sha256)" in found
+                 f"\n  env:PYTHONPATH: sha256:{env}\n", "hooked")
+    assert check() == []
+    text = (repo.root / "images" / "hooked.yaml").read_text()
+    (repo.root / "images" / "hooked.yaml").write_text(text.replace(env, "0" * 64))
+    (found,) = check()
+    assert "(allow-list names another sha256)" in found or "not allow-listed" in found
 
 
 def test_allow_list_is_validated(tmp_path: Path) -> None:
@@ -212,3 +228,24 @@ def test_cli_verify_names_the_definition(tmp_path: Path, capsys: pytest.CaptureF
         VerifyError.exit_code
     err = capsys.readouterr().err
     assert f"/{sp}/evil.pth: a .pth file in a site directory" in err
+
+
+@pytest.mark.parametrize("path", ["usr/lib/python3.12/os.py", "usr/local/bin/vllm",
+                                  "etc/ld.so.preload"])
+def test_a_layer_above_the_base_may_not_write_outside_vllm(tmp_path: Path, path: str) -> None:
+    repo, digest = _baked(tmp_path)
+    res = _verify(repo, with_layer(repo.store, digest, layer([(path, EVIL)])))
+    assert [(m["path"], m["why"]) for m in res.mismatched] == [
+        (f"/{path}", "layer 3 (above the base) writes outside the baked set and "
+                     "/opt/patchbake")]
+
+
+def test_identity_record_must_be_the_recorded_one(tmp_path: Path) -> None:
+    repo, digest = _baked(tmp_path)
+    rec = json.loads(next((repo.root / "manifests" / "images" / "offline").glob(
+        f"{digest[7:]}.json")).read_text())
+    assert rec["identity_sha256"]
+    p = next((repo.root / "manifests" / "images" / "offline").glob(f"{digest[7:]}.json"))
+    p.write_text(json.dumps({**rec, "identity_sha256": "0" * 64}))
+    res = verify_image(repo.pipeline, digest, repo.store, patched=repo.patched)
+    assert any("is not the identity record the image record names" in x for x in res.problems)

@@ -30,6 +30,7 @@ from .oci.scan import View, layer_ops, scan_image
 from .store import Store
 
 PACKAGE = "vllm/"
+KEEP_DIR = "opt/patchbake/"
 _IGNORED_DRIFT = ("__pycache__/",)
 
 
@@ -326,12 +327,13 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
                           cache_dir=None if not use_cache else store.root / "bakes" / "layer-ops")
         identity, problems = _identity_checks(view, res)
         problems = _label_checks(res, exp) + problems
-        after = _after_base(res, exp, patched, tracked)
+        pristine = _pristine_hashes(pristine_root, pristine_digest, store)
+        after = _after_base(res, exp, patched, pristine) + _stale_bytecode(view, sp, patched)
+        problems += _record_checks(view, exp)
         problems += startup.findings(view, where, sp, startup.allow_list(
             exp.definition.startup_allow), env, exp.base_config, res.image.config)
         matched, total, mismatched, drift = compare(
-            view, sp, patched, _pristine_hashes(pristine_root, pristine_digest, store),
-            lin.upstream.generated, None)
+            view, sp, patched, pristine, lin.upstream.generated, None)
         mismatched += after
         _drift_before_overlay(drift, {m["path"] for m in after})
         baked_patch = (identity.get("patch") or {}).get("sha256") if identity else None
@@ -361,34 +363,74 @@ def _selected(res: Resolved) -> str:
             "registry": "the manifest the registry served for the reference"}.get(res.kind, "")
 
 
-def _touches_package(path: str, pkg: str) -> bool:
-    return path == pkg or path.startswith(pkg + "/") or pkg.startswith(path + "/")
-
-
 def _after_base(res: Resolved, exp: Expected, patched: Patched,
-                tracked: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Every layer above the base may write the baked files and delete the files the
-    patch deletes, nothing else under ``vllm/``: anything more is a failure, not drift."""
-    pkg = f"{exp.sp}/{PACKAGE}".rstrip("/")
+                pristine: dict[str, str]) -> list[dict[str, Any]]:
+    """The base is pinned by digest; above it may only be written the baked files (or a
+    vllm file byte-identical to upstream), /opt/patchbake, directories, and whiteouts of
+    the files the patch deletes. Anything else -- under ``vllm/`` or anywhere else (the
+    interpreter, its standard library, the entrypoint's scripts) -- is a failure."""
+    pkg = f"{exp.sp}/{PACKAGE}"
     touched = {f"{exp.sp}/{p}" for p in patched.files if p.startswith(PACKAGE)}
     deleted = {f"{exp.sp}/{p}" for p in patched.deleted if p.startswith(PACKAGE)}
     out: list[dict[str, Any]] = []
+
+    def bad(i: int, path: str, found: str | None, what: str) -> None:
+        shown = path[len(exp.sp) + 1:] if path.startswith(pkg) or path == pkg[:-1] \
+            else "/" + path
+        out.append({"path": shown, "expected": pristine.get(path[len(pkg):]) if
+                    path.startswith(pkg) else None, "found": found,
+                    "why": f"layer {i} (above the base) {what}"})
+
     for i in range(len(exp.base_diff_ids), len(res.image.layers)):
-        for op in layer_ops(res.image, res.blobs, i, tracked):
+        for op in layer_ops(res.image, res.blobs, i, ("",)):
             path = op[1]
-            if op[0] == "f" and path.startswith(pkg + "/") and path not in touched:
-                out.append({"path": path[len(exp.sp) + 1:], "expected": None,
-                            "found": op[5], "why": f"layer {i} (above the base) writes a file "
-                            "outside the baked set"})
-            elif op[0] in ("r", "x") and _touches_package(path, pkg) and not (
-                    op[0] == "r" and not op[2] and path in deleted):
-                what = "replaces" if op[0] == "x" else "deletes"
-                out.append({"path": path[len(exp.sp) + 1:] if path.startswith(exp.sp + "/")
-                            else "/" + path, "expected": None, "found": None,
-                            "why": f"layer {i} (above the base) {what} "
-                            f"{'what is under ' if op[0] == 'r' and op[2] else ''}it; the "
-                            "patch does not"})
+            if op[0] == "f":
+                if path in touched or path.startswith(KEEP_DIR) or (
+                        path.startswith(pkg) and op[2] == "file"
+                        and pristine.get(path[len(pkg):]) == op[5]):
+                    continue
+                bad(i, path, op[5], "writes a file outside the baked set"
+                    if path.startswith(pkg) else "writes outside the baked set and "
+                    "/opt/patchbake")
+            elif op[0] == "r" and not (not op[2] and path in deleted):
+                bad(i, path, None, "deletes what is under it; the patch does not" if op[2]
+                    else "deletes it; the patch does not")
+            elif op[0] == "x":
+                bad(i, path, None, "replaces this directory with a non-directory")
     return out
+
+
+def _stale_bytecode(view: View, sp: str, patched: Patched) -> list[dict[str, Any]]:
+    """Bytecode beside a baked or deleted file: Python may run it instead of the source
+    (an unchecked hash-based .pyc always wins; a sourceless .pyc imports with no .py), and
+    its header cannot be checked against a source it was not compiled from."""
+    out = []
+    for rel in sorted({*patched.files, *patched.deleted}):
+        if not rel.startswith(PACKAGE) or not rel.endswith(".py"):
+            continue
+        folder, _, name = rel.rpartition("/")
+        stem = name[:-3]
+        for path in (f"{sp}/{folder}/{stem}.pyc",):
+            if path in view.files:
+                out.append({"path": path[len(sp) + 1:], "expected": None,
+                            "found": view.files[path].sha256,
+                            "why": "sourceless bytecode of a baked/deleted module"})
+        cache = f"{sp}/{folder}/__pycache__/{stem}."
+        for path in sorted(p for p in view.files if p.startswith(cache) and p.endswith(".pyc")):
+            out.append({"path": path[len(sp) + 1:], "expected": None,
+                        "found": view.files[path].sha256,
+                        "why": f"bytecode of {rel} that the fresh apply did not produce"})
+    return out
+
+
+def _record_checks(view: View, exp: Expected) -> list[str]:
+    """The in-image identity record must be the one the repository's image record names."""
+    want = (exp.record or {}).get("identity_sha256")
+    got = view.files.get(IDENTITY_PATH.lstrip("/"))
+    if want and (got is None or got.sha256 != want):
+        return [f"{IDENTITY_PATH} is not the identity record the image record names "
+                f"(sha256:{want})"]
+    return []
 
 
 def _drift_before_overlay(drift: dict[str, Any], flagged: set[str]) -> None:
