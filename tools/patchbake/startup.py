@@ -129,8 +129,8 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
                        "start-up; not allow-listed by the definition")
     if base_config is not None:
         mine, base = config.get("config") or {}, base_config.get("config") or {}
-        for key in _CONFIG_KEYS:
-            if mine.get(key) != base.get(key):
+        for key in _CONFIG_KEYS:  # an engine writes "" or null where a base has nothing
+            if (mine.get(key) or None) != (base.get(key) or None):
                 out.append(f"image config {key} {mine.get(key)!r} differs from the base's "
                            f"{base.get(key)!r}: the image runs something else at start")
     return out
