@@ -249,3 +249,13 @@ def test_identity_record_must_be_the_recorded_one(tmp_path: Path) -> None:
     p.write_text(json.dumps({**rec, "identity_sha256": "0" * 64}))
     res = verify_image(repo.pipeline, digest, repo.store, patched=repo.patched)
     assert any("is not the identity record the image record names" in x for x in res.problems)
+
+
+def test_ld_library_path_only_as_the_base_sets_it(tmp_path: Path) -> None:
+    repo, digest = _baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    crafted = with_config(repo.store, digest,
+                          {"Env": [*config["config"]["Env"], "LD_LIBRARY_PATH=/opt/evil"]})
+    (found,) = _problems(repo, crafted)
+    assert found.startswith("image config Env LD_LIBRARY_PATH='/opt/evil' differs from the base")

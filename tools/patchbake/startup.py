@@ -29,8 +29,9 @@ _VERSION = re.compile(r"(?:^|/)python(3\.\d+)(?:/|$)")
 HOOK_MODULES = ("sitecustomize", "usercustomize")
 STARTUP_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE",
                "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTHONWARNINGS", "PYTHONINSPECT",
-               "PYTHONEXECUTABLE", "PYTHONBREAKPOINT", "LD_PRELOAD", "LD_AUDIT",
-               "LD_LIBRARY_PATH")
+               "PYTHONEXECUTABLE", "PYTHONBREAKPOINT", "LD_PRELOAD", "LD_AUDIT")
+# CUDA bases set these themselves: a failure only when the image differs from its base
+BASE_ENV = ("LD_LIBRARY_PATH",)
 _CONFIG_KEYS = ("Entrypoint", "Cmd", "User", "WorkingDir", "Shell")
 
 
@@ -128,6 +129,12 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
             out.append(f"image config Env {name}={env[name]!r} changes what Python runs at "
                        "start-up; not allow-listed by the definition")
     if base_config is not None:
+        base_env = env_of(base_config)
+        for name in BASE_ENV:
+            if env.get(name) != base_env.get(name) and \
+                    allow.get(f"env:{name}") != env_digest(name, env.get(name, "")):
+                out.append(f"image config Env {name}={env.get(name)!r} differs from the "
+                           f"base's {base_env.get(name)!r}: other native libraries load")
         mine, base = config.get("config") or {}, base_config.get("config") or {}
         for key in _CONFIG_KEYS:  # an engine writes "" or null where a base has nothing
             if (mine.get(key) or None) != (base.get(key) or None):
