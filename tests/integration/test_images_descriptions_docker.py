@@ -14,9 +14,8 @@ import pytest
 from images_repo import cli, cli_json, repo_copy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from images_craft import layer, two_description_archive, with_layer  # noqa: E402
-
-from patchbake.store import Store  # noqa: E402
+from images_craft import layer, two_description_archive, with_layer
+from patchbake.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.sdist]
 SP = "usr/local/lib/python3.12/dist-packages"

@@ -10,9 +10,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import test_evidence_sign_verify as sv
 from patchbake.errors import EvidenceError
 from patchbake.evidence import records, summary
-from test_evidence_sign_verify import DIGEST, expect, make_result, signer  # noqa: F401
+from test_evidence_sign_verify import DIGEST, expect, make_result
+
+signer = sv.signer  # the shared fixture: real Ed25519 key and trust policy
 
 JUNIT = b'<?xml version="1.0"?><testsuites><testsuite tests="3"/></testsuites>\n'
 

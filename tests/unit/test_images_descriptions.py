@@ -84,7 +84,7 @@ def test_archive_layers_compared_by_bytes_not_paths(tmp_path: Path) -> None:
 
 
 def test_archive_entry_twice_is_refused(tmp_path: Path) -> None:
-    repo, digest, good = _baked(tmp_path)
+    _, _, good = _baked(tmp_path)
     with tarfile.open(good) as src, tarfile.open(tmp_path / "dup.tar", "w") as out:
         for m in src.getmembers():
             out.addfile(m, src.extractfile(m) if m.isfile() else None)

@@ -138,8 +138,8 @@ def test_startup_hook_as_a_symlink_is_refused(tmp_path: Path) -> None:
     repo, digest = _baked(tmp_path)
     found = _problems(repo, with_layer(repo.store, digest, layer(
         [], links={f"{sp}/evil.pth": "/tmp/payload.pth"})))
-    assert found == [f"/{sp}/evil.pth: a .pth file in a site directory (its import lines run "
-                     "at start-up); it is a symlink whose content cannot be checked"]
+    assert found == [(f"/{sp}/evil.pth: a .pth file in a site directory (its import lines run "
+                      "at start-up); it is a symlink whose content cannot be checked")]
 
 
 @pytest.mark.parametrize("env", ["PYTHONPATH=/opt/evil", "PYTHONSTARTUP=/opt/evil.py",
@@ -236,8 +236,8 @@ def test_a_layer_above_the_base_may_not_write_outside_vllm(tmp_path: Path, path:
     repo, digest = _baked(tmp_path)
     res = _verify(repo, with_layer(repo.store, digest, layer([(path, EVIL)])))
     assert [(m["path"], m["why"]) for m in res.mismatched] == [
-        (f"/{path}", "layer 3 (above the base) writes outside the baked set and "
-                     "/opt/patchbake")]
+        (f"/{path}", ("layer 3 (above the base) writes outside the baked set and "
+                      "/opt/patchbake"))]
 
 
 def test_identity_record_must_be_the_recorded_one(tmp_path: Path) -> None:

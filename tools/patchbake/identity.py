@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import startup
 from .config import Lineage, Pipeline
-from .images.definition import Definition
 from .errors import ImageError, IntegrityError, VerifyError
 from .fsutil import atomic_write, canonical_json
 from .images import definition as definitions
+from .images.definition import Definition
 from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched
 from .images.refs import Resolved, resolve
-from . import startup
 from .oci.scan import View, layer_ops, scan_image
 from .store import Store
 
@@ -428,8 +428,8 @@ def _record_checks(view: View, exp: Expected) -> list[str]:
     want = (exp.record or {}).get("identity_sha256")
     got = view.files.get(IDENTITY_PATH.lstrip("/"))
     if want and (got is None or got.sha256 != want):
-        return [f"{IDENTITY_PATH} is not the identity record the image record names "
-                f"(sha256:{want})"]
+        return [(f"{IDENTITY_PATH} is not the identity record the image record names "
+                 f"(sha256:{want})")]
     return []
 
 

@@ -86,8 +86,8 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | 
             ("digest", res.digest), ("config digest", res.config_digest),
             ("checked", res.extra.get("selected") or res.kind),
             ("against", res.extra.get("expected_from", "")),
-            ("layers", f"{len(res.layers)} (each digest and diff_id checked to EOF; "
-                       f"{sum(x['from'] == 'base' for x in res.layers)} from the base)"),
+            ("layers", (f"{len(res.layers)} (each digest and diff_id checked to EOF; "
+                        f"{sum(x['from'] == 'base' for x in res.layers)} from the base)")),
             ("baked files", res.summary()),
             ("base drift", (f"{d['unchanged']} unchanged, {d['counts']['changed']} changed, "
                             f"{d['counts']['missing']} missing, {d['counts']['extra']} extra "

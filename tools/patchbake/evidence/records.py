@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
 from ..errors import EvidenceError
-from ..suites.machine import platform_line
 from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
+from ..suites.machine import platform_line
 from . import dsse, statement
 from .failures import fail, reason_of
 from .policy import Policy

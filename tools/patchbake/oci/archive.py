@@ -26,7 +26,15 @@ from ..fsutil import atomic_writer, canonical_json
 from ..store import Store
 from . import layout
 from .image import Image, StoreBlobs, image_from_bytes, load_image, parse_json
-from .media import INDEX_TYPES, OCI_CONFIG, OCI_INDEX, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST, Descriptor
+from .media import (
+    INDEX_TYPES,
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_LAYER_GZIP,
+    OCI_LAYER_TAR,
+    OCI_MANIFEST,
+    Descriptor,
+)
 from .tarwriter import file_entry, with_parents, write_layer
 
 _READ = 1 << 20
