@@ -4,6 +4,7 @@ several manifests is narrowed by name, digest or platform, and otherwise refused
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 from pathlib import Path
@@ -143,3 +144,42 @@ def test_layout_narrowed_by_platform_and_nested_index(tmp_path: Path) -> None:
                          [f"sha256:{ihex}", digest])
     res = _verify(repo, str(nested1))
     assert res.ok and res.digest == digest and f"> sha256:{ihex}" in res.extra["selected"]
+
+
+def _retitle(data: bytearray, offset: int, prefix: bytes) -> None:
+    """Write ``prefix`` into bytes 345.. of the header at ``offset`` (GNU: atime/ctime;
+    Python's tarfile reads them as a ustar prefix) and fix the checksum."""
+    data[offset + 345:offset + 345 + len(prefix)] = prefix
+    data[offset + 148:offset + 156] = b" " * 8
+    data[offset + 148:offset + 156] = b"%06o\0 " % sum(data[offset:offset + 512])
+
+
+def test_archive_names_readers_disagree_on_are_refused(tmp_path: Path) -> None:
+    _, _, good = _baked(tmp_path)
+    # manifest.json in GNU format with bytes at 345: Go (docker load) reads
+    # "manifest.json", Python's tarfile "00000000001/manifest.json"
+    with tarfile.open(good) as src, tarfile.open(tmp_path / "gnu.tar", "w",
+                                                 format=tarfile.GNU_FORMAT) as out:
+        for m in src.getmembers():
+            if m.name != "manifest.json":
+                out.addfile(m, src.extractfile(m) if m.isfile() else None)
+        at = out.offset
+        add_member(out, "manifest.json", b"[]")
+    data = bytearray((tmp_path / "gnu.tar").read_bytes())
+    _retitle(data, at, b"00000000001\0")  # Go: a GNU atime; Python: a ustar prefix
+    (tmp_path / "gnu.tar").write_bytes(bytes(data))
+    with tarfile.open(tmp_path / "gnu.tar") as check:
+        assert "00000000001/manifest.json" in check.getnames()  # what Python alone would believe
+    with pytest.raises(ImageError, match="tar readers disagree on its name"):
+        import_docker_archive(Store.open(tmp_path / "fresh"), tmp_path / "gnu.tar")
+    # a PAX path record naming a member
+    with tarfile.open(good) as src, tarfile.open(tmp_path / "pax.tar", "w",
+                                                 format=tarfile.PAX_FORMAT) as out:
+        for m in src.getmembers():
+            out.addfile(m, src.extractfile(m) if m.isfile() else None)
+        ti = tarfile.TarInfo("short")
+        ti.pax_headers = {"path": "blobs/sha256/" + "0" * 64}
+        ti.size = 1
+        out.addfile(ti, io.BytesIO(b"x"))
+    with pytest.raises(ImageError, match="PAX or GNU long-name"):
+        import_docker_archive(Store.open(tmp_path / "fresh2"), tmp_path / "pax.tar")

@@ -130,6 +130,7 @@ def import_docker_archive(store: Store, path: Path) -> Imported:
         raise ImageError(f"{path} is not a readable docker-archive tar: {exc}") from None
     with tf:
         _check_members(tf, path)
+        _check_headers(tf, path)
         names = {_norm(n) for n in tf.getnames()}
         if "index.json" in names:
             return _import_oci(store, tf, path, "manifest.json" in names)
@@ -159,6 +160,38 @@ def _check_members(tf: tarfile.TarFile, path: Path) -> None:
             raise ImageError(f"{path}: archive entry {name!r} appears twice; which copy is the "
                              "image cannot be told, nothing was stored")
         seen.add(name)
+
+
+# PAX records that do not touch a member's name; anything else (path, linkpath, sparse
+# maps, charset tricks) is read differently by Python's tarfile and Go's archive/tar.
+_NAMELESS_PAX = frozenset({"size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"})
+
+
+def _check_headers(tf: tarfile.TarFile, path: Path) -> None:
+    """Refuse archive members whose name two tar readers could read differently.
+
+    `docker load` reads the archive with Go's archive/tar, this import with Python's
+    tarfile. They disagree on bytes 345-500 of a header with GNU magic (a ustar ``prefix``
+    to Python, GNU atime/ctime to Go), and on which of a PAX path and a GNU long name wins;
+    an archive that uses any of these for a name cannot be read the way the engine reads
+    it, so it is refused rather than interpreted."""
+    if tf.pax_headers:
+        raise ImageError(f"{path}: the archive carries global PAX headers; how they name its "
+                         "members differs between tar readers, refusing it")
+    fileobj = tf.fileobj
+    assert fileobj is not None
+    for m in tf.getmembers():
+        header_at = m.offset_data - 512  # the member's own header, after any extension
+        extended = header_at != m.offset
+        if extended and (not m.pax_headers or set(m.pax_headers) - _NAMELESS_PAX):
+            raise ImageError(f"{path}: member {m.name!r} is named by a PAX or GNU long-name "
+                             "header; tar readers disagree on such names, refusing the archive")
+        fileobj.seek(header_at)
+        block = fileobj.read(512)
+        if block[345:500].strip(b"\0"):
+            raise ImageError(f"{path}: member {m.name!r} has bytes in the ustar prefix / GNU "
+                             "time fields; tar readers disagree on its name, refusing the "
+                             "archive")
 
 
 def _import_oci(store: Store, tf: tarfile.TarFile, path: Path, with_docker: bool) -> Imported:
