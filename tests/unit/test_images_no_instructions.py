@@ -259,3 +259,11 @@ def test_ld_library_path_only_as_the_base_sets_it(tmp_path: Path) -> None:
                           {"Env": [*config["config"]["Env"], "LD_LIBRARY_PATH=/opt/evil"]})
     (found,) = _problems(repo, crafted)
     assert found.startswith("image config Env LD_LIBRARY_PATH='/opt/evil' differs from the base")
+
+
+def test_hooks_of_another_python_version_are_seen(tmp_path: Path) -> None:
+    repo, digest = _baked(tmp_path)
+    crafted = with_layer(repo.store, digest, layer([
+        ("usr/lib/python3.11/site-packages/zz.pth", b"import evil\n")]))
+    found = _problems(repo, crafted)
+    assert found[0].startswith("/usr/lib/python3.11/site-packages/zz.pth: a .pth file")

@@ -32,7 +32,8 @@ STARTUP_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE",
                "PYTHONEXECUTABLE", "PYTHONBREAKPOINT", "LD_PRELOAD", "LD_AUDIT")
 # CUDA bases set these themselves: a failure only when the image differs from its base
 BASE_ENV = ("LD_LIBRARY_PATH",)
-_CONFIG_KEYS = ("Entrypoint", "Cmd", "User", "WorkingDir", "Shell")
+_CONFIG_KEYS = ("Entrypoint", "Cmd", "User", "WorkingDir", "Shell", "Healthcheck", "OnBuild")
+OTHER_VERSIONS = tuple(f"3.{n}" for n in range(6, 16))
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ def places(site_packages: str, env: dict[str, str]) -> Places:
     """Where Python of the definition's version looks, under the usual prefixes."""
     sp = site_packages.strip("/")
     m = _VERSION.search(sp)
-    versions = [m.group(1)] if m else []
+    # the definition's version first, then every other CPython 3 an image may also carry
+    versions = list(dict.fromkeys([*([m.group(1)] if m else []), *OTHER_VERSIONS]))
     prefix = sp.split("/lib/python")[0] if "/lib/python" in sp else ""
     prefixes = list(dict.fromkeys(p for p in (prefix, "usr", "usr/local") if p))
     site = [sp]

@@ -80,7 +80,11 @@ class _Scanner:
     def __init__(self, tracked: tuple[str, ...], write_root: Path | None,
                  write_prefix: str) -> None:
         # "DIR/*SUFFIX" tracks the entries directly in DIR whose name ends so (``*.pth``)
-        self.named = {(t[:t.index("/*")], t[t.index("/*") + 2:]) for t in tracked if "/*" in t}
+        self.named: dict[str, tuple[str, ...]] = {}
+        for t in tracked:
+            if "/*" in t:
+                d, suffix = t[:t.index("/*")], t[t.index("/*") + 2:]
+                self.named[d] = (*self.named.get(d, ()), suffix)
         self.tracked = tuple(t for t in tracked if "/*" not in t)
         self.view = View()
         self.dirs: set[str] = set()
@@ -97,7 +101,7 @@ class _Scanner:
             return True
         if self.named:
             parent, _, name = path.rpartition("/")
-            return any(parent == d and name.endswith(s) for d, s in self.named)
+            return name.endswith(self.named.get(parent, ()))
         return False
 
     def _dest(self, path: str) -> Path | None:
