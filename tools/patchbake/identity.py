@@ -120,7 +120,7 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
         raise ImageError(f"cannot tell which image definition {res.ref} "
                          f"({res.image.manifest_digest}) is verified against: no image record "
                          "names it", hint="name it: `patchbake verify REF --definition NAME`")
-    defn = definitions.load(pipeline, name)
+    defn = _definition(pipeline, name)
     if site_packages and site_packages.strip("/") != defn.sp_rel:
         raise ImageError(f"--site-packages {site_packages} disagrees with definition "
                          f"'{name}' ({defn.site_packages}); verify reads the definition's")
@@ -138,6 +138,25 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
                          "the layers above the base cannot be told",
                          hint=f"run `patchbake bake {name}` (it fetches the base) first")
     return Expected(defn, rec, diff_ids, base.config if base is not None else None, how)
+
+
+_DEFINITIONS: dict[tuple[str, str, int, int], Definition] = {}
+
+
+def _definition(pipeline: Pipeline, name: str) -> Definition:
+    """``definitions.load``, memoised on the file's path, size and mtime (YAML parsing
+    costs more than hashing a small image's layers)."""
+    rel = pipeline.images.get(name)
+    try:
+        st = (pipeline.root / str(rel)).stat() if isinstance(rel, str) else None
+    except OSError:
+        st = None
+    if st is None:
+        return definitions.load(pipeline, name)
+    key = (str(pipeline.root), name, st.st_mtime_ns, st.st_size)
+    if key not in _DEFINITIONS:
+        _DEFINITIONS[key] = definitions.load(pipeline, name)
+    return _DEFINITIONS[key]
 
 
 def _base_image(store: Store, digest: str, name: str) -> Any:
@@ -404,22 +423,22 @@ def _stale_bytecode(view: View, sp: str, patched: Patched) -> list[dict[str, Any
     """Bytecode beside a baked or deleted file: Python may run it instead of the source
     (an unchecked hash-based .pyc always wins; a sourceless .pyc imports with no .py), and
     its header cannot be checked against a source it was not compiled from."""
+    owners: dict[tuple[str, str], str] = {}  # (folder, module) -> the baked/deleted file
+    for rel in {*patched.files, *patched.deleted}:
+        if rel.startswith(PACKAGE) and rel.endswith(".py"):
+            folder, _, name = rel.rpartition("/")
+            owners[(f"{sp}/{folder}", name[:-3])] = rel
     out = []
-    for rel in sorted({*patched.files, *patched.deleted}):
-        if not rel.startswith(PACKAGE) or not rel.endswith(".py"):
-            continue
-        folder, _, name = rel.rpartition("/")
-        stem = name[:-3]
-        for path in (f"{sp}/{folder}/{stem}.pyc",):
-            if path in view.files:
-                out.append({"path": path[len(sp) + 1:], "expected": None,
-                            "found": view.files[path].sha256,
-                            "why": "sourceless bytecode of a baked/deleted module"})
-        cache = f"{sp}/{folder}/__pycache__/{stem}."
-        for path in sorted(p for p in view.files if p.startswith(cache) and p.endswith(".pyc")):
+    for path in sorted(p for p in view.files if p.endswith(".pyc")):
+        folder, _, name = path.rpartition("/")
+        cached = folder.endswith("/__pycache__")
+        key = (folder.removesuffix("/__pycache__"), name.split(".", 1)[0]) if cached \
+            else (folder, name[:-4])
+        if key in owners:
             out.append({"path": path[len(sp) + 1:], "expected": None,
                         "found": view.files[path].sha256,
-                        "why": f"bytecode of {rel} that the fresh apply did not produce"})
+                        "why": f"bytecode of {owners[key]} that the fresh apply did not produce"
+                        if cached else "sourceless bytecode of a baked/deleted module"})
     return out
 
 

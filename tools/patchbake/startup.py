@@ -89,23 +89,24 @@ def env_digest(name: str, value: str) -> str:
     return hashlib.sha256(f"{name}={value}".encode()).hexdigest()
 
 
-def _is_hook(path: str, pl: Places, sp: str) -> str | None:
+def _is_hook(path: str, pl: Places, sp: str, dirs: frozenset[str]) -> str | None:
     """Why ``path`` (in the view) changes what Python runs at start-up, or None."""
+    if path.startswith(f"{sp}/vllm/"):
+        return None  # the verified package itself
     parent, _, name = path.rpartition("/")
-    if parent in pl.site_dirs and name.endswith(".pth"):
+    if name.endswith(".pth") and parent in pl.site_dirs:
         return "a .pth file in a site directory (its import lines run at start-up)"
     if path in pl.zips:
         return "a zip on sys.path (modules in it are importable)"
-    for d in pl.path_dirs:
-        if not path.startswith(d + "/"):
+    parts = path.split("/")
+    for k in range(1, len(parts)):
+        if "/".join(parts[:k]) not in dirs:
             continue
-        rest = path[len(d) + 1:]
-        head = rest.split("/", 1)[0]
+        head = parts[k]
         mod = head.split(".", 1)[0]
         if mod in HOOK_MODULES:
             return f"{mod} (imported by site at every start-up)"
-        if mod == "vllm" and not head.endswith((".dist-info", ".egg-info")) \
-                and not (d == sp and head == "vllm"):
+        if mod == "vllm" and not head.endswith((".dist-info", ".egg-info")):
             return "a second 'vllm' on sys.path (it may shadow the verified package)"
     return None
 
@@ -114,8 +115,9 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
              base_config: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
     """One line per start-up change that the definition does not allow-list."""
     out: list[str] = []
+    dirs = frozenset(pl.path_dirs)
     for path in sorted(view.files):
-        why = _is_hook(path, pl, sp)
+        why = _is_hook(path, pl, sp, dirs)
         if why is None:
             continue
         info = view.files[path]
