@@ -347,7 +347,9 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         identity, problems = _identity_checks(view, res)
         problems = _label_checks(res, exp) + problems
         pristine = _pristine_hashes(pristine_root, pristine_digest, store)
-        after = _after_base(res, exp, patched, pristine) + _stale_bytecode(view, sp, patched)
+        after = _after_base(res, exp, patched, pristine, None if not use_cache
+                            else store.root / "bakes" / "layer-ops")
+        after += _stale_bytecode(view, sp, patched)
         problems += _record_checks(view, exp)
         problems += startup.findings(view, where, sp, startup.allow_list(
             exp.definition.startup_allow), env, exp.base_config, res.image.config)
@@ -382,8 +384,8 @@ def _selected(res: Resolved) -> str:
             "registry": "the manifest the registry served for the reference"}.get(res.kind, "")
 
 
-def _after_base(res: Resolved, exp: Expected, patched: Patched,
-                pristine: dict[str, str]) -> list[dict[str, Any]]:
+def _after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[str, str],
+                cache_dir: Path | None) -> list[dict[str, Any]]:
     """The base is pinned by digest; above it may only be written the baked files (or a
     vllm file byte-identical to upstream), /opt/patchbake, directories, and whiteouts of
     the files the patch deletes. Anything else -- under ``vllm/`` or anywhere else (the
@@ -401,7 +403,7 @@ def _after_base(res: Resolved, exp: Expected, patched: Patched,
                     "why": f"layer {i} (above the base) {what}"})
 
     for i in range(len(exp.base_diff_ids), len(res.image.layers)):
-        for op in layer_ops(res.image, res.blobs, i, ("",)):
+        for op in layer_ops(res.image, res.blobs, i, ("",), cache_dir):
             path = op[1]
             if op[0] == "f":
                 if path in touched or path.startswith(KEEP_DIR) or (

@@ -375,24 +375,40 @@ def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff
                              f"diff_id is {diff_id} (layer swapped or config edited)")
 
 
-def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...]) -> list[list[Any]]:
+def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
+              cache_dir: Path | None = None) -> list[list[Any]]:
     """What layer ``index`` alone does (the layer-cache "ops": files set in the tracked
     region, every whiteout/opaque removal, directories replaced), after its digest and
-    diff_id were checked to EOF. Verify reads the layers above the base with it."""
+    diff_id were checked to EOF. Verify reads the layers above the base with it. With
+    ``cache_dir`` the ops are memoised like ``scan_image``'s (bytes still hashed)."""
+    desc = image.layers[index]
+    diff_id = image.diff_ids[index]
+    cache = _cache_file(cache_dir, desc.digest, tracked)
+    memo = _load_ops(cache, desc.digest, diff_id)
+    if memo is not None:
+        with blobs.open(desc.digest) as raw:
+            hashed = HashedBlob(raw, compression_of(desc.media_type))
+        _check_digests(hashed, desc.digest, desc.size, diff_id, index)
+        return list(memo["ops"])
     scanner = _Scanner(tracked, None, "")
     scanner.ops = []
-    desc = image.layers[index]
+    count = 0
     with blobs.open(desc.digest) as raw:
         src = LayerBytes(raw, compression_of(desc.media_type))
         try:
             for m in members(src):
                 scanner.entry(src, m, index)
+                count += 1
         except BaseException:
             src.close()
             raise
         clean = src.drain()
-    _check_digests(src, desc.digest, desc.size, image.diff_ids[index], index)
+    _check_digests(src, desc.digest, desc.size, diff_id, index)
     if not clean:
         raise UnsafeArchiveError(f"layer {index} ({desc.digest}) has data after the end of "
                                  "its tar archive")
+    if cache is not None:
+        atomic_write(cache, json.dumps({"format": CACHE_FORMAT, "digest": desc.digest,
+                                        "diff_id": diff_id, "entries": count,
+                                        "ops": scanner.ops}).encode())
     return scanner.ops
