@@ -197,19 +197,20 @@ def test_allow_list_pins_base_hooks_by_content(tmp_path: Path) -> None:
     assert found[0].startswith(f"/{sp}/extra.pth: a .pth file") and len(found) == 2
     assert found[1].startswith("image config Env PYTHONPATH='/opt/lib' changes")
     env = hashlib.sha256(b"PYTHONPATH=/opt/lib").hexdigest()
-    _allow(repo, f"startup_allow:\n  /{sp}/extra.pth: sha256:{hashlib.sha256(pth).hexdigest()}"
-                 f"\n  env:PYTHONPATH: sha256:{env}\n", "hooked")
+    _allow(repo, f"startup_allow:\n  - path: /{sp}/extra.pth\n"
+                 f"    sha256: {hashlib.sha256(pth).hexdigest()}\n"
+                 f"  - path: env:PYTHONPATH\n    sha256: {env}\n", "hooked")
     assert check() == []
     text = (repo.root / "images" / "hooked.yaml").read_text()
-    (repo.root / "images" / "hooked.yaml").write_text(text.replace(env, "0" * 64))
+    (repo.root / "images" / "hooked.yaml").write_text(text.replace(env, "e" * 64))
     (found,) = check()
     assert "(allow-list names another sha256)" in found or "not allow-listed" in found
 
 
 def test_allow_list_is_validated(tmp_path: Path) -> None:
     repo, _ = _baked(tmp_path)
-    _allow(repo, "startup_allow:\n  relative.pth: sha256:abc\n")
-    with pytest.raises(ConfigError, match="'startup_allow.relative.pth' must map an absolute"):
+    _allow(repo, "startup_allow:\n  - path: relative.pth\n    sha256: " + "a" * 64 + "\n")
+    with pytest.raises(ConfigError, match=r"'startup_allow\[0\]'.path must be an absolute"):
         _verify(repo, "offline")
 
 
@@ -267,3 +268,15 @@ def test_hooks_of_another_python_version_are_seen(tmp_path: Path) -> None:
         ("usr/lib/python3.11/site-packages/zz.pth", b"import evil\n")]))
     found = _problems(repo, crafted)
     assert found[0].startswith("/usr/lib/python3.11/site-packages/zz.pth: a .pth file")
+
+
+def test_the_entrypoint_wrapper_must_be_this_tools(tmp_path: Path) -> None:
+    repo, digest = _baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    assert config["config"]["Entrypoint"][0] == "/opt/patchbake/entrypoint.sh"
+    crafted = with_layer(repo.store, digest, layer([
+        ("opt/patchbake/entrypoint.sh", b"#!/bin/sh\npython3 -c 'import evil'\nexec \"$@\"\n")]))
+    found = _problems(repo, crafted)
+    assert any(p.startswith("/opt/patchbake/entrypoint.sh (the image's entrypoint) is not "
+                            "the start-up wrapper") for p in found)

@@ -9,6 +9,7 @@ tree of an image to a directory (the fixtures' host runner runs suites against i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -352,7 +353,8 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         after += _stale_bytecode(view, sp, patched)
         problems += _record_checks(view, exp)
         problems += startup.findings(view, where, sp, startup.allow_list(
-            exp.definition.startup_allow), env, exp.base_config, res.image.config)
+            exp.definition.startup_allow), env, exp.base_config, res.image.config,
+            _wrapped(exp.base_config)) + _wrapper_checks(view, res)
         matched, total, mismatched, drift = compare(
             view, sp, patched, pristine, lin.upstream.generated, None)
         mismatched += after
@@ -442,6 +444,33 @@ def _stale_bytecode(view: View, sp: str, patched: Patched) -> list[dict[str, Any
                         "why": f"bytecode of {owners[key]} that the fresh apply did not produce"
                         if cached else "sourceless bytecode of a baked/deleted module"})
     return out
+
+
+def _wrapped(base_config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The base config with the entrypoint and cmd bake gives the image."""
+    if base_config is None:
+        return None
+    from .bake import wrapped_entrypoint
+
+    entry, cmd = wrapped_entrypoint(base_config)
+    inner = {**(base_config.get("config") or {}), "Entrypoint": entry}
+    inner.pop("Cmd", None)
+    return {"config": {**inner, **({"Cmd": cmd} if cmd else {})}}
+
+
+def _wrapper_checks(view: View, res: Resolved) -> list[str]:
+    """An entrypoint through the start-up wrapper runs it first: it must be this tool's."""
+    from .images.overlay import ENTRYPOINT_PATH, entrypoint_bytes
+
+    entry = (res.image.config.get("config") or {}).get("Entrypoint") or []
+    if entry[:1] != [ENTRYPOINT_PATH]:
+        return []
+    got = view.files.get(ENTRYPOINT_PATH.lstrip("/"))
+    want = hashlib.sha256(entrypoint_bytes()).hexdigest()
+    if got is None or got.kind != "file" or got.sha256 != want:
+        return [f"{ENTRYPOINT_PATH} (the image's entrypoint) is not the start-up wrapper "
+                f"this patchbake bakes (sha256:{want})"]
+    return []
 
 
 def _record_checks(view: View, exp: Expected) -> list[str]:

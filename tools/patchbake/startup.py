@@ -112,8 +112,11 @@ def _is_hook(path: str, pl: Places, sp: str, dirs: frozenset[str]) -> str | None
 
 
 def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[str, str],
-             base_config: dict[str, Any] | None, config: dict[str, Any]) -> list[str]:
-    """One line per start-up change that the definition does not allow-list."""
+             base_config: dict[str, Any] | None, config: dict[str, Any],
+             wrapped: dict[str, Any] | None = None) -> list[str]:
+    """One line per start-up change that the definition does not allow-list. ``wrapped``
+    is the base config as bake rewrites it (the start-up check wrapper in front of the
+    base's entrypoint): the image's entrypoint and cmd may be the base's or that."""
     out: list[str] = []
     dirs = frozenset(pl.path_dirs)
     for path in sorted(view.files):
@@ -140,8 +143,10 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
                 out.append(f"image config Env {name}={env.get(name)!r} differs from the "
                            f"base's {base_env.get(name)!r}: other native libraries load")
         mine, base = config.get("config") or {}, base_config.get("config") or {}
+        baked = (wrapped or {}).get("config") or base
         for key in _CONFIG_KEYS:  # an engine writes "" or null where a base has nothing
-            if (mine.get(key) or None) != (base.get(key) or None):
+            if (mine.get(key) or None) not in ((base.get(key) or None),
+                                               (baked.get(key) or None)):
                 out.append(f"image config {key} {mine.get(key)!r} differs from the base's "
                            f"{base.get(key)!r}: the image runs something else at start")
     return out
