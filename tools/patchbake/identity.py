@@ -468,8 +468,8 @@ def _wrapper_checks(view: View, res: Resolved) -> list[str]:
     got = view.files.get(ENTRYPOINT_PATH.lstrip("/"))
     want = hashlib.sha256(entrypoint_bytes()).hexdigest()
     if got is None or got.kind != "file" or got.sha256 != want:
-        return [f"{ENTRYPOINT_PATH} (the image's entrypoint) is not the start-up wrapper "
-                f"this patchbake bakes (sha256:{want})"]
+        return [(f"{ENTRYPOINT_PATH} (the image's entrypoint) is not the start-up wrapper "
+                 f"this patchbake bakes (sha256:{want})")]
     return []
 
 
