@@ -280,3 +280,18 @@ def test_the_entrypoint_wrapper_must_be_this_tools(tmp_path: Path) -> None:
     found = _problems(repo, crafted)
     assert any(p.startswith("/opt/patchbake/entrypoint.sh (the image's entrypoint) is not "
                             "the start-up wrapper") for p in found)
+
+
+def test_a_directory_above_the_base_in_vllm_is_a_failure(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    repo, digest = _baked(tmp_path)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        ti = tarfile.TarInfo(f"{sp}/vllm/sampling_params.py")  # a module becomes a dir
+        ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+        tf.addfile(ti)
+    res = _verify(repo, with_layer(repo.store, digest, buf.getvalue()))
+    assert ("vllm/sampling_params.py", "layer 3 (above the base) adds a directory outside "
+            "the baked set") in [(m["path"], m["why"]) for m in res.mismatched]

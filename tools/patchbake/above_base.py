@@ -23,6 +23,9 @@ def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[st
     pkg = f"{exp.sp}/{PACKAGE}"
     touched = {f"{exp.sp}/{p}" for p in patched.files if p.startswith(PACKAGE)}
     deleted = {f"{exp.sp}/{p}" for p in patched.deleted if p.startswith(PACKAGE)}
+    # directories a layer above the base may carry under vllm/: the baked files' parents
+    parents = {pkg[:-1]} | {q.rsplit("/", k)[0] for q in touched | deleted
+                            for k in range(1, q[len(pkg):].count("/") + 2)}
     out: list[dict[str, Any]] = []
 
     def bad(i: int, path: str, found: str | None, what: str) -> None:
@@ -46,6 +49,9 @@ def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[st
             elif op[0] == "r" and not (not op[2] and path in deleted):
                 bad(i, path, None, "deletes what is under it; the patch does not" if op[2]
                     else "deletes it; the patch does not")
+            elif op[0] == "d" and (path + "/").startswith(pkg) and path not in parents:
+                # a directory where the base has a module makes it a namespace package
+                bad(i, path, None, "adds a directory outside the baked set")
             elif op[0] == "x":
                 bad(i, path, None, "replaces this directory with a non-directory")
     return out

@@ -204,6 +204,9 @@ def _import_oci(store: Store, tf: tarfile.TarFile, path: Path, with_docker: bool
         raise ImageError(f"{path}: index.json names a nested index ({desc.digest}), not one "
                          "image; docker load would choose a platform itself, verify does not")
     mbytes = _read(tf, f"blobs/sha256/{desc.hex}")
+    if len(mbytes) != desc.size:
+        raise IntegrityError(f"{path}: manifest {desc.digest} is {len(mbytes)} bytes; "
+                             f"index.json says {desc.size}; nothing was stored")
     cdesc = Descriptor.from_json(parse_json(mbytes, "manifest").get("config"), "manifest")
     cbytes = _read(tf, f"blobs/sha256/{cdesc.hex}")
     image = image_from_bytes(mbytes, desc.digest, cbytes)
