@@ -39,6 +39,7 @@ from .images.recipe import (
     save_cache,
     wrapped_entrypoint,
 )
+from .images.record import latest_digest
 from .oci import layout
 from .oci.image import Image
 from .oci.media import OCI_MANIFEST, Descriptor, layer_type_for
@@ -160,9 +161,4 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
     return recipe.result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
 
 
-def latest_digest(pipeline: Pipeline, name: str) -> str | None:
-    """Manifest digest of definition ``name``'s latest recorded bake (None: not a
-    definition)."""
-    if name not in pipeline.images:
-        return None
-    return str(records.latest(pipeline.root, name)["manifest_digest"])
+__all__ = ["BakeResult", "bake_image", "latest_digest"]

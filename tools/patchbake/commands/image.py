@@ -12,6 +12,7 @@ from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
 
+
 @click.command("bake")
 @click.argument("image", required=False)
 @click.option("--docker-archive", "archive", type=click.Path(path_type=Path), default=None,

@@ -19,32 +19,16 @@ from ..store import Store
 PUSH_JSON_VERSION = 1
 
 
-def _latest_bake(ctx: Ctx, name: str) -> str | None:
-    """The manifest digest of the latest recorded bake of definition ``name``, if the
-    images stage knows the definition; None when it does not."""
-    try:
-        from .. import bake  # the images stage; absent in a partial checkout
-    except ImportError:
-        return None
-    finder = getattr(bake, "latest_digest", None)
-    if finder is None:
-        return None
-    digest = finder(ctx.pipeline, name)
-    return str(digest) if digest else None
-
-
 def resolve_source(ctx: Ctx, store: Store, source: str) -> str:
-    """``sha256:<hex>`` in the store, a name in the store's index.json, or an image
-    definition (its latest recorded bake) -> manifest digest."""
+    """``sha256:<hex>`` in the store, an image definition (its latest recorded bake) or a
+    name in the store's index.json -> manifest digest (the images stage's resolver)."""
+    from ..images.refs import store_digest
+
     if source.startswith("sha256:"):
         return layout.resolve(store, source).digest
-    # a definition means its latest *recorded* bake, even when the store's index.json
-    # names another bake of it (a bake from another checkout, another epoch)
-    digest = _latest_bake(ctx, source)
-    if digest:
-        return digest
-    if source in layout.refs(store):
-        return layout.resolve(store, source).digest
+    named = store_digest(store, source, ctx.pipeline) if "@" not in source else None
+    if named is not None:
+        return named[1]
     raise ImageError(
         f"'{source}' is neither a manifest digest in the store, an image name in its "
         "index.json, nor an image definition with a recorded bake",

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ImageError
 from ..fsutil import atomic_write, pretty_json, write_once
+
+if TYPE_CHECKING:
+    from ..config import Pipeline
 
 RECORD_FORMAT = "patchbake-image-record/1"
 LATEST = "latest.json"
@@ -115,3 +118,11 @@ def latest(repo_root: Path, definition: str) -> dict[str, Any]:
         raise ImageError(f"{p.relative_to(repo_root)} points at {pointer.get('digest')} but "
                          f"its record holds {rec.get('manifest_digest')}")
     return dict(rec)
+
+
+def latest_digest(pipeline: Pipeline, name: str) -> str | None:
+    """Manifest digest of definition ``name``'s latest recorded bake (None: not a
+    definition of ``pipeline``)."""
+    if name not in pipeline.images:
+        return None
+    return str(latest(pipeline.root, name)["manifest_digest"])

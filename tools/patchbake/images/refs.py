@@ -58,11 +58,48 @@ def _temp_store(store: Store) -> Iterator[Store]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def parse_named(ref: str) -> tuple[str | None, str | None]:
+    """Split ``name@sha256:..`` / ``sha256:..`` / ``name`` into (name, digest)."""
+    if "@" in ref:
+        name, _, digest = ref.rpartition("@")
+        if not _DIGEST.fullmatch(digest):
+            raise ImageError(f"'{ref}': the part after '@' is not sha256:<64 hex>")
+        return name or None, digest
+    if ref.startswith("sha256:"):
+        if not _DIGEST.fullmatch(ref):
+            raise ImageError(f"'{ref}' is not sha256:<64 hex>")
+        return None, ref
+    return ref, None
+
+
+def store_digest(store: Store, ref: str, pipeline: Pipeline | None = None
+                 ) -> tuple[str, str] | None:
+    """(name, manifest digest) for the reference forms the store and the image records
+    answer: a definition (its latest recorded bake, even when the store's index.json names
+    another bake of it), ``sha256:<hex>``, ``name@sha256:<hex>``, or a name in the store's
+    index.json. None for any other form; the digest is not checked against the store."""
+    name, digest = parse_named(ref)
+    if digest is None:
+        assert name is not None
+        recorded = records.latest_digest(pipeline, name) if pipeline is not None else None
+        if recorded is not None:
+            return name, recorded
+        if name in layout.refs(store):
+            return name, layout.resolve(store, name).digest
+        return None
+    if name is None:
+        named = [n for n, d in layout.refs(store).items() if d.digest == digest]
+        return (min(named) if named else digest), digest
+    return name, digest
+
+
 @contextmanager
 def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterator[Resolved]:
+    """The image REF names and a way to read its blobs (see the module docstring)."""
     if pipeline is not None and ref in pipeline.images:
-        rec = records.latest(pipeline.root, ref)
-        digest = rec["manifest_digest"]
+        named = store_digest(store, ref, pipeline)
+        assert named is not None
+        digest = named[1]
         if not store.has(digest):
             raise ImageError(f"'{ref}' was last baked as {digest}, which is not in the store at "
                              f"{store.root}", hint=f"run `patchbake bake {ref}` here")
@@ -109,9 +146,9 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
             yield Resolved(ref, "registry", load_image(StoreBlobs(tmp), pulled.digest),
                            StoreBlobs(tmp))
         return
-    if ref in layout.refs(store):
-        desc = layout.resolve(store, ref)
-        yield Resolved(ref, "store", load_image(StoreBlobs(store), desc.digest),
+    named = store_digest(store, ref) if "@" not in ref else None
+    if named is not None:
+        yield Resolved(ref, "store", load_image(StoreBlobs(store), named[1]),
                        StoreBlobs(store))
         return
     known = sorted(pipeline.images) if pipeline is not None else []
@@ -120,4 +157,4 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
                      + ", digest, docker:NAME, OCI layout, archive file or registry reference")
 
 
-__all__ = ["Resolved", "resolve"]
+__all__ = ["Resolved", "parse_named", "resolve", "store_digest"]
