@@ -82,9 +82,9 @@ def validate(data: Any, schema: Schema, where: str, source: str) -> dict[str, An
 
 
 def sha256_check(value: Any) -> str | None:
-    import re
+    from .digest import is_hex
 
-    if not re.fullmatch(r"[0-9a-f]{64}", str(value)):
+    if not is_hex(value):
         return "must be 64 lowercase hex digits (a sha256)"
     return None
 

@@ -25,10 +25,9 @@ from typing import BinaryIO
 
 import platformdirs
 
-from .errors import IntegrityError, StoreError
+from .digest import hex_of
+from .errors import IntegrityError, PatchbakeError, StoreError
 from .fsutil import CHUNK, fsync_dir
-
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def default_root() -> Path:
@@ -39,10 +38,12 @@ def default_root() -> Path:
 
 
 def _check_hex(digest: str) -> str:
-    d = digest.removeprefix("sha256:")
-    if not HEX64.match(d):
-        raise IntegrityError(f"'{digest}' is not a sha256 digest (64 lowercase hex digits)")
-    return d
+    """A blob's hex from ``sha256:<hex>`` or a bare hex; anything else is refused."""
+    try:
+        return hex_of(digest)
+    except PatchbakeError:
+        raise IntegrityError(f"'{digest}' is not a sha256 digest (64 lowercase hex "
+                             "digits)") from None
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,17 @@ from typing import Any
 import yaml
 
 from ..config import Pipeline
+from ..digest import is_digest, is_hex
 from ..errors import ConfigError
 from ..fsutil import canonical_json, sha256_bytes
 from ..schema import Field, Schema, one_of, suggest, validate
 
 BASE_SOURCES = ("registry", "oci-layout", "docker-archive", "docker", "standin")
 MODES = ("overlay", "build")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _digest_check(value: Any) -> str | None:
-    return None if _DIGEST.fullmatch(str(value)) else "must be sha256:<64 hex digits>"
+    return None if is_digest(value) else "must be sha256:<64 hex digits>"
 
 
 def _abs_path_check(value: Any) -> str | None:
@@ -132,7 +132,7 @@ def _startup_allow(items: list[Any], source: str) -> tuple[tuple[str, str], ...]
         problem = None if env else _abs_path_check(item["path"])
         if problem:
             raise ConfigError(f"{where}.path {problem}")
-        if not re.fullmatch(r"[0-9a-f]{64}", str(item["sha256"])):
+        if not is_hex(item["sha256"]):
             raise ConfigError(f"{where}.sha256 must be 64 lowercase hex digits")
         out.append((str(item["path"]), str(item["sha256"])))
     return tuple(sorted(out))

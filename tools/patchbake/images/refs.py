@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Pipeline
+from ..digest import is_digest
 from ..errors import ImageError
 from ..oci import layout
 from ..oci.image import Blobs, DirBlobs, Image, StoreBlobs, load_image, parse_json
 from ..store import Store
 from . import record as records
 
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?/[a-z0-9._/-]+([:@].+)$")
 
 
@@ -62,11 +62,11 @@ def parse_named(ref: str) -> tuple[str | None, str | None]:
     """Split ``name@sha256:..`` / ``sha256:..`` / ``name`` into (name, digest)."""
     if "@" in ref:
         name, _, digest = ref.rpartition("@")
-        if not _DIGEST.fullmatch(digest):
+        if not is_digest(digest):
             raise ImageError(f"'{ref}': the part after '@' is not sha256:<64 hex>")
         return name or None, digest
     if ref.startswith("sha256:"):
-        if not _DIGEST.fullmatch(ref):
+        if not is_digest(ref):
             raise ImageError(f"'{ref}' is not sha256:<64 hex>")
         return None, ref
     return ref, None
@@ -106,7 +106,7 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
         yield Resolved(ref, "definition", load_image(StoreBlobs(store), digest),
                        StoreBlobs(store), ref)
         return
-    if _DIGEST.fullmatch(ref):
+    if is_digest(ref):
         yield Resolved(ref, "store", load_image(StoreBlobs(store), ref), StoreBlobs(store))
         return
     if ref.startswith("docker:"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import hex_of
 from ..errors import ImageError
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -56,7 +57,7 @@ class Descriptor:
 
     @property
     def hex(self) -> str:
-        return self.digest.removeprefix("sha256:")
+        return hex_of(self.digest)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest,

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import is_digest
 from ..errors import RegistryError
-from .registry_ref import DIGEST_RE
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -51,7 +51,7 @@ def _descriptor(d: Any, where: str) -> Descriptor:
     if not isinstance(d, dict):
         raise RegistryError(f"{where}: descriptor is not an object")
     digest, size, mt = d.get("digest"), d.get("size"), d.get("mediaType", "")
-    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+    if not is_digest(digest):
         raise RegistryError(f"{where}: descriptor digest {digest!r} is not sha256:<64 hex>",
                             hint="only sha256 content is supported")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:

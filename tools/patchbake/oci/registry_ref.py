@@ -13,13 +13,13 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..digest import is_digest
 from ..errors import RegistryError, UsageError
 
 # The distribution spec's grammar for repository path components and tags.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPO_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _HOST_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
 
 
@@ -86,7 +86,7 @@ def parse_ref(text: str, *, need_tag_or_digest: bool = True,
     digest = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
-        if not DIGEST_RE.match(digest):
+        if not is_digest(digest):
             raise UsageError(f"'{digest}' in '{text}' is not a sha256 digest (sha256:<64 hex>)")
     tag = None
     last = rest.rsplit("/", 1)[-1]

@@ -24,13 +24,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..digest import is_hex
 from ..errors import GuardError
 from .paths import cquote, cunquote, to_bytes, to_str
 
 FORMAT_LINE = "patchbake-files 2"
 SEP = "  "
 _ROW = re.compile(r"^[AMD]$")
-_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def parse_filelist(data: bytes, name: str = "FILES.txt") -> FileList:
         if header.get("format") == FORMAT_LINE:
             if len(parts) != 5 or not _ROW.match(parts[1]) or not re.match(r"^\+\d+$", parts[2]) \
                     or not re.match(r"^-\d+$", parts[3]) \
-                    or not (_HEX.match(parts[4]) or (parts[4] == "-" and parts[1] == "D")):
+                    or not (is_hex(parts[4]) or (parts[4] == "-" and parts[1] == "D")):
                 raise GuardError(f"{where}: expected 'path  status  +added  -removed  sha256', "
                                  f"got {line[:80]!r}", hint="re-run `patchbake patch export`")
             rows.append(Entry(_path_of(parts[0], where), parts[1], int(parts[2][1:]),
