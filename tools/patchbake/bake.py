@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Lineage, Pipeline
+from .digest import Digest
 from .errors import ConfigError, LineageError
 from .images import definition as definitions
 from .images import recipe
@@ -75,7 +76,7 @@ def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str],
             yield chunk
 
     layer_hex = store.put_stream(counted())
-    layer = Descriptor(layer_type_for(base.media_type), f"sha256:{layer_hex}", size)
+    layer = Descriptor(layer_type_for(base.media_type), Digest.from_hex(layer_hex), size)
     config = copy.deepcopy(base.config)
     config["created"] = iso(epoch)
     config.setdefault("rootfs", {"type": "layers", "diff_ids": []})
@@ -129,7 +130,7 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
         from .oci.archive import export_docker_archive
 
         export_docker_archive(store, result.digest, docker_archive,
-                              [f"patchbake/{name}:{result.digest[7:19]}"])
+                              [f"patchbake/{name}:{Digest(result.digest).short()}"])
         result = BakeResult(**{**result.__dict__, "docker_archive": str(docker_archive)})
     return result
 

@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 
 from ..config import Lineage, Pipeline
+from ..digest import Digest
 from ..errors import EngineError, ImageError
 from ..oci import engine, layout
 from ..oci.archive import export_docker_archive, import_docker_archive
@@ -65,7 +66,7 @@ def _engine_base(defn: Definition, base: BaseImage, store: Store) -> str:
     from the store (a docker-archive export of exactly the pinned manifest)."""
     if defn.base.source == "docker":
         return defn.base.name
-    tag = f"patchbake-base/{defn.name}:{base.manifest_digest[7:19]}"
+    tag = f"patchbake-base/{defn.name}:{Digest(base.manifest_digest).short()}"
     tmp = store.tmpdir("engine-base")
     try:
         if defn.base.source == "registry" and not all(store.has(d.digest)

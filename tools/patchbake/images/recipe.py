@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Lineage, Pipeline
+from ..digest import Digest
 from ..fsutil import canonical_json, sha256_bytes
 from ..oci.media import Descriptor
 from ..oci.tarwriter import FORMAT as TAR_FORMAT
@@ -78,7 +79,7 @@ def revision(lineage: Lineage, patched: Patched) -> str:
     rec = read_source(lineage.source_record)
     if rec is not None and rec.commit and rec.patch_sha256 == patched.patch_sha256:
         return rec.commit
-    return f"sha256:{patched.patch_sha256}"
+    return str(Digest.from_hex(patched.patch_sha256))
 
 
 def wrapped_entrypoint(base_config: dict[str, Any]) -> tuple[list[str], list[str] | None]:

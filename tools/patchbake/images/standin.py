@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import proc
 from ..config import Lineage
+from ..digest import Digest
 from ..errors import ImageError
 from ..fsutil import atomic_write, canonical_json, sha256_bytes
 from ..oci import layout
@@ -130,7 +131,7 @@ def _put_layer(store: Store, entries: Iterable[Entry]) -> Descriptor:
             yield chunk
 
     hexd = store.put_stream(counted())
-    return Descriptor(OCI_LAYER_TAR, f"sha256:{hexd}", size)
+    return Descriptor(OCI_LAYER_TAR, Digest.from_hex(hexd), size)
 
 
 def _key(tree_digest: str, site_packages: str, variant: str) -> str:

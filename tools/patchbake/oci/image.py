@@ -7,12 +7,12 @@ any JSON whose bytes do not hash to the digest that names it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from ..digest import Digest
 from ..errors import ImageError, IntegrityError
 from ..store import Store
 from .media import INDEX_TYPES, MANIFEST_TYPES, Descriptor
@@ -47,10 +47,8 @@ class DirBlobs:
     root: Path
 
     def _path(self, digest: str) -> Path:
-        hexd = digest.removeprefix("sha256:")
-        if len(hexd) != 64 or not all(c in "0123456789abcdef" for c in hexd):
-            raise ImageError(f"{digest!r} is not a sha256 digest")
-        return self.root / "blobs" / "sha256" / hexd
+        return self.root / "blobs" / "sha256" / Digest.parse(digest, "blob digest",
+                                                             ImageError).hex
 
     def open(self, digest: str) -> BinaryIO:
         p = self._path(digest)
@@ -68,7 +66,7 @@ class DirBlobs:
 def read_checked(blobs: Blobs, digest: str, size: int | None, what: str) -> bytes:
     with blobs.open(digest) as f:
         data = f.read()
-    got = "sha256:" + hashlib.sha256(data).hexdigest()
+    got = Digest.of(data)
     if got != digest:
         raise IntegrityError(f"{what} {digest} in {blobs.describe()} hashes to {got}: "
                              "its bytes were changed")
@@ -131,11 +129,11 @@ def parse_manifest(data: bytes, digest: str) -> tuple[dict[str, Any], Descriptor
 
 def image_from_bytes(manifest_bytes: bytes, manifest_digest: str, config_bytes: bytes
                      ) -> Image:
-    got = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+    got = Digest.of(manifest_bytes)
     if got != manifest_digest:
         raise IntegrityError(f"manifest {manifest_digest} hashes to {got}: its bytes were changed")
     doc, cdesc, layers = parse_manifest(manifest_bytes, manifest_digest)
-    got_cfg = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+    got_cfg = Digest.of(config_bytes)
     if got_cfg != cdesc.digest or len(config_bytes) != cdesc.size:
         raise IntegrityError(f"config of {manifest_digest} hashes to {got_cfg} "
                              f"({len(config_bytes)} bytes); the manifest names {cdesc.digest} "

@@ -17,7 +17,6 @@ made. What it guarantees:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +25,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from ..digest import Digest
 from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
 from ..store import Store
 from . import registry_blobs as blobs
@@ -73,7 +73,7 @@ class PullResult:
 
 
 def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return Digest.of(data)
 
 
 @dataclass
