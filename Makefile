@@ -50,7 +50,7 @@ bench: setup services
 lint:
 	$(PIP) install -q -e '.[lint]'
 	ruff check tools tests bench
-	mypy tools/patchbake
+	mypy  # files and strictness: [tool.mypy] in pyproject.toml (the package and the tests)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

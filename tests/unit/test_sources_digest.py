@@ -95,7 +95,10 @@ def test_format_is_pinned(tmp_path: Path) -> None:
     (tmp_path / "run").write_bytes(b"")
     os.chmod(tmp_path / "run", 0o755)
     os.symlink("d/x", tmp_path / "ln")
-    h = lambda b: hashlib.sha256(b).hexdigest()
+
+    def h(b: bytes) -> str:
+        return hashlib.sha256(b).hexdigest()
+
     body = (b"patchbake-tree-digest v1\n"
             + b"100644 " + h(b"hi\n").encode() + b" d/x\0"
             + b"120000 " + h(b"d/x").encode() + b" ln\0"

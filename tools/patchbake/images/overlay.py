@@ -33,13 +33,21 @@ _NATIVE_DIRS = ("csrc/", "cmake/", "rust/")
 class Patched(Protocol):
     """What bake needs from ``patchset.PatchedTree`` (tests pass a small stand-in)."""
 
-    root: Path
-    files: dict[str, str]
-    deleted: frozenset[str]
-    patch_sha256: str
-    files_sha256: str
-    tree_digest: str
-    pristine_digest: str
+    # read-only members, so frozen dataclasses (PatchedTree, the tests' stand-in) conform
+    @property
+    def root(self) -> Path: ...
+    @property
+    def files(self) -> dict[str, str]: ...
+    @property
+    def deleted(self) -> frozenset[str]: ...
+    @property
+    def patch_sha256(self) -> str: ...
+    @property
+    def files_sha256(self) -> str: ...
+    @property
+    def tree_digest(self) -> str: ...
+    @property
+    def pristine_digest(self) -> str: ...
 
 
 def native_paths(paths: list[str]) -> list[str]:

@@ -132,7 +132,7 @@ def parse_filelist(data: bytes, name: str = "FILES.txt") -> FileList:
     legacy = "format" not in header
     keys = [sort_key(e.path) for e in rows]
     if len(set(keys)) != len(keys):
-        dup = next(e.path for e, k in zip(rows, keys) if keys.count(k) > 1)
+        dup = next(e.path for e, k in zip(rows, keys, strict=True) if keys.count(k) > 1)
         raise GuardError(f"{name}: path {dup} is listed twice")
     if not legacy and keys != sorted(keys):
         raise GuardError(f"{name}: paths are not sorted bytewise (hand-edited?)",

@@ -59,7 +59,8 @@ def read_source(path: Path) -> SourceRecord | None:
         data = json.loads(raw)
     except ValueError as exc:
         raise ExportError(f"{path}: not valid JSON ({exc})",
-                          hint="restore it from git; it is written by `patchbake patch export`")
+                          hint="restore it from git; it is written by `patchbake patch export`"
+                          ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportError(f"{path}: not a patchbake source record (format {FORMAT!r})")
     return SourceRecord(data)
