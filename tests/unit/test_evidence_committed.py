@@ -35,7 +35,7 @@ def test_committed_evidence_is_about_a_recorded_bake(path: Path) -> None:
 
     rec = find_record(REPO, f"sha256:{path.parent.name}")
     assert rec is not None, f"no manifests/images/*/{path.parent.name}.json"
-    assert rec["manifest_digest"] == f"sha256:{path.parent.name}"
+    assert rec.manifest_digest == f"sha256:{path.parent.name}"
     pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
-    v = records.verify_file(path, rec["manifest_digest"], pol)
-    assert v.statement.subject_name == rec["definition"]
+    v = records.verify_file(path, rec.manifest_digest, pol)
+    assert v.statement.subject_name == rec.definition

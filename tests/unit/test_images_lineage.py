@@ -168,7 +168,7 @@ def test_a_rebake_supersedes_the_old_record_without_deleting_it(
     assert sup == {first.digest: {"digest": first.digest, "superseded_by": second.digest,
                                   "record": first.record}}
     assert (repo.root / first.record).is_file()  # kept: evidence about it still verifies
-    assert record.latest(repo.root, "offline")["manifest_digest"] == second.digest
+    assert record.latest(repo.root, "offline").manifest_digest == second.digest
     third = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=2)
     sup = record.superseded(repo.root, "offline")
     assert {d: r["superseded_by"] for d, r in sup.items()} == {
@@ -192,8 +192,8 @@ def test_committed_record_names_the_forced_sources_commit() -> None:
     src = read_source(repo / "patch" / "SOURCE")
     assert src is not None and src.data.get("forced"), "patch/SOURCE is no longer forced"
     rec = record.latest(repo, "sm89-serving-offline")
-    assert rec["patch"]["sha256"] == src.patch_sha256
-    assert rec["labels"]["org.opencontainers.image.revision"] == src.commit
+    assert rec.patch_sha256 == src.patch_sha256
+    assert rec.doc["labels"]["org.opencontainers.image.revision"] == src.commit
     assert src.commit != src.data["forced"]["previous_commit"]
 
 

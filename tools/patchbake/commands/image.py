@@ -113,7 +113,7 @@ def image_ls(ctx: Ctx) -> None:
     rows = []
     for name in definition.names(ctx.pipeline):
         try:
-            digest = record.latest(ctx.pipeline.root, name)["manifest_digest"]
+            digest = record.latest(ctx.pipeline.root, name).manifest_digest
         except ImageError:
             digest = None
         rows.append({"definition": name, "file": ctx.pipeline.images[name],

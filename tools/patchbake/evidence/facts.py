@@ -15,13 +15,8 @@ from ..suites.image import ImageRef, find_record
 
 def patch_sha256(pipeline: Pipeline, store: Store, ref: ImageRef) -> str | None:
     rec = find_record(pipeline.root, ref.digest)
-    if rec:
-        for key in ("patch_sha256", "patch"):
-            v = rec.get(key)
-            if isinstance(v, str):
-                return v.removeprefix("sha256:")
-            if isinstance(v, dict) and isinstance(v.get("sha256"), str):
-                return str(v["sha256"]).removeprefix("sha256:")
+    if rec is not None:
+        return rec.patch_sha256
     try:
         from ..oci import image as oci_image
 

@@ -15,9 +15,12 @@ that becomes latest again leaves the index.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..digest import Digest, is_digest, is_hex
 from ..errors import ImageError
 from ..fsutil import atomic_write, pretty_json, write_once
 
@@ -30,6 +33,54 @@ SUPERSEDED = "superseded.json"
 SUPERSEDED_FORMAT = "patchbake-superseded/1"
 
 
+@dataclass(frozen=True)
+class ImageRecord:
+    """One bake's record: the typed fields every reader uses, and the whole document as
+    written (``doc``). Loaded by ``ImageRecord.load`` and written by ``dump`` only."""
+
+    definition: str
+    manifest_digest: Digest
+    config_digest: Digest
+    patch_sha256: str
+    site_packages: str | None
+    doc: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, doc: object, where: str) -> ImageRecord:
+        """The edge: a parsed document checked once (format version, digests, patch)."""
+        if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
+            found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise ImageError(f"{where} is not an image record of format {RECORD_FORMAT} "
+                             f"(found {found!r})")
+        patch = doc.get("patch")
+        sha = patch.get("sha256") if isinstance(patch, dict) else None
+        bad = [k for k, ok in (("definition", isinstance(doc.get("definition"), str)),
+                               ("manifest_digest", is_digest(doc.get("manifest_digest"))),
+                               ("config_digest", is_digest(doc.get("config_digest"))),
+                               ("patch.sha256", is_hex(sha))) if not ok]
+        if bad:
+            raise ImageError(f"{where}: image record field(s) {', '.join(bad)} missing or "
+                             "malformed")
+        sp = doc.get("site_packages")
+        return cls(str(doc["definition"]), Digest(doc["manifest_digest"]),
+                   Digest(doc["config_digest"]), str(sha),
+                   sp if isinstance(sp, str) else None, dict(doc))
+
+    @classmethod
+    def load(cls, path: Path) -> ImageRecord:
+        try:
+            doc = json.loads(path.read_bytes())
+        except OSError as exc:
+            raise ImageError(f"image record {path} is unreadable: {exc.strerror}") from None
+        except ValueError as exc:  # a committed record that does not parse is reported
+            raise ImageError(f"image record {path} is not valid JSON: {exc}") from None
+        return cls.from_json(doc, f"image record {path}")
+
+    def dump(self) -> bytes:
+        """The record's bytes (pretty canonical JSON): what ``write_record`` writes once."""
+        return pretty_json(dict(self.doc))
+
+
 def records_dir(repo_root: Path, definition: str) -> Path:
     return repo_root / "manifests" / "images" / definition
 
@@ -40,8 +91,9 @@ def record_path(repo_root: Path, definition: str, manifest_digest: str) -> Path:
 
 def write_record(repo_root: Path, record: dict[str, Any]) -> Path:
     """Write the record (once) and move ``latest.json`` to it. Returns the record path."""
-    path = record_path(repo_root, record["definition"], record["manifest_digest"])
-    data = pretty_json(record)
+    rec = ImageRecord.from_json(record, f"the new record of {record.get('definition')!r}")
+    path = record_path(repo_root, rec.definition, rec.manifest_digest)
+    data = rec.dump()
     try:
         write_once(path, data)
     except FileExistsError:
@@ -103,21 +155,30 @@ def _update_superseded(repo_root: Path, definition: str, previous: str | None,
         atomic_write(records_dir(repo_root, definition) / SUPERSEDED, pretty_json(doc))
 
 
-def latest(repo_root: Path, definition: str) -> dict[str, Any]:
+def latest(repo_root: Path, definition: str) -> ImageRecord:
     """The definition's latest bake record (raises when nothing was baked)."""
     p = records_dir(repo_root, definition) / LATEST
     try:
         pointer = json.loads(p.read_bytes())
-        rec = json.loads((repo_root / pointer["record"]).read_bytes())
+        target = repo_root / pointer["record"]
     except FileNotFoundError:
         raise ImageError(f"no recorded bake of '{definition}' (no {p.relative_to(repo_root)})",
                          hint=f"run `patchbake bake {definition}`") from None
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise ImageError(f"{p.relative_to(repo_root)} is unreadable: {exc}") from None
-    if rec.get("manifest_digest") != pointer.get("digest"):
+    rec = ImageRecord.load(target)
+    if rec.manifest_digest != pointer.get("digest"):
         raise ImageError(f"{p.relative_to(repo_root)} points at {pointer.get('digest')} but "
-                         f"its record holds {rec.get('manifest_digest')}")
-    return dict(rec)
+                         f"its record holds {rec.manifest_digest}")
+    return rec
+
+
+def find(repo_root: Path, manifest_digest: str) -> ImageRecord | None:
+    """The committed record of a manifest digest, whichever definition baked it."""
+    hexd = Digest.parse(manifest_digest, "image digest", ImageError).hex
+    for p in sorted((repo_root / "manifests" / "images").glob(f"*/{hexd}.json")):
+        return ImageRecord.load(p)
+    return None
 
 
 def latest_digest(pipeline: Pipeline, name: str) -> str | None:
@@ -125,4 +186,4 @@ def latest_digest(pipeline: Pipeline, name: str) -> str | None:
     definition of ``pipeline``)."""
     if name not in pipeline.images:
         return None
-    return str(latest(pipeline.root, name)["manifest_digest"])
+    return latest(pipeline.root, name).manifest_digest
