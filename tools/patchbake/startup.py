@@ -33,7 +33,7 @@ STARTUP_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE",
 # CUDA bases set these themselves: a failure only when the image differs from its base
 BASE_ENV = ("LD_LIBRARY_PATH",)
 _CONFIG_KEYS = ("Entrypoint", "Cmd", "User", "WorkingDir", "Shell", "Healthcheck", "OnBuild")
-OTHER_VERSIONS = tuple(f"3.{n}" for n in range(6, 16))
+OTHER_VERSIONS = tuple(f"3.{n}" for n in range(8, 15))  # 3.8 .. 3.14
 
 
 @dataclass(frozen=True)
