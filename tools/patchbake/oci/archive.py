@@ -235,7 +235,7 @@ def _same_image(tf: tarfile.TarFile, path: Path, image: Image) -> None:
     if len(entry["Layers"]) != len(image.layers):
         raise ImageError(f"{where} name {len(entry['Layers'])} vs {len(image.layers)} layers; "
                          "refusing an archive with two images")
-    for i, (name, layer) in enumerate(zip(entry["Layers"], image.layers)):
+    for i, (name, layer) in enumerate(zip(entry["Layers"], image.layers, strict=True)):
         own = _norm(name) == f"blobs/sha256/{layer.hex}"
         digest = layer.digest if own else _hash_member(tf, name)[0]
         if digest != layer.digest:
@@ -293,7 +293,7 @@ def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
             raise IntegrityError(f"layer {i} ({name}): uncompressed tar hashes to {diff_id}; "
                                  f"the config's diff_id is {diff_ids[i]}; nothing was stored")
         layers.append(Descriptor(OCI_LAYER_GZIP if gz else OCI_LAYER_TAR, digest, size))
-    for name, layer in zip(entry["Layers"], layers):
+    for name, layer in zip(entry["Layers"], layers, strict=True):
         _store_member(store, tf, name, layer.digest)
     store.put_bytes(cbytes, expected=cdigest)
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,

@@ -348,7 +348,7 @@ def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, memos: list[dict[
     worker.join()
     if failed:
         raise failed[0]
-    for i, (desc, h, memo) in enumerate(zip(image.layers, hashed, memos)):
+    for i, (desc, h, memo) in enumerate(zip(image.layers, hashed, memos, strict=True)):
         _check_digests(h, desc.digest, desc.size, image.diff_ids[i], i)
         scanner.view.layers.append(LayerReport(desc.digest, image.diff_ids[i], h.raw_size,
                                                int(memo["entries"])))
