@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
@@ -52,14 +53,14 @@ def put_json(store: Store, obj: Any) -> tuple[str, int, bytes]:
     """Store ``obj`` as canonical JSON; return ("sha256:<hex>", size, bytes)."""
     data = canonical_json(obj)
     hexd = store.put_bytes(data)
-    return f"sha256:{hexd}", len(data), data
+    return Digest.from_hex(hexd), len(data), data
 
 
 def read_verified(store: Store, digest: str, size: int | None = None) -> bytes:
     """Read a blob and re-hash it: a blob edited in place in the store is caught here."""
     data = store.read_blob(digest)
     got = hashlib.sha256(data).hexdigest()
-    want = digest.removeprefix("sha256:")
+    want = Digest.parse(digest, "blob digest", IntegrityError).hex
     if got != want:
         raise IntegrityError(f"store blob sha256:{want} now hashes to sha256:{got}: the store "
                              "was modified", hint="run `patchbake store fsck` and re-bake")
