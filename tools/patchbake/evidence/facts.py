@@ -8,6 +8,7 @@ copied from an earlier log. Kept apart so the summary meets the identity stage a
 from __future__ import annotations
 
 from ..config import Lineage, Pipeline
+from ..digest import is_hex
 from ..errors import PatchbakeError
 from ..store import Store
 from ..suites.image import ImageRef, find_record
@@ -25,7 +26,7 @@ def patch_sha256(pipeline: Pipeline, store: Store, ref: ImageRef) -> str | None:
         return None
     for k, v in img.labels.items():
         if k.endswith("patch.sha256"):
-            return v.removeprefix("sha256:")
+            return v if is_hex(v) else None
     return None
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
+from ..digest import Digest
 from ..errors import EvidenceError
 from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
 from ..suites.machine import platform_line
@@ -29,7 +30,6 @@ SUFFIX = ".dsse.json"
 JUNIT_SUFFIX = ".junit.xml"  # the JUnit bytes a statement's junitSha256 names, beside it
 NOT_SHOWN = "not shown to test the patch"
 _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,7 @@ class Verified:
 
 
 def _digest_hex(digest: str) -> str:
-    if not _DIGEST.match(digest):
-        raise EvidenceError(f"'{digest}' is not an image manifest digest (sha256:<64 hex>)")
-    return digest.removeprefix("sha256:")
+    return Digest.parse(digest, "image manifest digest", EvidenceError).hex
 
 
 def evidence_path(evidence_dir: Path, image_digest: str, suite: str) -> Path:

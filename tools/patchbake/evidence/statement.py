@@ -10,10 +10,10 @@ is WARNED, which never counts as evidence.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import Digest, is_hex
 from .failures import fail
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -21,7 +21,6 @@ PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 RESULT_FORMAT = "patchbake-suite-result/v1"
 RESULTS = ("PASSED", "WARNED", "FAILED")
 COUNT_KEYS = ("tests", "passed", "failed", "skipped", "errors")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def _build(result: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": image["name"],
-                     "digest": {"sha256": image["digest"].removeprefix("sha256:")}}],
+                     "digest": {"sha256": Digest(image["digest"]).hex}}],
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
     }
@@ -139,7 +138,7 @@ def check(obj: Any, where: str) -> Statement:
         fail("bad-predicate", f"{where}: subject must list exactly one image")
     digest = (subjects[0].get("digest") or {}).get("sha256") if isinstance(
         subjects[0].get("digest"), dict) else None
-    if not isinstance(digest, str) or not _HEX64.match(digest):
+    if not is_hex(digest):
         fail("bad-predicate", f"{where}: subject digest is not a sha256")
     name = _need(subjects[0], "name", str, where + " subject")
     pred = _need(obj, "predicate", dict, where)
@@ -150,7 +149,7 @@ def check(obj: Any, where: str) -> Statement:
         _need(pred, key, list, where)
     suite = _need(pred, "suite", str, where)
     content = _need(pred, "suiteContentSha256", str, where)
-    if not _HEX64.match(content):
+    if not is_hex(content):
         fail("bad-predicate", f"{where}: suiteContentSha256 is not a sha256")
     counts = _need(pred, "counts", dict, where)
     for key in COUNT_KEYS:
@@ -170,5 +169,5 @@ def check(obj: Any, where: str) -> Statement:
     flags = probe_flags(probes, decl if isinstance(decl, dict) else None)
     if result == "PASSED" and flags:
         fail("bad-predicate", f"{where}: result PASSED although {flags[0]}")
-    return Statement(obj, name, "sha256:" + digest, suite, result,
+    return Statement(obj, name, Digest.from_hex(digest), suite, result,
                      {k: int(counts[k]) for k in COUNT_KEYS}, env, runner, probes)
