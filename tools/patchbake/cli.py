@@ -109,11 +109,6 @@ class _LazyGroup(click.Group):
 main_group.__class__ = _LazyGroup
 
 
-def _register() -> None:
-    """Import every command module (tests and docs use this to see all commands)."""
-    _load_all()
-
-
 def _hoist_json(args: list[str]) -> list[str]:
     """``--json`` is accepted anywhere (``patchbake series verify --json`` as well as
     ``patchbake --json series verify``): it becomes the global flag every command reads."""

@@ -166,10 +166,6 @@ def resolve_base(defn: Definition, store: Store, lineage: Lineage) -> BaseImage:
     return _from_registry(defn, store)
 
 
-def manifest_media(image: Image) -> str:
-    return image.media_type
-
-
 def describe(base: BaseImage) -> dict[str, object]:
     return {"name": base.name, "digest": base.pinned, "manifest_digest": base.manifest_digest,
             "index_digest": base.index_digest, "config_digest": base.image.config_desc.digest,

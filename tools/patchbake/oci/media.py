@@ -34,10 +34,6 @@ def layer_type_for(manifest_type: str) -> str:
     return DOCKER_LAYER_TAR if manifest_type == DOCKER_MANIFEST else OCI_LAYER_TAR
 
 
-def config_type_for(manifest_type: str) -> str:
-    return DOCKER_CONFIG if manifest_type == DOCKER_MANIFEST else OCI_CONFIG
-
-
 def compression_of(media_type: str) -> str:
     """'none' or 'gzip'; any other compression is refused (we could not check diff_ids)."""
     if media_type in TAR_LAYERS:
