@@ -9,7 +9,6 @@ with these and never obeyed.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +17,7 @@ from .errors import ImageError
 from .images import definition as definitions
 from .images.definition import Definition
 from .images.overlay import IDENTITY_PATH
+from .images.record import ImageRecord
 from .images.refs import Resolved
 from .oci.scan import View
 from .store import Store
@@ -29,7 +29,7 @@ class Expected:
     was recorded, its image record -- and never from the image under test."""
 
     definition: Definition
-    record: dict[str, Any] | None
+    record: ImageRecord | None
     base_diff_ids: tuple[str, ...]
     base_config: dict[str, Any] | None
     how: str  # how the definition was found
@@ -39,27 +39,13 @@ class Expected:
         return self.definition.sp_rel
 
 
-def find_record(pipeline: Pipeline, image: Any) -> dict[str, Any] | None:
+def find_record(pipeline: Pipeline, image: Any) -> ImageRecord | None:
     """The image record naming this manifest digest (or, for an engine's re-export that
     keeps the config but not the manifest, this config digest)."""
     from .images import record as records
 
-    for name in sorted(pipeline.images):
-        folder = records.records_dir(pipeline.root, name)
-        exact = records.record_path(pipeline.root, name, image.manifest_digest)
-        files = [exact] if exact.is_file() else sorted(folder.glob("*.json"))
-        for f in files:
-            if f.name == records.LATEST:
-                continue
-            try:
-                rec = json.loads(f.read_bytes())
-            except (OSError, ValueError):
-                continue
-            if isinstance(rec, dict) and rec.get("definition") == name and (
-                    rec.get("manifest_digest") == image.manifest_digest
-                    or rec.get("config_digest") == image.config_desc.digest):
-                return dict(rec)
-    return None
+    return records.find_for_image(pipeline.root, pipeline.images, image.manifest_digest,
+                                  image.config_desc.digest)
 
 
 def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: str | None,
@@ -67,10 +53,10 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
     """The definition (and record) ``res`` is verified against; refuses to guess."""
     rec = find_record(pipeline, res.image)
     named = res.definition or definition
-    if rec is not None and named is not None and rec["definition"] != named:
+    if rec is not None and named is not None and rec.definition != named:
         raise ImageError(f"{res.ref} ({res.image.manifest_digest}) is recorded as a bake of "
-                         f"'{rec['definition']}', not of '{named}'")
-    name = named or (rec["definition"] if rec else None)
+                         f"'{rec.definition}', not of '{named}'")
+    name = named or (rec.definition if rec else None)
     if name is None:
         raise ImageError(f"cannot tell which image definition {res.ref} "
                          f"({res.image.manifest_digest}) is verified against: no image record "
@@ -80,12 +66,12 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
         raise ImageError(f"--site-packages {site_packages} disagrees with definition "
                          f"'{name}' ({defn.site_packages}); verify reads the definition's")
     how = (f"definition '{name}'" + (" (named)" if named else " (from the image record)")
-           + (f", record {rec['manifest_digest']}" if rec else ", no image record"))
-    base_digest = (rec.get("base") or {}).get("manifest_digest") if rec else None
+           + (f", record {rec.manifest_digest}" if rec else ", no image record"))
+    base_digest = (rec.doc.get("base") or {}).get("manifest_digest") if rec else None
     base_digest = base_digest or defn.base.platform_digest or defn.base.digest
     base = base_image(store, base_digest, name)
     if rec is not None:
-        diff_ids = tuple(x["diff_id"] for x in rec.get("layers") or [] if x.get("from") == "base")
+        diff_ids = tuple(x["diff_id"] for x in rec.doc.get("layers") or [] if x.get("from") == "base")
     else:
         diff_ids = tuple(base.diff_ids) if base is not None else ()
     if not diff_ids:
@@ -136,9 +122,9 @@ def label_checks(res: Resolved, exp: Expected) -> list[str]:
         if key in labels and labels[key] != value:
             problems.append(f"label {key}={labels[key]!r} disagrees with the definition "
                             f"({value!r})")
-    if exp.record is not None and exp.record.get("site_packages") != \
+    if exp.record is not None and exp.record.site_packages != \
             exp.definition.site_packages:
-        problems.append(f"the image record says site-packages {exp.record.get('site_packages')}"
+        problems.append(f"the image record says site-packages {exp.record.site_packages}"
                         f", the definition {exp.definition.site_packages}")
     n = len(exp.base_diff_ids)
     if tuple(res.image.diff_ids[:n]) != exp.base_diff_ids:
@@ -155,7 +141,7 @@ def site_packages_for(res: Resolved, pipeline: Pipeline | None, given: str | Non
     sp = None
     if pipeline is not None:
         rec = find_record(pipeline, res.image)
-        name = res.definition or definition or (rec["definition"] if rec else None)
+        name = res.definition or definition or (rec.definition if rec else None)
         if name is not None:
             sp = definitions.load(pipeline, name).sp_rel
         else:
@@ -205,7 +191,7 @@ def wrapper_checks(view: View, res: Resolved) -> list[str]:
 
 def record_checks(view: View, exp: Expected) -> list[str]:
     """The in-image identity record must be the one the repository's image record names."""
-    want = (exp.record or {}).get("identity_sha256")
+    want = exp.record.doc.get("identity_sha256") if exp.record else None
     got = view.files.get(IDENTITY_PATH.lstrip("/"))
     if want and (got is None or got.sha256 != want):
         return [(f"{IDENTITY_PATH} is not the identity record the image record names "

@@ -15,7 +15,7 @@ that becomes latest again leaves the index.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,6 +178,28 @@ def find(repo_root: Path, manifest_digest: str) -> ImageRecord | None:
     hexd = Digest.parse(manifest_digest, "image digest", ImageError).hex
     for p in sorted((repo_root / "manifests" / "images").glob(f"*/{hexd}.json")):
         return ImageRecord.load(p)
+    return None
+
+
+def find_for_image(repo_root: Path, definitions: Iterable[str], manifest_digest: str,
+                   config_digest: str) -> ImageRecord | None:
+    """The record of one of ``definitions`` naming this manifest digest (or, for an
+    engine's re-export that keeps the config but not the manifest, this config digest).
+    Files that are not records of the current format are passed over."""
+    for name in sorted(definitions):
+        exact = record_path(repo_root, name, manifest_digest)
+        files = [exact] if exact.is_file() else sorted(records_dir(repo_root, name)
+                                                        .glob("*.json"))
+        for f in files:
+            if f.name in (LATEST, SUPERSEDED):
+                continue
+            try:
+                rec = ImageRecord.load(f)
+            except ImageError:
+                continue
+            if rec.definition == name and (rec.manifest_digest == manifest_digest
+                                           or rec.config_digest == config_digest):
+                return rec
     return None
 
 
