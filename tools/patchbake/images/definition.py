@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ..config import Pipeline
 from ..errors import ConfigError
@@ -140,14 +139,9 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
 
 
 def load_file(path: Path, name: str | None = None, root: Path | None = None) -> Definition:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"image definition {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path.name}: not valid YAML{at}") from None
+    from ..yamlread import load_file as read_yaml
+
+    data = read_yaml(path, "image definition")
     return parse(data, name or path.stem, path, root or path.parent.parent)
 
 
