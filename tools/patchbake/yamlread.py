@@ -55,12 +55,15 @@ class _Loader(_Base):  # type: ignore[misc, valid-type]
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 
 
-def _depth(text: str) -> int:
+def _depth(text: str, cap: int) -> int:
+    """The deepest nesting, or the first depth past ``cap`` (the scan stops there)."""
     deepest = depth = 0
-    for tok in yaml.scan(text, Loader=yaml.SafeLoader):
+    for tok in yaml.scan(text, Loader=_Base):
         if isinstance(tok, _OPEN):
             depth += 1
             deepest = max(deepest, depth)
+            if deepest > cap:
+                return deepest
         elif isinstance(tok, _CLOSE):
             depth -= 1
     return deepest
@@ -79,10 +82,10 @@ def parse_text(data: bytes, name: str) -> Any:
         raise ConfigError(f"{name}: not UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
                           hint="save the file as UTF-8") from None
     try:
-        deep = _depth(text)
+        deep = _depth(text, lim.yaml_depth)
         if deep > lim.yaml_depth:
-            raise InputLimitError(f"{name}: nesting depth {deep} exceeds the cap of "
-                                  f"{lim.yaml_depth}", hint=f"raise {limits.ENV['yaml_depth']} "
+            raise InputLimitError(f"{name}: nesting deeper than {lim.yaml_depth}, the cap; "
+                                  "refusing it", hint=f"raise {limits.ENV['yaml_depth']} "
                                                             "if the file is genuine")
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as exc:

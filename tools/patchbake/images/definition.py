@@ -162,6 +162,11 @@ def load(pipeline: Pipeline, name: str) -> Definition:
     if not isinstance(rel, str):
         raise ConfigError(f"{pipeline.path.name}: 'images.{name}' must be the path of a "
                           f"definition file, got {type(rel).__name__}")
+    path = (pipeline.root / rel).resolve()
+    if not path.is_relative_to(pipeline.root.resolve()):
+        raise ConfigError(f"{pipeline.path.name}: 'images.{name}' names {rel}, which lies "
+                          "outside the repository",
+                          hint="image definitions are reviewed files of the repository")
     return load_file(pipeline.root / rel, name, pipeline.root)
 
 

@@ -62,12 +62,34 @@ def normalise(name: str, member: str) -> str:
 
 
 # -- readers ------------------------------------------------------------------------------
+def _decompressed(raw: IO[bytes]) -> IO[bytes]:
+    """The archive's tar stream, through a decompressor that checks the format's own
+    integrity field (gzip CRC-32 and length, bzip2 and xz checks) when drained to EOF:
+    tarfile's stream mode skips the gzip trailer, so a flipped byte in a stored block
+    would otherwise go unnoticed."""
+    import bz2
+
+    magic = raw.read(6)
+    raw.seek(0)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+    return raw
+
+
 def _tar_members(path: Path) -> Iterator[Member]:
     try:
         # stream mode: one sequential pass, each file read before the next header
-        with tarfile.open(path, mode="r|*") as tf:
+        with open(path, "rb") as raw, _decompressed(raw) as stream, \
+                tarfile.open(fileobj=stream, mode="r|") as tf:
             for ti in tf:
-                if ti.isreg():
+                if ti.issparse():
+                    yield Member(ti.name, "a GNU sparse file (read differently by "
+                                 "different unpackers)", ti.mode)
+                elif ti.isreg():
                     yield Member(ti.name, FILE, ti.mode, open=_tar_opener(tf, ti))
                 elif ti.isdir():
                     yield Member(ti.name, DIR, ti.mode)
@@ -81,6 +103,9 @@ def _tar_members(path: Path) -> Iterator[Member]:
                     yield Member(ti.name, "a fifo", ti.mode)
                 else:
                     yield Member(ti.name, f"an unsupported tar type {ti.type!r}", ti.mode)
+            # drain to EOF: the decompressor verifies its checksum at the end
+            while stream.read(_COPY):
+                pass
     except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
         raise FetchError(f"{path.name}: not a readable tar archive: {exc}",
                          hint="the archive is truncated or corrupt; fetch it again") from exc
@@ -120,7 +145,8 @@ def _zip_members(path: Path) -> Iterator[Member]:
 def members(path: Path) -> Iterator[Member]:
     with open(path, "rb") as f:
         magic = f.read(4)
-    return _zip_members(path) if magic == b"PK\x03\x04" else _tar_members(path)
+    is_zip = magic in (b"PK\x03\x04", b"PK\x05\x06")  # a local header, or an empty zip
+    return _zip_members(path) if is_zip else _tar_members(path)
 
 
 # -- extraction ---------------------------------------------------------------------------
