@@ -438,3 +438,89 @@ _ref_case("pull with a URL scheme", ["pull", "http://registry.test/r:t"], 2,
           "is not a host")
 _ref_case("push of an unknown image", ["push", "sha256:" + "0" * 64, "127.0.0.1:5000/r:t"],
           13, "is not in the store")
+
+
+# -- image archives (a definition's docker-archive base, read by `bake`) ---------------------
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _layer(gz: bool = True) -> tuple[bytes, bytes]:
+    """(stored bytes, uncompressed tar) of a one-file layer."""
+    tar = _tar([_f("etc/x", b"layer\n")], mode="w")
+    if not gz:
+        return tar, tar
+    import gzip
+    return gzip.compress(tar, mtime=0), tar
+
+
+def _docker_archive(config: object | None = None, manifest: object | None = None,
+                    layer: bytes | None = None, extra: list[tuple[str, bytes]] | None = None,
+                    index: object | None = None) -> bytes:
+    stored, tar = _layer()
+    if layer is not None:
+        stored = layer
+    cfg = config if config is not None else {
+        "architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [_sha(tar)]}}
+    cbytes = json.dumps(cfg).encode()
+    chex = hashlib.sha256(cbytes).hexdigest()
+    man = manifest if manifest is not None else [
+        {"Config": f"{chex}.json", "RepoTags": ["b:1"], "Layers": ["l0/layer.tar"]}]
+    files = [("manifest.json", json.dumps(man).encode()), (f"{chex}.json", cbytes),
+             ("l0/layer.tar", stored), *(extra or [])]
+    if index is not None:
+        files.append(("index.json", json.dumps(index).encode()))
+    return _tar([_f(n, d) for n, d in files], mode="w")
+
+
+def _bake_case(name: str, code: int, match: str, make: Callable[[], bytes]) -> None:
+    def build(root: Path) -> list[str]:
+        repo = scratch(root)
+        (repo / "images").mkdir()
+        (repo / "images" / "x.yaml").write_text(
+            "version: 1\nbase: {source: docker-archive, name: 'b:1', digest: 'sha256:"
+            + "1" * 64 + "', path: base.tar}\nsite_packages: /usr/lib/python3/dist-packages\n"
+            "mode: overlay\n")
+        p = repo / "pipeline.yaml"
+        p.write_text(p.read_text() + "images:\n  x: images/x.yaml\n")
+        (repo / "base.tar").write_bytes(make())
+        return ["bake", "x"]
+    CASES.append(Case(f"image archive: {name}", "images", build, code, match))
+
+
+_GOOD_TAR = _layer()[1]
+_bake_case("not a tar", 30, "not a readable docker-archive", lambda: os.urandom(3000))
+_bake_case("truncated", 30, "", lambda: _docker_archive()[:1500])
+_bake_case("manifest.json not JSON", 30, "not JSON",
+           lambda: _tar([_f("manifest.json", b"{nope")], mode="w"))
+_bake_case("manifest.json lists two images", 30, "exactly one image",
+           lambda: _tar([_f("manifest.json", b"[{}, {}]")], mode="w"))
+_bake_case("manifest.json entry is a string", 30, "needs 'Config'",
+           lambda: _tar([_f("manifest.json", b'["x"]')], mode="w"))
+_bake_case("config member missing", 30, "has no member",
+           lambda: _tar([_f("manifest.json", b'[{"Config": "c.json", "Layers": []}]')], mode="w"))
+_bake_case("rootfs is a string", 30, "'rootfs' is str",
+           lambda: _docker_archive(config={"rootfs": "layers", "config": {}}))
+_bake_case("config is a list", 30, "'config' is list",
+           lambda: _docker_archive(config={"rootfs": {"diff_ids": [_sha(_GOOD_TAR)]}, "config": []}))
+_bake_case("integer diff_ids", 30, "not a sha256 digest",
+           lambda: _docker_archive(config={"rootfs": {"diff_ids": [5]}, "config": {}}))
+_bake_case("diff_ids not a list", 30, "not a list",
+           lambda: _docker_archive(config={"rootfs": {"diff_ids": "sha256:x"}}))
+_bake_case("diff_ids count differs", 30, "diff_ids for",
+           lambda: _docker_archive(config={"rootfs": {"diff_ids": []}}))
+_bake_case("diff_id does not match the layer", 11, "uncompressed tar hashes",
+           lambda: _docker_archive(config={"rootfs": {"diff_ids": ["sha256:" + "2" * 64]}}))
+_bake_case("corrupt gzip layer", 30, "not a valid gzip stream",
+           lambda: _docker_archive(layer=_corrupt(_layer()[0] + b"\0" * 0)))
+_bake_case("truncated gzip layer", 30, "truncated gzip",
+           lambda: _docker_archive(layer=_layer()[0][:-30]))
+_bake_case("unsafe entry", 12, "unsafe archive entry",
+           lambda: _tar([_f("../evil", b"x")], mode="w"))
+_bake_case("index.json manifests is a string", 30, "",
+           lambda: _docker_archive(index={"schemaVersion": 2, "manifests": "x"}))
+_bake_case("index.json entry is a string", 30, "descriptor is not an object",
+           lambda: _docker_archive(index={"schemaVersion": 2, "manifests": ["x"]}))
+_bake_case("index.json not JSON", 30, "not valid JSON",
+           lambda: _tar([_f("index.json", b"{")], mode="w"))
