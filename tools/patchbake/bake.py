@@ -123,6 +123,9 @@ def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
              backend: str) -> str:
     return sha256_bytes(canonical_json({
         "format": BAKE_FORMAT, "writers": WRITERS, "definition": defn.fingerprint,
+        # the name is in the image's labels and its record: two definitions with the same
+        # content are two images, never one cached bake found under the other's name
+        "name": defn.name,
         "base": base.manifest_digest, "patch": patched.patch_sha256,
         "files": patched.files_sha256, "tree": patched.tree_digest,
         "pristine": patched.pristine_digest, "epoch": epoch, "backend": backend,
