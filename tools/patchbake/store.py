@@ -34,7 +34,7 @@ from typing import BinaryIO
 import platformdirs
 
 from .errors import IntegrityError, StoreError
-from .fsutil import CHUNK, fsync_dir, fsync_tree
+from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # errno values that mean "this store cannot take writes", as opposed to a bug
@@ -52,22 +52,6 @@ def write_failure(exc: OSError, where: object) -> StoreError | None:
     return StoreError(f"cannot write {getattr(exc, 'filename', None) or where}: {why}; "
                       "nothing half-written was kept",
                       hint="free space or make the store writable (PATCHBAKE_HOME), then rerun")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def staging_owner(name: str) -> int | None:
-    """The pid in a staging name ``<what>.<pid>.<random>`` (or ``.<file>.<pid>.<r>.tmp``)."""
-    m = re.match(r"^\.?[^.]+(?:\.[^.]+)*?\.(\d+)\.[^.]+(?:\.tmp)?$", name)
-    return int(m.group(1)) if m else None
 
 
 def is_litter(path: Path, now: float | None = None) -> bool:
@@ -144,6 +128,19 @@ class Store:
                 except OSError:
                     continue  # a read-only store: fsck reports it
                 gone.append(p)
+        # half-written records (``.<name>.<pid>.<r>.tmp``) in the record directories
+        for sub in ("", "sources", "patched", "bakes", "registry"):
+            d = self.root / sub
+            try:
+                found = [p for p in d.glob(".*.tmp") if is_litter(p, now)]
+            except OSError:
+                continue
+            for p in found:
+                try:
+                    p.unlink()
+                    gone.append(p)
+                except OSError:
+                    continue
         return gone
 
     # -- blobs -------------------------------------------------------------------------
