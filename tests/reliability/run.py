@@ -73,7 +73,7 @@ def run_corpus(tmp: Path) -> Section:
     by_area: Counter[str] = Counter()
     for i, c in enumerate(corpus.CASES):
         root = tmp / f"case{i}"
-        root.mkdir()
+        root.mkdir(parents=True)
         home = root / "store"
         os.environ["PATCHBAKE_HOME"] = str(home)
         try:
