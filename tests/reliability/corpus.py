@@ -24,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "fixtures" / "patchset"))
-import fx  # noqa: E402
+import fx
 
 
 @dataclass(frozen=True)
@@ -361,8 +361,12 @@ _patch_case("patch is empty", 21, "", _write(PATCH, b""))
 _patch_case("patch missing", 21, "does not exist", lambda repo: (repo / PATCH).unlink())
 _patch_case("patch path traversal", 21, "", _edit(PATCH, lambda b: b.replace(
     b"a/pkg/", b"a/../pkg/", 1).replace(b"b/pkg/", b"b/../pkg/", 1)))
-_patch_case("patch is a directory", 21, "", lambda repo: ((repo / PATCH).unlink(),
-                                                          (repo / PATCH).mkdir()) and None)
+def _patch_dir(repo: Path) -> None:
+    (repo / PATCH).unlink()
+    (repo / PATCH).mkdir()
+
+
+_patch_case("patch is a directory", 21, "", _patch_dir)
 
 
 @case("patch apply: --to under a regular file", "patches", 17, "cannot be written",

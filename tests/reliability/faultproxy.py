@@ -158,7 +158,7 @@ class Running:
     def host(self) -> str:
         return f"127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> Running:
+    def __enter__(self) -> Running:  # noqa: PYI034 - a final class
         self.thread.start()
         return self
 

@@ -36,9 +36,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1] / "tools")]
-import corpus  # noqa: E402
-import faultproxy as fp  # noqa: E402
-import world as W  # noqa: E402
+import corpus
+import faultproxy as fp
+import world as W
 
 REPO = HERE.parents[1]
 FAST_NET = {"PATCHBAKE_BACKOFF_S": "0.05", "PATCHBAKE_MAX_BACKOFF_S": "0.2",

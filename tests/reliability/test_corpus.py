@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from corpus import CASES, Case
 from patchbake.cli import main
 from patchbake.store import Store

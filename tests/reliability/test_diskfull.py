@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from images_support import make_repo  # noqa: E402
-from patchbake.bake import bake_image  # noqa: E402
-from patchbake.cli import main  # noqa: E402
-from patchbake.store import Store  # noqa: E402
-from patchbake.storecheck import fsck  # noqa: E402
+from images_support import make_repo
+from patchbake.bake import bake_image
+from patchbake.cli import main
+from patchbake.store import Store
+from patchbake.storecheck import fsck
 
 pytestmark = [pytest.mark.integration]
 
@@ -29,7 +29,7 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True)
+                       capture_output=True, check=False)
     if r.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     try:
@@ -129,7 +129,7 @@ def test_push_succeeds_from_a_read_only_store_and_pull_into_it_fails_cleanly(
         remount_ro(fs)
         monkeypatch.setenv("PATCHBAKE_HOME", str(fs / "store"))
         monkeypatch.chdir(repo.root)
-        rc, out, err = run(capsys, "push", res.digest, f"{registry}/faults/ro:push")
+        rc, _, err = run(capsys, "push", res.digest, f"{registry}/faults/ro:push")
         assert rc == 0, err
         assert "patchbake: warning: the blob-location cache" in err and "read-only" in err
         rc, _, err = run(capsys, "pull", f"{registry}/faults/ro:push")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import world as W  # noqa: E402
+import world as W
 
 pytestmark = [pytest.mark.integration]
 DATA = os.urandom(1 << 20)

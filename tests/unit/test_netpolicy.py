@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from patchbake.errors import DeadlineError, RegistryError
 from patchbake.netpolicy import Budget, Retryable, RetryPolicy, retrying
 

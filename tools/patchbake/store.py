@@ -115,7 +115,7 @@ class Store:
 
     def sweep_tmp(self) -> list[Path]:
         """Remove staging entries left by processes that died (kill -9, power loss)."""
-        gone = []
+        gone: list[Path] = []
         try:
             entries = list((self.root / "tmp").iterdir())
         except OSError:
@@ -166,7 +166,7 @@ class Store:
         path = self.lock_path(name)
         while True:
             try:
-                f = open(path, "a+b")
+                f = open(path, "a+b")  # noqa: SIM115 - closed in the finally below
             except OSError as exc:
                 raise write_failure(exc, path) or exc
             try:
@@ -217,8 +217,9 @@ class Store:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
-            if isinstance(exc, OSError) and write_failure(exc, tmp):
-                raise write_failure(exc, tmp) from exc
+            failed = write_failure(exc, tmp) if isinstance(exc, OSError) else None
+            if failed is not None:
+                raise failed from exc
             raise
 
     def put_bytes(self, data: bytes, expected: str | None = None) -> str:

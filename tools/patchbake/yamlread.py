@@ -35,7 +35,7 @@ class _DuplicateKey(Exception):
         self.key, self.line = key, line
 
 
-class _Loader(_Base):  # type: ignore[misc, valid-type]
+class _Loader(_Base):  # type: ignore[misc]
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _value in node.value:
@@ -87,7 +87,7 @@ def parse_text(data: bytes, name: str) -> Any:
             raise InputLimitError(f"{name}: nesting deeper than {lim.yaml_depth}, the cap; "
                                   "refusing it", hint=f"raise {limits.ENV['yaml_depth']} "
                                                             "if the file is genuine")
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_Loader)
     except _DuplicateKey as exc:
         raise ConfigError(f"{name}: key {exc.key!r} appears twice in one mapping (line "
                           f"{exc.line}); YAML would silently keep the last",

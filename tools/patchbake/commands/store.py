@@ -111,8 +111,8 @@ def gc_cmd(ctx: Ctx, dry_run: bool, grace_s: float, repo: str | None, as_json: b
         ui.emit_json(_json(rep, store.root, where))
         return
     ui.kv(f"store gc {store.root}" + (" (dry run)" if dry_run else ""), [
-        ("removed" if not dry_run else "would remove", f"{len(rep.removed)} entries, "
-         f"{rep.bytes_freed} bytes"),
+        ("removed" if not dry_run else "would remove",
+         f"{len(rep.removed)} entries, {rep.bytes_freed} bytes"),
         ("litter", len(rep.litter)), ("idle lock files", len(rep.idle_locks)),
     ])
 

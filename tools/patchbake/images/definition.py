@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from ..config import Pipeline
 from ..errors import ConfigError
 from ..fsutil import canonical_json, sha256_bytes

@@ -119,8 +119,9 @@ class RegistryClient:
             registry_record.note_blobs(store, self.host, repo, digests)  # type: ignore[arg-type]
         except (OSError, StoreError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.message
-            return (f"the blob-location cache in {store.root} was not updated ({why}); "
-                    "later pushes may upload instead of mounting",)
+            note = (f"the blob-location cache in {store.root} was not updated ({why}); "
+                    "later pushes may upload instead of mounting")
+            return (note,)
         return ()
 
     @classmethod

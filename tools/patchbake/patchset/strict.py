@@ -146,7 +146,7 @@ def _make_parents(dest: Path) -> list[Path]:
     while not p.exists() and p != p.parent:
         missing.append(p)
         p = p.parent
-    made = []
+    made: list[Path] = []
     for d in reversed(missing):
         try:
             d.mkdir()

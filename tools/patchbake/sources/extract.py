@@ -74,9 +74,9 @@ def _decompressed(raw: IO[bytes]) -> IO[bytes]:
     if magic.startswith(b"\x1f\x8b"):
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if magic.startswith(b"BZh"):
-        return bz2.BZ2File(raw)  # type: ignore[return-value]
+        return bz2.BZ2File(raw)
     if magic.startswith(b"\xfd7zXZ\x00"):
-        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+        return lzma.LZMAFile(raw)
     return raw
 
 

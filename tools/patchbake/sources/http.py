@@ -17,7 +17,14 @@ import requests
 
 from ..errors import FetchError
 from ..fsutil import CHUNK
-from ..netpolicy import Budget, Retryable, RetryPolicy, is_retry_status, retry_after_seconds, retrying
+from ..netpolicy import (
+    Budget,
+    Retryable,
+    RetryPolicy,
+    is_retry_status,
+    retry_after_seconds,
+    retrying,
+)
 from ..store import Store
 
 POLICY = RetryPolicy()  # the defaults; each fetch reads the live one (env overrides)
