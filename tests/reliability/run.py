@@ -200,6 +200,7 @@ def run_faults(w: W.World, registry: str, tmp: Path, digest: str) -> Section:
 
 # -- 3. crash trials -----------------------------------------------------------------------
 OPS = ["fetch", "export", "bake", "run", "push", "sign"]
+RUN_ID = f"{os.getpid()}-{int(time.time())}"
 LITTER = re.compile(r"^\..*\.\d+\.[a-z0-9_]+\.tmp$|\.staging\.")
 
 
@@ -231,7 +232,9 @@ def _op_argv(w: W.World, op: str, registry: str, n: int) -> list[str]:
             "export": ["--json", "patch", "export", "--from", str(w.workspace)],
             "bake": ["--json", "bake", "offline"],
             "run": ["--json", "run"],
-            "push": ["--json", "push", "offline", f"{registry}/faults/trial-{n % 7}:t{n % 7}"],
+            # a namespace per run: tags never move, and another run's world bakes another digest
+            "push": ["--json", "push", "offline",
+                     f"{registry}/faults/trial-{RUN_ID}-{n % 7}:t{n % 7}"],
             "sign": ["--json", "evidence", "sign", str(w.top / "result.json")]}[op]
 
 
