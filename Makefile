@@ -3,7 +3,7 @@ PY ?= python3
 PIP ?= $(PY) -m pip
 export PATCHBAKE_NO_PROGRESS ?=
 
-.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean
+.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean reliability
 
 setup: setup-system setup-python
 
@@ -46,6 +46,11 @@ unit: setup-python
 
 bench: setup services
 	PYTHONPATH=tools $(PY) bench/run.py
+
+# Hostile inputs, a fault proxy before the real registry, seeded kill -9/SIGTERM trials and
+# 4-way concurrency (loopback only, ~20 min on 2 cores); writes docs/RELIABILITY.md.
+reliability: setup services
+	PYTHONPATH=tools $(PY) tests/reliability/run.py
 
 lint:
 	$(PIP) install -q -e '.[lint]'

@@ -80,6 +80,34 @@ class StoreError(PatchbakeError):
     kind = "store"
 
 
+class ArchiveLimitError(PatchbakeError):
+    """An archive exceeds a resource cap (total size, members, member size, name length)."""
+
+    exit_code = 14
+    kind = "archive-limit"
+
+
+class InputLimitError(PatchbakeError):
+    """A YAML or JSON input exceeds a resource cap (size, nesting depth)."""
+
+    exit_code = 15
+    kind = "input-limit"
+
+
+class DeadlineError(PatchbakeError):
+    """A network operation ran past its deadline or its request budget."""
+
+    exit_code = 16
+    kind = "deadline"
+
+
+class OutputPathError(PatchbakeError):
+    """An output path cannot be written (under a file, on a read-only or special fs)."""
+
+    exit_code = 17
+    kind = "output-path"
+
+
 class PatchError(PatchbakeError):
     """The patch file itself is malformed (parse errors, whitespace, final newline)."""
 
