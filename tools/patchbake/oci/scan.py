@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import ImageError, IntegrityError, UnsafeArchiveError
+from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArchiveError
 from ..fsutil import atomic_write
 from .image import Blobs, Image
 from .media import compression_of
@@ -32,7 +32,7 @@ from .tarstream import HashedBlob, LayerBytes, Member, members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-CACHE_FORMAT = "patchbake-layer-ops/1"
+CACHE_FORMAT = "patchbake-layer-ops/2"  # /1 replayed no checks: never reused
 KEEP = "opt/patchbake/"  # the identity record and verifier: kept in memory for checks
 _KEEP_MAX = 16 << 20
 
@@ -62,33 +62,50 @@ class View:
 
 
 def _clean_name(name: str, layer: int) -> str:
+    """filepath.Clean as the engines apply it (moby Unpack/UnpackLayer, containerd applyNaive,
+    umoci CleanPath), relative to the root; ``..`` is refused (moby refuses a breakout, umoci
+    clamps it at the root: two readings) and so is NUL."""
     # fast path: the common, already-clean name (most entries of every real layer)
     if "\0" not in name and ".." not in name and "//" not in name and "/./" not in name \
-            and not name.startswith(("./", "/")):
+            and not name.startswith(("./", "/")) and not name.endswith("/."):
         return name.rstrip("/")
-    n = name
-    while n.startswith("./"):
-        n = n[2:]
-    n = n.lstrip("/").rstrip("/")
-    parts = n.split("/")
-    if "\0" in n or any(p == ".." for p in parts):
+    parts = name.split("/")
+    if "\0" in name or ".." in parts:
         raise UnsafeArchiveError(f"layer {layer} entry {name!r} escapes the image root")
     return "/".join(p for p in parts if p not in ("", "."))
 
 
+def _ambiguous(layer: int, path: str, why: str) -> AmbiguousLayerError:
+    return AmbiguousLayerError(f"layer {layer} entry {path!r}: {why}")
+
+
 class _Scanner:
+    """The image's filesystem as the engines build it, kept for the tracked region (files,
+    directories) and, for the whole image, the symlinks that an entry could be written
+    through. Every state change goes through an event (``_event``) that the layer cache
+    records and replays: a replay re-runs the same checks against the lower layers of the
+    image at hand, so a memoised layer is refused exactly when a fresh read refuses it."""
+
     def __init__(self, tracked: tuple[str, ...], write_root: Path | None,
                  write_prefix: str) -> None:
         self.tracked = tracked
         self.view = View()
-        self.dirs: set[str] = set()
-        self.ops: list[list[Any]] | None = None  # what this layer did, for the layer cache
+        self.dirs: set[str] = set()  # tracked directories, explicit or implied by a file
+        self.links: dict[str, int] = {}  # every symlink of the image -> the layer that made it
+        self.ops: list[list[Any]] | None = None  # this layer's events, for the layer cache
         self.write_root = write_root
         self.write_prefix = write_prefix
         self._left = 0
         # directories above the tracked region: replacing one with a file hides it all
         self.above = {"/".join(t.rstrip("/").split("/")[:i]) for t in tracked
                       for i in range(1, len(t.rstrip("/").split("/")) + 1)}
+        self.new_layer(0)
+
+    def new_layer(self, layer: int) -> None:
+        self.layer = layer
+        self.seen: set[str] = set()  # directories this layer has written entries under
+        self.written: set[str] = set()  # paths this layer wrote (not whiteouts)
+        self.whited: set[str] = set()  # paths this layer whited out
 
     def is_tracked(self, path: str) -> bool:
         return path.startswith(self.tracked)
@@ -98,46 +115,118 @@ class _Scanner:
             return None
         return self.write_root / path[len(self.write_prefix):]
 
+    # -- events: the only code that changes the view (fresh read and replay alike) --------
+
+    def _event(self, op: list[Any]) -> None:
+        if self.ops is not None:
+            self.ops.append(op)
+        getattr(self, "_on_" + op[0])(*op[1:])
+
+    def replay(self, ops: list[list[Any]], layer: int) -> None:
+        self.new_layer(layer)
+        for op in ops:
+            getattr(self, "_on_" + op[0])(*op[1:])
+
+    def _on_p(self, d: str) -> None:
+        """The layer writes an entry below directory ``d`` (first time in this layer)."""
+        if d in self.links:
+            raise _ambiguous(self.layer, d, "an entry is written below this path, which is a "
+                             "symlink: naive appliers (umoci, vfs) write through it, overlayfs "
+                             "engines replace it with a directory")
+        info = self.view.files.get(d)
+        if info is not None:
+            raise _ambiguous(self.layer, d, f"an entry is written below this path, which is a "
+                             f"{info.kind}: overlayfs engines replace it with a directory, "
+                             "naive appliers fail")
+
+    def _on_s(self, path: str, target: str, tracked: bool) -> None:
+        self.links[path] = self.layer
+        if path in self.dirs or path in self.above:
+            self._replace_dir(path)
+        if tracked:
+            self.set_file(path, FileInfo("symlink", 0o777, 0,
+                                         hashlib.sha256(target.encode()).hexdigest(),
+                                         self.layer))
+
+    def _on_d(self, path: str) -> None:
+        if path in self.view.files:  # a directory replaces a file or symlink
+            self._drop(path)
+        self.dirs.add(path)
+
+    def _on_n(self, path: str) -> None:
+        """A non-directory entry outside the tracked region, on a path above it."""
+        self._replace_dir(path)
+
+    def _on_f(self, path: str, kind: str, mode: int, size: int, sha: str,
+              data: str | None) -> None:
+        if path in self.dirs or path in self.above:
+            self._replace_dir(path)
+        self.set_file(path, FileInfo(kind, mode, size, sha, self.layer),
+                      None if data is None else base64.b64decode(data))
+
+    def _on_h(self, path: str, target: str, mode: int) -> None:
+        info = self.view.files.get(target)
+        if info is None or info.kind != "file":
+            raise UnsafeArchiveError(f"layer {self.layer}: hardlink {path} -> {target} "
+                                     "points outside the checked files")
+        if info.layer != self.layer:
+            raise _ambiguous(self.layer, path, f"hard link to {target!r} of an earlier layer: "
+                             "overlayfs engines cannot link across layers and fail, naive "
+                             "appliers link to the lower file")
+        if path in self.dirs or path in self.above:
+            self._replace_dir(path)
+        self.set_file(path, FileInfo("file", mode, info.size, info.sha256, self.layer),
+                      self.view.contents.get(target))
+
+    def _on_w(self, path: str) -> None:
+        self.remove(path)
+        for k in [k for k in self.links if k == path or k.startswith(path + "/")]:
+            del self.links[k]
+
+    def _on_o(self, path: str) -> None:
+        self.remove(path, children_only=True)
+        pre = path + "/"
+        for k in [k for k, lay in self.links.items() if lay < self.layer and k.startswith(pre)]:
+            del self.links[k]
+
+    # -- view helpers ----------------------------------------------------------------
+
     def set_file(self, path: str, info: FileInfo, data: bytes | None = None) -> None:
         self.view.files[path] = info
         if data is not None:
             self.view.contents[path] = data
         else:
             self.view.contents.pop(path, None)
-        if self.ops is not None:
-            self.ops.append(["f", path, *info[:4],
-                             None if data is None else base64.b64encode(data).decode()])
+        d = path.rpartition("/")[0]
+        while d and d not in self.dirs:  # a file implies its parent directories
+            self.dirs.add(d)
+            d = d.rpartition("/")[0]
 
-    def add_dir(self, path: str) -> None:
-        self.dirs.add(path)
-        if self.ops is not None:
-            self.ops.append(["d", path])
+    def _drop(self, path: str) -> None:
+        self.view.files.pop(path, None)
+        self.view.contents.pop(path, None)
 
-    def replace_dir(self, path: str, layer: int) -> None:
+    def _replace_dir(self, path: str) -> None:
+        """A non-directory replaces ``path``: whatever was below it goes (every layer's)."""
+        if path not in self.dirs and path not in self.above:
+            return
         self.dirs.discard(path)
-        self.remove(path, layer, children_only=True)
+        pre = path + "/"
+        for k in [k for k in self.view.files if k.startswith(pre)]:
+            self._drop(k)
+        for k in [k for k in self.dirs if k.startswith(pre)]:
+            self.dirs.discard(k)
 
-    def replay(self, ops: list[list[Any]], layer: int) -> None:
-        for op in ops:
-            if op[0] == "f":
-                data = None if op[6] is None else base64.b64decode(op[6])
-                self.set_file(op[1], FileInfo(op[2], op[3], op[4], op[5], layer), data)
-            elif op[0] == "d":
-                self.add_dir(op[1])
-            elif op[0] == "r":
-                self.remove(op[1], layer, children_only=op[2])
-            elif op[0] == "x":
-                self.replace_dir(op[1], layer)
-
-    def remove(self, path: str, layer: int, children_only: bool = False) -> None:
-        if self.ops is not None:
-            self.ops.append(["r", path, children_only])
+    def remove(self, path: str, layer: int | None = None, children_only: bool = False) -> None:
+        """A whiteout (or, ``children_only``, an opaque directory): what lower layers put
+        there goes; this layer's own entries stay (the OCI rule, and what every engine does
+        once a whiteout and an entry of one layer on one path are refused)."""
+        layer = self.layer if layer is None else layer
         pre = path + "/"
         doomed = [k for k, v in self.view.files.items()
                   if v.layer < layer and (k.startswith(pre) or (k == path and not children_only))]
         for k in doomed:
-            del self.view.files[k]
-            self.view.contents.pop(k, None)
+            self._drop(k)
         dest = self._dest(path + "/") if children_only else self._dest(path)
         if dest is not None and (dest.exists() or dest.is_symlink()):
             if dest.is_dir() and not dest.is_symlink():
@@ -145,6 +234,8 @@ class _Scanner:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
             elif not children_only:
                 dest.unlink()
+
+    # -- a fresh read ----------------------------------------------------------------
 
     def entry(self, src: LayerBytes, m: Member, layer: int) -> None:
         """Handle one member; consumes its data (always exactly ``m.size`` bytes)."""
@@ -155,61 +246,87 @@ class _Scanner:
                 src.skip(self._left)
                 self._left = 0
 
+    def _parents(self, parent: str) -> None:
+        d = parent
+        while d and d not in self.seen:
+            if d in self.whited:
+                raise _ambiguous(self.layer, d, "the layer whites this path out and writes "
+                                 "below it: engines apply the two in different orders")
+            self.seen.add(d)
+            self._event(["p", d])
+            d = d.rpartition("/")[0]
+
+    def _whiteout(self, parent: str, base: str, layer: int) -> None:
+        if base == OPAQUE:
+            self._event(["o", parent])
+            return
+        target = base[len(WHITEOUT):]
+        if base.startswith(WHITEOUT + WHITEOUT) or target in ("", ".", ".."):
+            raise _ambiguous(layer, f"{parent}/{base}", "not a whiteout the engines agree on "
+                             "(aufs metadata or an empty name)")
+        path = f"{parent}/{target}" if parent else target
+        if path in self.written or path in self.seen:
+            raise _ambiguous(layer, path, "the same layer writes this path and whites it out: "
+                             "umoci keeps the entry, moby's applier deletes it when the whiteout "
+                             "comes later, overlayfs engines fail")
+        self.whited.add(path)
+        self._event(["w", path])
+
     def _entry(self, src: LayerBytes, m: Member, layer: int) -> None:
         self._left = m.size
         path = _clean_name(m.name, layer)
         if not path:
             return
-        base = path.rpartition("/")[2]
-        parent = path.rpartition("/")[0]
+        parent, _, base = path.rpartition("/")
+        if parent and parent not in self.seen:
+            self._parents(parent)
         if m.type in (b"3", b"4", b"6"):
             raise UnsafeArchiveError(f"layer {layer} entry {path!r} is a device or fifo")
-        if base == OPAQUE:
-            self.remove(parent, layer, children_only=True)
-            return
         if base.startswith(WHITEOUT):
-            self.remove(f"{parent}/{base[len(WHITEOUT):]}" if parent else base[len(WHITEOUT):],
-                        layer)
+            self._whiteout(parent, base, layer)
             return
+        if path in self.whited:
+            raise _ambiguous(layer, path, "the same layer whites this path out and writes it: "
+                             "engines apply the two in different orders")
+        if m.type != b"5" and path in self.seen:
+            raise _ambiguous(layer, path, "the layer writes entries below this path and then "
+                             "replaces it with a non-directory")
+        self.written.add(path)
+        tracked = self.is_tracked(path)
         if m.type == b"5":
-            if self.is_tracked(path + "/"):
-                self.add_dir(path)
+            if tracked or path in self.above:
+                self._event(["d", path])
             return
-        if path in self.dirs or path in self.above:
-            if self.ops is not None:
-                self.ops.append(["x", path])
-                ops, self.ops = self.ops, None
-                self.replace_dir(path, layer)
-                self.ops = ops
-            else:
-                self.replace_dir(path, layer)
-        if not self.is_tracked(path):
-            return
-        dest = self._dest(path)
         if m.type == b"2":
-            if dest is not None:
+            if tracked and self._dest(path) is not None:
                 raise UnsafeArchiveError(f"layer {layer}: {path} is a symlink; a materialised "
                                          "vLLM tree holds regular files only")
-            self.set_file(path, FileInfo("symlink", 0o777, 0,
-                                         hashlib.sha256(m.linkname.encode()).hexdigest(), layer))
+            self._event(["s", path, m.linkname, tracked])
+            return
+        if not tracked:
+            if path in self.above:
+                self._event(["n", path])
             return
         if m.type == b"1":
-            target = _clean_name(m.linkname, layer)
-            info = self.view.files.get(target)
-            if info is None or info.kind != "file":
-                raise UnsafeArchiveError(f"layer {layer}: hardlink {path} -> {m.linkname} "
-                                         "points outside the checked files")
-            self.set_file(path, FileInfo("file", m.mode & 0o7777, info.size, info.sha256, layer))
-            linked = self._dest(target)
-            if dest is not None and linked is not None:
-                shutil.copyfile(linked, dest)
-                os.chmod(dest, m.mode & 0o755)
+            self._hardlink(path, m, layer)
             return
+        self._file(src, m, path, layer)
+
+    def _hardlink(self, path: str, m: Member, layer: int) -> None:
+        target = _clean_name(m.linkname, layer)
+        self._event(["h", path, target, m.mode & 0o7777])
+        dest, linked = self._dest(path), self._dest(target)
+        if dest is not None and linked is not None:
+            shutil.copyfile(linked, dest)
+            os.chmod(dest, m.mode & 0o755)
+
+    def _file(self, src: LayerBytes, m: Member, path: str, layer: int) -> None:
+        dest = self._dest(path)
         h = hashlib.sha256()
         out = None
         keep: list[bytes | memoryview] | None = [] if path.startswith(KEEP) and m.size <= _KEEP_MAX else None
         if dest is not None:
-            self.remove(path, layer)
+            self.remove(path, layer + 1)
             for anc in reversed(dest.relative_to(self.write_root).parents):  # type: ignore[arg-type]
                 if (self.write_root / anc).is_symlink():  # type: ignore[operator]
                     raise UnsafeArchiveError(f"{path}: a parent directory is a symlink")
@@ -227,8 +344,9 @@ class _Scanner:
             if out is not None:
                 out.close()
                 os.chmod(dest, 0o755 if m.mode & 0o111 else 0o644)  # type: ignore[arg-type]
-        self.set_file(path, FileInfo("file", m.mode & 0o7777, m.size, h.hexdigest(), layer),
-                      b"".join(keep) if keep is not None else None)
+        data = b"".join(keep) if keep is not None else None
+        self._event(["f", path, "file", m.mode & 0o7777, m.size, h.hexdigest(),
+                     None if data is None else base64.b64encode(data).decode()])
 
 
 def _cache_file(cache_dir: Path | None, desc_digest: str, tracked: tuple[str, ...]
@@ -283,6 +401,7 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
             else:
                 src = LayerBytes(raw, compression)
                 scanner.ops = [] if cache is not None else None
+                scanner.new_layer(i)
                 try:
                     for m in members(src):
                         scanner.entry(src, m, i)
