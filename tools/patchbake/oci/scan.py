@@ -61,7 +61,7 @@ class View:
     bytes_read: int = 0
 
 
-def _clean_name(name: str, layer: int) -> str:
+def _clean_name(name: str, where: str) -> str:
     """filepath.Clean as the engines apply it (moby Unpack/UnpackLayer, containerd applyNaive,
     umoci CleanPath), relative to the root; ``..`` is refused (moby refuses a breakout, umoci
     clamps it at the root: two readings) and so is NUL."""
@@ -71,12 +71,10 @@ def _clean_name(name: str, layer: int) -> str:
         return name.rstrip("/")
     parts = name.split("/")
     if "\0" in name or ".." in parts:
-        raise UnsafeArchiveError(f"layer {layer} entry {name!r} escapes the image root")
+        raise UnsafeArchiveError(f"{where} entry {name!r} escapes the image root")
     return "/".join(p for p in parts if p not in ("", "."))
 
 
-def _ambiguous(layer: int, path: str, why: str) -> AmbiguousLayerError:
-    return AmbiguousLayerError(f"layer {layer} entry {path!r}: {why}")
 
 
 class _Scanner:
@@ -101,11 +99,15 @@ class _Scanner:
                       for i in range(1, len(t.rstrip("/").split("/")) + 1)}
         self.new_layer(0)
 
-    def new_layer(self, layer: int) -> None:
+    def new_layer(self, layer: int, digest: str = "") -> None:
         self.layer = layer
+        self.where = f"layer {layer} ({digest})" if digest else f"layer {layer}"
         self.seen: set[str] = set()  # directories this layer has written entries under
         self.written: set[str] = set()  # paths this layer wrote (not whiteouts)
         self.whited: set[str] = set()  # paths this layer whited out
+
+    def _ambiguous(self, path: str, why: str) -> AmbiguousLayerError:
+        return AmbiguousLayerError(f"{self.where} entry {path!r}: {why}")
 
     def is_tracked(self, path: str) -> bool:
         return path.startswith(self.tracked)
@@ -122,20 +124,20 @@ class _Scanner:
             self.ops.append(op)
         getattr(self, "_on_" + op[0])(*op[1:])
 
-    def replay(self, ops: list[list[Any]], layer: int) -> None:
-        self.new_layer(layer)
+    def replay(self, ops: list[list[Any]], layer: int, digest: str = "") -> None:
+        self.new_layer(layer, digest)
         for op in ops:
             getattr(self, "_on_" + op[0])(*op[1:])
 
     def _on_p(self, d: str) -> None:
         """The layer writes an entry below directory ``d`` (first time in this layer)."""
         if d in self.links:
-            raise _ambiguous(self.layer, d, "an entry is written below this path, which is a "
+            raise self._ambiguous(d, "an entry is written below this path, which is a "
                              "symlink: naive appliers (umoci, vfs) write through it, overlayfs "
                              "engines replace it with a directory")
         info = self.view.files.get(d)
         if info is not None:
-            raise _ambiguous(self.layer, d, f"an entry is written below this path, which is a "
+            raise self._ambiguous(d, f"an entry is written below this path, which is a "
                              f"{info.kind}: overlayfs engines replace it with a directory, "
                              "naive appliers fail")
 
@@ -167,10 +169,10 @@ class _Scanner:
     def _on_h(self, path: str, target: str, mode: int) -> None:
         info = self.view.files.get(target)
         if info is None or info.kind != "file":
-            raise UnsafeArchiveError(f"layer {self.layer}: hardlink {path} -> {target} "
+            raise UnsafeArchiveError(f"{self.where}: hardlink {path} -> {target} "
                                      "points outside the checked files")
         if info.layer != self.layer:
-            raise _ambiguous(self.layer, path, f"hard link to {target!r} of an earlier layer: "
+            raise self._ambiguous(path, f"hard link to {target!r} of an earlier layer: "
                              "overlayfs engines cannot link across layers and fail, naive "
                              "appliers link to the lower file")
         if path in self.dirs or path in self.above:
@@ -250,7 +252,7 @@ class _Scanner:
         d = parent
         while d and d not in self.seen:
             if d in self.whited:
-                raise _ambiguous(self.layer, d, "the layer whites this path out and writes "
+                raise self._ambiguous(d, "the layer whites this path out and writes "
                                  "below it: engines apply the two in different orders")
             self.seen.add(d)
             self._event(["p", d])
@@ -262,11 +264,11 @@ class _Scanner:
             return
         target = base[len(WHITEOUT):]
         if base.startswith(WHITEOUT + WHITEOUT) or target in ("", ".", ".."):
-            raise _ambiguous(layer, f"{parent}/{base}", "not a whiteout the engines agree on "
+            raise self._ambiguous(f"{parent}/{base}", "not a whiteout the engines agree on "
                              "(aufs metadata or an empty name)")
         path = f"{parent}/{target}" if parent else target
         if path in self.written or path in self.seen:
-            raise _ambiguous(layer, path, "the same layer writes this path and whites it out: "
+            raise self._ambiguous(path, "the same layer writes this path and whites it out: "
                              "umoci keeps the entry, moby's applier deletes it when the whiteout "
                              "comes later, overlayfs engines fail")
         self.whited.add(path)
@@ -274,24 +276,28 @@ class _Scanner:
 
     def _entry(self, src: LayerBytes, m: Member, layer: int) -> None:
         self._left = m.size
-        path = _clean_name(m.name, layer)
+        path = _clean_name(m.name, self.where)
         if not path:
             return
         parent, _, base = path.rpartition("/")
         if parent and parent not in self.seen:
             self._parents(parent)
+        if path in self.written:
+            raise self._ambiguous(path, "the layer holds this path twice: Docker's layer "
+                             "store (tar-split) refuses the layer, containerd and umoci keep "
+                             "the later entry")
+        self.written.add(path)
         if m.type in (b"3", b"4", b"6"):
-            raise UnsafeArchiveError(f"layer {layer} entry {path!r} is a device or fifo")
+            raise UnsafeArchiveError(f"{self.where} entry {path!r} is a device or fifo")
         if base.startswith(WHITEOUT):
             self._whiteout(parent, base, layer)
             return
         if path in self.whited:
-            raise _ambiguous(layer, path, "the same layer whites this path out and writes it: "
+            raise self._ambiguous(path, "the same layer whites this path out and writes it: "
                              "engines apply the two in different orders")
         if m.type != b"5" and path in self.seen:
-            raise _ambiguous(layer, path, "the layer writes entries below this path and then "
+            raise self._ambiguous(path, "the layer writes entries below this path and then "
                              "replaces it with a non-directory")
-        self.written.add(path)
         tracked = self.is_tracked(path)
         if m.type == b"5":
             if tracked or path in self.above:
@@ -299,7 +305,7 @@ class _Scanner:
             return
         if m.type == b"2":
             if tracked and self._dest(path) is not None:
-                raise UnsafeArchiveError(f"layer {layer}: {path} is a symlink; a materialised "
+                raise UnsafeArchiveError(f"{self.where}: {path} is a symlink; a materialised "
                                          "vLLM tree holds regular files only")
             self._event(["s", path, m.linkname, tracked])
             return
@@ -313,7 +319,7 @@ class _Scanner:
         self._file(src, m, path, layer)
 
     def _hardlink(self, path: str, m: Member, layer: int) -> None:
-        target = _clean_name(m.linkname, layer)
+        target = _clean_name(m.linkname, self.where)
         self._event(["h", path, target, m.mode & 0o7777])
         dest, linked = self._dest(path), self._dest(target)
         if dest is not None and linked is not None:
@@ -401,16 +407,18 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
             else:
                 src = LayerBytes(raw, compression)
                 scanner.ops = [] if cache is not None else None
-                scanner.new_layer(i)
+                scanner.new_layer(i, desc.digest)
                 try:
                     for m in members(src):
                         scanner.entry(src, m, i)
                         count += 1
-                except IntegrityError as exc:
-                    # a corrupt header: report a digest mismatch first when there is one
+                except (IntegrityError, ImageError, UnsafeArchiveError) as exc:
+                    # a refused layer: report a digest mismatch first when there is one
                     src.drain()
                     _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
-                    raise IntegrityError(f"layer {i} ({desc.digest}): {exc.message}") from None
+                    if exc.message.startswith(scanner.where):
+                        raise
+                    raise type(exc)(f"{scanner.where}: {exc.message}") from None
                 except BaseException:
                     src.close()
                     raise
@@ -420,7 +428,7 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
             raise UnsafeArchiveError(f"layer {i} ({desc.digest}) has data after the end of "
                                      "its tar archive")
         if memo is not None:
-            scanner.replay(memo["ops"], i)
+            scanner.replay(memo["ops"], i, desc.digest)
             count = int(memo["entries"])
         elif cache is not None and scanner.ops is not None:
             atomic_write(cache, json.dumps({"format": CACHE_FORMAT, "digest": desc.digest,
@@ -452,7 +460,7 @@ def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, memos: list[dict[
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
     for i, memo in enumerate(memos):
-        scanner.replay(memo["ops"], i)
+        scanner.replay(memo["ops"], i, image.layers[i].digest)
     worker.join()
     if failed:
         raise failed[0]
@@ -481,3 +489,11 @@ def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff
     if got_diff != diff_id:
         raise IntegrityError(f"layer {i}: uncompressed tar hashes to {got_diff}; the config's "
                              f"diff_id is {diff_id} (layer swapped or config edited)")
+
+
+def final_files(image: Image, blobs: Blobs) -> dict[str, FileInfo]:
+    """Every regular file and symlink of the image's final filesystem (all layers, whiteouts
+    applied, every layer read as the engines read it, or refused), path -> FileInfo; a
+    symlink's ``sha256`` is that of its target. What the differential test compares with
+    the files a real unpacker writes."""
+    return scan_image(image, blobs, ("",)).files
