@@ -22,12 +22,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "tarcorpus"))
 
-from oci_build import write_docker_archive, write_oci_layout  # noqa: E402
-from tar_corpus import BASE, CASES, Case  # noqa: E402
-
-from patchbake.errors import PatchbakeError  # noqa: E402
-from patchbake.oci.image import DirBlobs, load_image  # noqa: E402
-from patchbake.oci.scan import final_files  # noqa: E402
+from oci_build import write_docker_archive, write_oci_layout
+from patchbake.errors import PatchbakeError
+from patchbake.oci.image import DirBlobs, load_image
+from patchbake.oci.scan import final_files
+from tar_corpus import BASE, CASES, Case
 
 pytestmark = [pytest.mark.integration]
 

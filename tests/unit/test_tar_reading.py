@@ -13,12 +13,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "tarcorpus"))
 
-from oci_build import write_oci_layout  # noqa: E402
-from tar_corpus import BASE, CASES, EVIL, Case, file, layer, symlink  # noqa: E402
-
-from patchbake.errors import AmbiguousLayerError, PatchbakeError  # noqa: E402
-from patchbake.oci.image import DirBlobs, load_image  # noqa: E402
-from patchbake.oci.scan import FileInfo, final_files, scan_image  # noqa: E402
+from oci_build import write_oci_layout
+from patchbake.errors import AmbiguousLayerError, PatchbakeError
+from patchbake.oci.image import DirBlobs, load_image
+from patchbake.oci.scan import FileInfo, final_files, scan_image
+from tar_corpus import BASE, CASES, EVIL, Case, file, layer, symlink
 
 
 def _read(tmp: Path, layers: list[bytes]) -> dict[str, FileInfo]:

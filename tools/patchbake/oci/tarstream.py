@@ -268,9 +268,8 @@ def _base_header(block: bytes) -> tuple[bytes, bytes, int, int, bytes, bytes]:
     whole = _cstr(block[345:500])  # what a plain ustar reader takes as the prefix
     shadow = b""  # a prefix some reader would use and Go does not (or the other way round)
     prefix = b""
-    if magic == _USTAR or gnu:
-        if not _DEV_CANON(block, 329, 345):
-            _numeric(block[329:337]), _numeric(block[337:345])
+    if (magic == _USTAR or gnu) and not _DEV_CANON(block, 329, 345):
+        _numeric(block[329:337]), _numeric(block[337:345])
     if magic == _USTAR and trailer == _STAR_TRAILER:  # star: 131-byte prefix, then times
         prefix = _cstr(block[345:476])
         _numeric(block[476:488]), _numeric(block[488:500])
