@@ -97,6 +97,8 @@ class _Scanner:
         # directories above the tracked region: replacing one with a file hides it all
         self.above = {"/".join(t.rstrip("/").split("/")[:i]) for t in tracked
                       for i in range(1, len(t.rstrip("/").split("/")) + 1)}
+        self._on = {"p": self._on_p, "s": self._on_s, "d": self._on_d, "n": self._on_n,
+                    "f": self._on_f, "h": self._on_h, "w": self._on_w, "o": self._on_o}
         self.new_layer(0)
 
     def new_layer(self, layer: int, digest: str = "") -> None:
@@ -122,15 +124,30 @@ class _Scanner:
     def _event(self, op: list[Any]) -> None:
         if self.ops is not None:
             self.ops.append(op)
-        getattr(self, "_on_" + op[0])(*op[1:])
+        self._on[op[0]](op)
 
     def replay(self, ops: list[list[Any]], layer: int, digest: str = "") -> None:
         self.new_layer(layer, digest)
+        on = self._on
+        files, contents, dirs, above = self.view.files, self.view.contents, self.dirs, self.above
         for op in ops:
-            getattr(self, "_on_" + op[0])(*op[1:])
+            # the common event inline (a file of the tracked region, no kept content): the
+            # same steps as _on_f + set_file, at a third of the cost
+            if op[0] == "f" and op[6] is None and op[1] not in dirs and op[1] not in above:
+                path = op[1]
+                files[path] = FileInfo(op[2], op[3], op[4], op[5], layer)
+                if contents:
+                    contents.pop(path, None)
+                d = path.rpartition("/")[0]
+                while d and d not in dirs:
+                    dirs.add(d)
+                    d = d.rpartition("/")[0]
+            else:
+                on[op[0]](op)
 
-    def _on_p(self, d: str) -> None:
+    def _on_p(self, op: list[Any]) -> None:
         """The layer writes an entry below directory ``d`` (first time in this layer)."""
+        d = op[1]
         if d in self.links:
             raise self._ambiguous(d, "an entry is written below this path, which is a "
                              "symlink: naive appliers (umoci, vfs) write through it, overlayfs "
@@ -141,7 +158,8 @@ class _Scanner:
                              f"{info.kind}: overlayfs engines replace it with a directory, "
                              "naive appliers fail")
 
-    def _on_s(self, path: str, target: str, tracked: bool) -> None:
+    def _on_s(self, op: list[Any]) -> None:
+        path, target, tracked = op[1], op[2], op[3]
         self.links[path] = self.layer
         if path in self.dirs or path in self.above:
             self._replace_dir(path)
@@ -150,23 +168,25 @@ class _Scanner:
                                          hashlib.sha256(target.encode()).hexdigest(),
                                          self.layer))
 
-    def _on_d(self, path: str) -> None:
+    def _on_d(self, op: list[Any]) -> None:
+        path = op[1]
         if path in self.view.files:  # a directory replaces a file or symlink
             self._drop(path)
         self.dirs.add(path)
 
-    def _on_n(self, path: str) -> None:
+    def _on_n(self, op: list[Any]) -> None:
         """A non-directory entry outside the tracked region, on a path above it."""
-        self._replace_dir(path)
+        self._replace_dir(op[1])
 
-    def _on_f(self, path: str, kind: str, mode: int, size: int, sha: str,
-              data: str | None) -> None:
+    def _on_f(self, op: list[Any]) -> None:
+        path, data = op[1], op[6]
         if path in self.dirs or path in self.above:
             self._replace_dir(path)
-        self.set_file(path, FileInfo(kind, mode, size, sha, self.layer),
+        self.set_file(path, FileInfo(op[2], op[3], op[4], op[5], self.layer),
                       None if data is None else base64.b64decode(data))
 
-    def _on_h(self, path: str, target: str, mode: int) -> None:
+    def _on_h(self, op: list[Any]) -> None:
+        path, target, mode = op[1], op[2], op[3]
         info = self.view.files.get(target)
         if info is None or info.kind != "file":
             raise UnsafeArchiveError(f"{self.where}: hardlink {path} -> {target} "
@@ -180,12 +200,14 @@ class _Scanner:
         self.set_file(path, FileInfo("file", mode, info.size, info.sha256, self.layer),
                       self.view.contents.get(target))
 
-    def _on_w(self, path: str) -> None:
+    def _on_w(self, op: list[Any]) -> None:
+        path = op[1]
         self.remove(path)
         for k in [k for k in self.links if k == path or k.startswith(path + "/")]:
             del self.links[k]
 
-    def _on_o(self, path: str) -> None:
+    def _on_o(self, op: list[Any]) -> None:
+        path = op[1]
         self.remove(path, children_only=True)
         pre = path + "/"
         for k in [k for k, lay in self.links.items() if lay < self.layer and k.startswith(pre)]:
@@ -351,8 +373,11 @@ class _Scanner:
                 out.close()
                 os.chmod(dest, 0o755 if m.mode & 0o111 else 0o644)  # type: ignore[arg-type]
         data = b"".join(keep) if keep is not None else None
-        self._event(["f", path, "file", m.mode & 0o7777, m.size, h.hexdigest(),
-                     None if data is None else base64.b64encode(data).decode()])
+        op = ["f", path, "file", m.mode & 0o7777, m.size, h.hexdigest(),
+              None if data is None else base64.b64encode(data).decode()]
+        if self.ops is not None:
+            self.ops.append(op)
+        self._on_f(op)
 
 
 def _cache_file(cache_dir: Path | None, desc_digest: str, tracked: tuple[str, ...]

@@ -199,6 +199,7 @@ class _Bad(Exception):
 # where Go itself fails, the layer is refused as corrupt (IntegrityError). docs/images.md,
 # "How layers are read", has the table.
 _OCTAL_CANON = re.compile(rb"(?:[0-7]{7}\0){3}[0-7]{11}\0[0-7]{11}\0").fullmatch  # 100:148
+_FAST = re.compile(rb"(?:[0-7]{7}\0){3}(?:[0-7]{11}\0){2}[0-7]{6}\0 ").match  # 100:156
 _DEV_CANON = re.compile(rb"(?:[0-7]{7}\0|\0{8}){2}").fullmatch  # 329:345
 _OCTAL = re.compile(rb"[0-7]+").fullmatch
 _GO_INT = re.compile(r"[+-]?[0-9]+").fullmatch  # strconv.ParseInt(s, 10, 64)
@@ -249,6 +250,21 @@ def _checksum_ok(block: bytes) -> bool:
 def _base_header(block: bytes) -> tuple[bytes, bytes, int, int, bytes, bytes]:
     """(type, name, size, mode, linkname, ignored-prefix) of one header block, as Go's
     readHeader builds them; raises _Bad where Go returns ErrHeader."""
+    # fast path: the header every ustar/pax writer (Go's, Python's) produces -- canonical
+    # octal fields and checksum, "ustar\0" "00", no star trailer; the slow path decides
+    # everything else
+    if _FAST(block, 100) and block[257:265] == b"ustar\x0000" and _DEV_CANON(block, 329, 345) \
+            and block[508:512] != _STAR_TRAILER \
+            and int(block[148:154], 8) == sum(block) - sum(block[148:156]) + 256:
+        name = block[0:100].split(b"\0", 1)[0]
+        prefix = block[345:500].split(b"\0", 1)[0]
+        return (block[156:157], prefix + b"/" + name if prefix else name,
+                int(block[124:135], 8), int(block[100:107], 8),
+                block[157:257].split(b"\0", 1)[0], b"")
+    return _slow_header(block)
+
+
+def _slow_header(block: bytes) -> tuple[bytes, bytes, int, int, bytes, bytes]:
     try:
         ok = _checksum_ok(block)
     except _Bad:
@@ -412,9 +428,10 @@ def _members(src: LayerBytes) -> Iterator[Member]:
             raise AmbiguousLayerError(f"global pax header {name!r}: Go's reader hands it to "
                                       "the engine as an entry and applies none of its records, "
                                       "other tar readers apply them to every later entry")
-        name, link, size = _resolve(name, raw_link.decode("utf-8", "surrogateescape"), pax,
-                                    long_name, long_link, size)
-        pax, long_name, long_link = {}, "", ""
+        link = raw_link.decode("utf-8", "surrogateescape")
+        if pax or long_name or long_link:
+            name, link, size = _resolve(name, link, pax, long_name, long_link, size)
+            pax, long_name, long_link = {}, "", ""
         if size < 0:
             raise _Bad(f"negative size for {name!r} (pax header or base-256 field)")
         if shadow:
