@@ -300,6 +300,8 @@ class _Scanner:
         self._left = m.size
         path = _clean_name(m.name, self.where)
         if not path:
+            if m.type != b"5":  # moby's applier would RemoveAll the root and recreate it
+                raise self._ambiguous(m.name, "a non-directory entry names the image root")
             return
         parent, _, base = path.rpartition("/")
         if parent and parent not in self.seen:
