@@ -103,3 +103,24 @@ def test_refusal_names_the_entry_for_a_tracked_region_scan(tmp_path: Path) -> No
     digest = write_oci_layout(tmp_path, layers)
     with pytest.raises(AmbiguousLayerError, match="entry 'usr'"):
         scan_image(load_image(DirBlobs(tmp_path), digest), DirBlobs(tmp_path), ("vllm/",))
+
+
+@pytest.mark.parametrize("name", ["dir-replaces-baked-file", "file-replaces-directory",
+                                  "whiteout-of-parent", "opaque-directory",
+                                  "hardlink-same-layer", "dir-with-size-hides-entry"])
+def test_materialised_tree_is_the_view(name: str, tmp_path: Path) -> None:
+    # materialise writes what the view holds: a directory replaced by a file (and the
+    # other way round) is replaced on disk too
+    from tar_corpus import dir_
+
+    base = layer(dir_(b"vllm/"), dir_(b"vllm/sub/"), file(b"vllm/a.py", b"A\n"),
+                 file(b"vllm/b.py", b"B\n"), file(b"vllm/sub/c.py", b"C\n"))
+    case = next(c for c in CASES if c.name == name)
+    digest = write_oci_layout(tmp_path / "oci", [base, *case.layers])
+    out = tmp_path / "out"
+    out.mkdir()
+    view = scan_image(load_image(DirBlobs(tmp_path / "oci"), digest),
+                      DirBlobs(tmp_path / "oci"), ("vllm/",), write_root=out, write_prefix="")
+    on_disk = {str(p.relative_to(out)): _sha(p.read_bytes())
+               for p in out.rglob("*") if p.is_file()}
+    assert on_disk == {p: i.sha256 for p, i in view.files.items()}

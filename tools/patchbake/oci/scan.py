@@ -172,6 +172,9 @@ class _Scanner:
         path = op[1]
         if path in self.view.files:  # a directory replaces a file or symlink
             self._drop(path)
+            dest = self._dest(path)
+            if dest is not None and dest.is_file():
+                dest.unlink()
         self.dirs.add(path)
 
     def _on_n(self, op: list[Any]) -> None:
@@ -238,6 +241,9 @@ class _Scanner:
         pre = path + "/"
         for k in [k for k in self.view.files if k.startswith(pre)]:
             self._drop(k)
+        dest = self._dest(path)
+        if dest is not None and dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
         for k in [k for k in self.dirs if k.startswith(pre)]:
             self.dirs.discard(k)
 
