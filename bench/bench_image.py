@@ -48,7 +48,7 @@ from patchbake.oci.tarwriter import file_entry, with_parents, write_layer
 from patchbake.patchset import patched_tree
 from patchbake.store import Store
 
-RUNS = 5
+RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 DOCKER_RUNS = 3
 BIG = 256 << 20
 
