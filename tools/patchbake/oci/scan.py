@@ -288,6 +288,8 @@ class _Scanner:
 
     def _whiteout(self, parent: str, base: str, layer: int) -> None:
         if base == OPAQUE:
+            if not parent:  # overlayfs, naive appliers and umoci treat an opaque root apart
+                raise self._ambiguous(base, "an opaque marker for the image root")
             self._event(["o", parent])
             return
         target = base[len(WHITEOUT):]

@@ -207,6 +207,8 @@ _GO_TIME = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?").fullmatch  # parsePAXTime
 _HEADER_ONLY = frozenset(b"123456")  # isHeaderOnlyType: no data, whatever the size field says
 _SPECIAL_MAX = 1 << 20  # readSpecialFile: Go fails on a bigger pax / long-name body
 _INT64 = 1 << 63
+_OVERLAY_XATTRS = tuple(f"{p}.xattr.{ns}.overlay." for p in ("SCHILY", "LIBARCHIVE")
+                        for ns in ("trusted", "user"))
 _USTAR, _GNU_MAGIC, _GNU_VERSION, _STAR_TRAILER = b"ustar\0", b"ustar ", b" \0", b"tar\0"
 
 
@@ -354,6 +356,10 @@ def _merge_pax(pax: dict[str, str], name: str, link: str, size: int
         elif k in ("mtime", "atime", "ctime"):
             if not _GO_TIME(v) or not -_INT64 <= int(v.partition(".")[0]) < _INT64:
                 raise _Bad(f"pax header {k} {v!r} is not a time")
+        elif k.startswith(_OVERLAY_XATTRS):
+            raise AmbiguousLayerError(f"entry {name!r} carries the overlayfs attribute {k}: "
+                                      "overlayfs engines (moby createTarFile sets xattrs) act "
+                                      "on it, naive appliers and umoci do not")
         elif k.startswith("GNU.sparse."):
             raise AmbiguousLayerError(f"entry {name!r} is a GNU sparse file (pax {k}); its "
                                       "content depends on the reader's sparse support")
