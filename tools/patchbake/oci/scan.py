@@ -318,6 +318,10 @@ class _Scanner:
             raise self._ambiguous(path, "the layer holds this path twice: Docker's layer "
                              "store (tar-split) refuses the layer, containerd and umoci keep "
                              "the later entry")
+        if m.type == b"1" and _clean_name(m.linkname, self.where) not in self.written:
+            raise self._ambiguous(path, f"hard link to {m.linkname!r}, which this layer has not "
+                                  "written before it: overlayfs engines link inside the layer "
+                                  "and fail, naive appliers link to a lower file")
         self.written.add(path)
         if m.type in (b"3", b"4", b"6"):
             raise UnsafeArchiveError(f"{self.where} entry {path!r} is a device or fifo")
