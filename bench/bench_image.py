@@ -36,9 +36,10 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tools"))
 
 from patchbake import config
-from patchbake.bake import bake_image
+from patchbake.bake import bake_image, checked_base_tree
 from patchbake.identity import verify_image
 from patchbake.images import definition
+from patchbake.images.base import resolve_base
 from patchbake.images.overlay import build_overlay
 from patchbake.images.standin import build_standin
 from patchbake.oci import layout
@@ -213,8 +214,10 @@ def docker_bake(store: Store, pipeline: config.Pipeline, patched: object, work: 
                                     [base_tag])
     docker("load", "-i", str(archive))
     ctx = work / "ctx"
+    base = resolve_base(defn, store, lin)
+    tree = checked_base_tree(pipeline, defn, lin, base, store)
     overlay = build_overlay(defn, patched, lin, defn.base.name,  # type: ignore[arg-type]
-                            standin.manifest.digest)
+                            standin.manifest.digest, tree)
     for e in overlay.entries:
         if e.kind == "file" and not e.path.rpartition("/")[2].startswith(".wh."):
             dest = ctx / "rootfs" / e.path

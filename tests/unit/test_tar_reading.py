@@ -124,3 +124,24 @@ def test_materialised_tree_is_the_view(name: str, tmp_path: Path) -> None:
     on_disk = {str(p.relative_to(out)): _sha(p.read_bytes())
                for p in out.rglob("*") if p.is_file()}
     assert on_disk == {p: i.sha256 for p, i in view.files.items()}
+
+
+def test_kept_contents_come_back_from_the_cache_checked(tmp_path: Path) -> None:
+    record = b'{"files": []}\n' * 1000
+    digest = write_oci_layout(tmp_path / "oci", [BASE, layer(file(b"opt/patchbake/r.json",
+                                                                 record))])
+    blobs = DirBlobs(tmp_path / "oci")
+    img = load_image(blobs, digest)
+    cache = tmp_path / "cache"
+    tracked = ("vllm/", "opt/patchbake/")
+    assert scan_image(img, blobs, tracked, cache_dir=cache).contents["opt/patchbake/r.json"] \
+        == record
+    kept = cache / "kept" / _sha(record)
+    memos = b"".join(p.read_bytes() for p in cache.glob("*.json"))
+    assert kept.read_bytes() == record and b"r.json" in memos and record not in memos
+    assert scan_image(img, blobs, tracked, cache_dir=cache).contents["opt/patchbake/r.json"] \
+        == record
+    kept.chmod(0o644)
+    kept.write_bytes(b"tampered")  # a changed kept file is not trusted: the layer is re-read
+    assert scan_image(img, blobs, tracked, cache_dir=cache).contents["opt/patchbake/r.json"] \
+        == record

@@ -13,7 +13,6 @@ With ``write_root`` the tracked vLLM files are also written under a staging dire
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -32,7 +31,7 @@ from .tarstream import HashedBlob, LayerBytes, Member, members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-CACHE_FORMAT = "patchbake-layer-ops/2"  # /1 replayed no checks: never reused
+CACHE_FORMAT = "patchbake-layer-ops/3"  # /1 replayed no checks, /2 kept base64: never reused
 KEEP = "opt/patchbake/"  # the identity record and verifier: kept in memory for checks
 _KEEP_MAX = 16 << 20
 
@@ -185,8 +184,7 @@ class _Scanner:
         path, data = op[1], op[6]
         if path in self.dirs or path in self.above:
             self._replace_dir(path)
-        self.set_file(path, FileInfo(op[2], op[3], op[4], op[5], self.layer),
-                      None if data is None else base64.b64decode(data))
+        self.set_file(path, FileInfo(op[2], op[3], op[4], op[5], self.layer), data)
 
     def _on_h(self, op: list[Any]) -> None:
         path, target, mode = op[1], op[2], op[3]
@@ -387,8 +385,7 @@ class _Scanner:
                 out.close()
                 os.chmod(dest, 0o755 if m.mode & 0o111 else 0o644)  # type: ignore[arg-type]
         data = b"".join(keep) if keep is not None else None
-        op = ["f", path, "file", m.mode & 0o7777, m.size, h.hexdigest(),
-              None if data is None else base64.b64encode(data).decode()]
+        op = ["f", path, "file", m.mode & 0o7777, m.size, h.hexdigest(), data]
         if self.ops is not None:
             self.ops.append(op)
         self._on_f(op)
@@ -403,6 +400,8 @@ def _cache_file(cache_dir: Path | None, desc_digest: str, tracked: tuple[str, ..
 
 
 def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | None:
+    """A layer's memo, its kept file contents read back from their content-addressed files
+    (checked against their sha256); None when anything is missing or does not match."""
     if path is None:
         return None
     try:
@@ -412,7 +411,29 @@ def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | 
     if doc.get("format") != CACHE_FORMAT or doc.get("digest") != digest \
             or doc.get("diff_id") != diff_id:
         return None
+    for op in doc["ops"]:
+        if op[0] == "f" and op[6] is not None:
+            try:
+                data = (path.parent / "kept" / op[5]).read_bytes()
+            except OSError:
+                return None
+            if hashlib.sha256(data).hexdigest() != op[5]:
+                return None
+            op[6] = data
     return dict(doc)
+
+
+def _save_ops(path: Path, doc: dict[str, Any]) -> None:
+    """Kept contents (the identity record, the tree manifest) go beside the memo as raw
+    files named by their sha256: no base64 inside the JSON to decode on every verify."""
+    for op in doc["ops"]:
+        if op[0] == "f" and op[6] is not None:
+            kept = path.parent / "kept" / op[5]
+            if not kept.is_file():
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(kept, op[6])
+            op[6] = op[5]
+    atomic_write(path, json.dumps(doc).encode())
 
 
 def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
@@ -470,9 +491,8 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
             scanner.replay(memo["ops"], i, desc.digest)
             count = int(memo["entries"])
         elif cache is not None and scanner.ops is not None:
-            atomic_write(cache, json.dumps({"format": CACHE_FORMAT, "digest": desc.digest,
-                                            "diff_id": diff_ids[i], "entries": count,
-                                            "ops": scanner.ops}).encode())
+            _save_ops(cache, {"format": CACHE_FORMAT, "digest": desc.digest,
+                              "diff_id": diff_ids[i], "entries": count, "ops": scanner.ops})
         scanner.ops = None
         scanner.view.layers.append(LayerReport(desc.digest, diff_ids[i], src.raw_size, count))
         scanner.view.bytes_read += src.raw_size
