@@ -13,6 +13,7 @@ With ``write_root`` the tracked vLLM files are also written under a staging dire
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -85,7 +86,13 @@ class _Scanner:
 
     def __init__(self, tracked: tuple[str, ...], write_root: Path | None,
                  write_prefix: str) -> None:
-        self.tracked = tracked
+        # "DIR/*SUFFIX" tracks the entries directly in DIR whose name ends so (``*.pth``)
+        self.named: dict[str, tuple[str, ...]] = {}
+        for t in tracked:
+            if "/*" in t:
+                d, suffix = t[:t.index("/*")], t[t.index("/*") + 2:]
+                self.named[d] = (*self.named.get(d, ()), suffix)
+        self.tracked = tuple(t for t in tracked if "/*" not in t)
         self.view = View()
         self.dirs: set[str] = set()  # tracked directories, explicit or implied by a file
         self.links: dict[str, int] = {}  # every symlink of the image -> the layer that made it
@@ -94,7 +101,8 @@ class _Scanner:
         self.write_prefix = write_prefix
         self._left = 0
         # directories above the tracked region: replacing one with a file hides it all
-        self.above = {"/".join(t.rstrip("/").split("/")[:i]) for t in tracked
+        self.above = {"/".join(t.rstrip("/").split("/")[:i])
+                      for t in (*self.tracked, *self.named)
                       for i in range(1, len(t.rstrip("/").split("/")) + 1)}
         self._on = {"p": self._on_p, "s": self._on_s, "d": self._on_d, "n": self._on_n,
                     "f": self._on_f, "h": self._on_h, "w": self._on_w, "o": self._on_o}
@@ -111,7 +119,12 @@ class _Scanner:
         return AmbiguousLayerError(f"{self.where} entry {path!r}: {why}")
 
     def is_tracked(self, path: str) -> bool:
-        return path.startswith(self.tracked)
+        if path.startswith(self.tracked):
+            return True
+        if self.named:
+            parent, _, name = path.rpartition("/")
+            return name.endswith(self.named.get(parent, ()))
+        return False
 
     def _dest(self, path: str) -> Path | None:
         if self.write_root is None or not path.startswith(self.write_prefix):
@@ -556,3 +569,84 @@ def final_files(image: Image, blobs: Blobs) -> dict[str, FileInfo]:
     symlink's ``sha256`` is that of its target. What the differential test compares with
     the files a real unpacker writes."""
     return scan_image(image, blobs, ("",)).files
+
+
+def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
+              cache_dir: Path | None = None) -> list[list[Any]]:
+    """What layer ``index`` alone does, after its digest and diff_id were checked to EOF
+    and it was read as the engines read it (or refused): ``["f", path, kind, mode, size,
+    sha256, base64-or-None]`` for a file or symlink set in the tracked region (a hard link
+    gives its same-layer target's content), ``["r", path, children_only]`` for a whiteout
+    (an opaque directory), ``["d", path]`` for a directory, ``["x", path]`` for a
+    non-directory on a path above the tracked region. Verify reads the layers above the
+    base with it. With ``cache_dir`` the layer is memoised like ``scan_image``'s (bytes
+    still hashed)."""
+    desc = image.layers[index]
+    diff_id = image.diff_ids[index]
+    cache = _cache_file(cache_dir, desc.digest, tracked)
+    memo = _load_ops(cache, desc.digest, diff_id)
+    if memo is not None:
+        with blobs.open(desc.digest) as raw:
+            hashed = HashedBlob(raw, compression_of(desc.media_type))
+        _check_digests(hashed, desc.digest, desc.size, diff_id, index)
+        return _plain_ops(memo["ops"])
+    scanner = _Scanner(tracked, None, "")
+    scanner.ops = []
+    scanner.new_layer(index, desc.digest)
+    count = 0
+    with blobs.open(desc.digest) as raw:
+        src = LayerBytes(raw, compression_of(desc.media_type))
+        try:
+            for m in members(src):
+                scanner.entry(src, m, index)
+                count += 1
+        except (IntegrityError, ImageError, UnsafeArchiveError) as exc:
+            src.drain()
+            _check_digests(src, desc.digest, desc.size, diff_id, index)
+            if exc.message.startswith(scanner.where):
+                raise
+            raise type(exc)(f"{scanner.where}: {exc.message}") from None
+        except BaseException:
+            src.close()
+            raise
+        clean = src.drain()
+    _check_digests(src, desc.digest, desc.size, diff_id, index)
+    if not clean:
+        raise UnsafeArchiveError(f"layer {index} ({desc.digest}) has data after the end of "
+                                 "its tar archive")
+    events = scanner.ops
+    plain = _plain_ops(events)
+    if cache is not None:
+        _save_ops(cache, {"format": CACHE_FORMAT, "digest": desc.digest, "diff_id": diff_id,
+                          "entries": count, "ops": events})
+    return plain
+
+
+def _plain_ops(events: list[list[Any]]) -> list[list[Any]]:
+    """The scanner's events as layer_ops describes them (checks and parents dropped)."""
+    out: list[list[Any]] = []
+    files: dict[str, list[Any]] = {}
+    for op in events:
+        kind = op[0]
+        if kind == "f":
+            data = op[6]
+            if isinstance(data, bytes):
+                data = base64.b64encode(data).decode()
+            elif data is not None:  # a memo's kept content is named by its sha256
+                data = None
+            files[op[1]] = ["f", op[1], op[2], op[3], op[4], op[5], data]
+            out.append(files[op[1]])
+        elif kind == "s" and op[3]:
+            out.append(["f", op[1], "symlink", 0o777, 0,
+                        hashlib.sha256(op[2].encode()).hexdigest(), None])
+        elif kind == "h" and op[2] in files:
+            t = files[op[2]]
+            files[op[1]] = ["f", op[1], "file", op[3], t[4], t[5], t[6]]
+            out.append(files[op[1]])
+        elif kind in ("w", "o"):
+            out.append(["r", op[1], kind == "o"])
+        elif kind == "d":
+            out.append(["d", op[1]])
+        elif kind == "n":
+            out.append(["x", op[1]])
+    return out
