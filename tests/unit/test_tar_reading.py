@@ -145,3 +145,42 @@ def test_kept_contents_come_back_from_the_cache_checked(tmp_path: Path) -> None:
     kept.write_bytes(b"tampered")  # a changed kept file is not trusted: the layer is re-read
     assert scan_image(img, blobs, tracked, cache_dir=cache).contents["opt/patchbake/r.json"] \
         == record
+
+
+def test_cli_verify_refuses_an_ambiguous_layer_with_exit_35(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first class on a real bake: a layer whose entry has a pax path (a baked
+    # file) and a GNU long name (a new file); one line naming the layer digest and why
+    import json
+
+    from images_support import SP, make_repo
+    from patchbake.bake import bake_image
+    from patchbake.cli import main
+    from patchbake.oci import layout
+    from patchbake.oci.media import Descriptor
+    from tar_corpus import gnu_long, pax
+
+    repo = make_repo(tmp_path)
+    digest = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched).digest
+    sp = SP.strip("/").encode()
+    data = layer(pax((b"path", sp + b"/vllm/envs.py")), gnu_long(sp + b"/vllm/evil.py\0"),
+                 file(sp + b"/vllm/x.py", EVIL))
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    hexd = repo.store.put_bytes(data)
+    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], f"sha256:{hexd}",
+                                         len(data)).to_json())
+    config["rootfs"]["diff_ids"].append(f"sha256:{hexd}")
+    cd, cs, _ = layout.put_json(repo.store, config)
+    manifest["config"] = {**manifest["config"], "digest": cd, "size": cs}
+    crafted, _, _ = layout.put_json(repo.store, manifest)
+    monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
+    import patchbake.patchset as ps
+
+    monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
+    rc = main(["--pipeline", str(repo.root / "pipeline.yaml"), "verify", crafted,
+               "--definition", "offline"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == AmbiguousLayerError.exit_code == 35
+    assert len(err) == 1 and f"sha256:{hexd}" in err[0] and "GNU long name" in err[0], err
