@@ -241,6 +241,8 @@ def _cstr(field: bytes) -> bytes:
 
 
 def _checksum_ok(block: bytes) -> bool:
+    if block[148] & 0x80:  # getFormat reads the checksum with parseOctal: no base-256
+        return False
     stored = _numeric(block[148:156])
     unsigned = sum(block) - sum(block[148:156]) + 256
     if stored == unsigned:
