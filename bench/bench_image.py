@@ -170,16 +170,17 @@ def run(store: Store, work: Path) -> int:
                           ("offline + 256 MiB library layer", big_image(store, first.digest))):
         img = load_image(StoreBlobs(store), digest)
         layers = [d.digest for d in img.layers]
-        verify_image(pipeline, digest, store, lin, patched=patched)  # warm the caches
+        verify_image(pipeline, digest, store, lin, patched=patched, definition=name)  # warm
         # raw and verify alternate, and each verify is set against the raw run just before
         # it: on a shared machine the load drifts between blocks of runs, not within a pair
         raw_t, cold_t, ratio_cold = paired_time(
             lambda ls=layers: raw_sha256(store, ls),
             lambda d=digest: verify_image(pipeline, d, store, lin, patched=patched,
-                                          use_cache=False), RUNS)
+                                          definition=name, use_cache=False), RUNS)
         _, ver_t, ratio = paired_time(
             lambda ls=layers: raw_sha256(store, ls),
-            lambda d=digest: verify_image(pipeline, d, store, lin, patched=patched), RUNS)
+            lambda d=digest: verify_image(pipeline, d, store, lin, patched=patched,
+                                          definition=name), RUNS)
         nbytes = raw_sha256(store, layers)
         goal = 0.8 if label.startswith("offline image") else 0.9
         results.setdefault("verify", {})[label] = {  # type: ignore[union-attr]
