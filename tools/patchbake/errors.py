@@ -73,6 +73,13 @@ class UnsafeArchiveError(PatchbakeError):
     kind = "unsafe-archive"
 
 
+class AmbiguousLayerError(IntegrityError):
+    """A layer's tar stream reads differently in Go's archive/tar or the engines; refused."""
+
+    exit_code = 35
+    kind = "ambiguous-layer"
+
+
 class StoreError(PatchbakeError):
     """The content-addressed store is unusable (permissions, corruption, lock)."""
 
