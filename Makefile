@@ -3,7 +3,7 @@ PY ?= python3
 PIP ?= $(PY) -m pip
 export PATCHBAKE_NO_PROGRESS ?=
 
-.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean
+.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean reliability
 
 setup: setup-system setup-python
 
@@ -14,10 +14,11 @@ setup-system:
 	  command -v docker-registry >/dev/null || missing="$$missing docker-registry"; \
 	  command -v busybox >/dev/null || missing="$$missing busybox-static"; \
 	  command -v curl >/dev/null || missing="$$missing curl"; \
+	  command -v umoci >/dev/null || missing="$$missing umoci"; \
 	  if [ -n "$$missing" ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  fi; \
-	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static yourself"; fi
+	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, umoci yourself"; fi
 
 setup-python:
 	$(PIP) install -q -e '.[test]'
@@ -46,6 +47,11 @@ unit: setup-python
 
 bench: setup services
 	PYTHONPATH=tools $(PY) bench/run.py
+
+# Hostile inputs, a fault proxy before the real registry, seeded kill -9/SIGTERM trials and
+# 4-way concurrency (loopback only, ~20 min on 2 cores); writes docs/RELIABILITY.md.
+reliability: setup services
+	PYTHONPATH=tools $(PY) tests/reliability/run.py
 
 lint:
 	$(PIP) install -q -e '.[lint]'

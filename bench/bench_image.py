@@ -6,10 +6,11 @@
    base (the stand-in, `docker load`ed first); goal: 10x faster.
 2. verify: `verify_image` (stream every layer, digest + diff_id, hash every vLLM file,
    compare with a fresh apply and the pristine tree) against plain sha256 of the same
-   layer bytes; goal: at least 80% of that throughput. Measured on two images: the
-   offline image (worst case: every byte is a vLLM file, hashed twice) and the offline
-   image plus a 256 MiB layer of large non-vLLM files (the real base's shape: CUDA and
-   torch libraries dwarf the vLLM tree).
+   layer bytes; goal: at least 80% of that throughput on the offline image (worst case:
+   every byte is a vLLM file, hashed twice) and 90% on the offline image plus a 256 MiB
+   layer of large non-vLLM files (the real base's shape: CUDA and torch libraries dwarf
+   the vLLM tree). Raw and verify runs alternate; the ratio is the median of per-pair
+   ratios.
 3. the engine's non-reproducibility: two `docker build --no-cache` of one Dockerfile.
 
 Prints a table; writes bench/out/image.json. Store: PATCHBAKE_HOME or the user cache.
@@ -35,9 +36,10 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tools"))
 
 from patchbake import config
-from patchbake.bake import bake_image
+from patchbake.bake import bake_image, checked_base_tree
 from patchbake.identity import verify_image
 from patchbake.images import definition
+from patchbake.images.base import resolve_base
 from patchbake.images.overlay import build_overlay
 from patchbake.images.standin import build_standin
 from patchbake.oci import layout
@@ -48,7 +50,7 @@ from patchbake.oci.tarwriter import file_entry, with_parents, write_layer
 from patchbake.patchset import patched_tree
 from patchbake.store import Store
 
-RUNS = 5
+RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 DOCKER_RUNS = 3
 BIG = 256 << 20
 
@@ -60,6 +62,23 @@ def median_time(fn: Callable[[int], object], runs: int) -> tuple[float, list[flo
         fn(i)
         samples.append(time.perf_counter() - t)
     return statistics.median(samples), samples
+
+
+def paired_time(anchor: Callable[[], object], fn: Callable[[], object], runs: int
+                ) -> tuple[float, float, float]:
+    """Median anchor time, median ``fn`` time, median of the per-pair ratios anchor/fn."""
+    a_s, f_s, ratios = [], [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        anchor()
+        a = time.perf_counter() - t
+        t = time.perf_counter()
+        fn()
+        f = time.perf_counter() - t
+        a_s.append(a)
+        f_s.append(f)
+        ratios.append(a / f)
+    return statistics.median(a_s), statistics.median(f_s), statistics.median(ratios)
 
 
 def raw_sha256(store: Store, digests: list[str]) -> int:
@@ -151,24 +170,30 @@ def run(store: Store, work: Path) -> int:
                           ("offline + 256 MiB library layer", big_image(store, first.digest))):
         img = load_image(StoreBlobs(store), digest)
         layers = [d.digest for d in img.layers]
-        verify_image(pipeline, digest, store, lin, patched=patched)  # warm the caches
-        raw_t, _ = median_time(lambda i, ls=layers: raw_sha256(store, ls), RUNS)
-        cold_t, _ = median_time(lambda i, d=digest: verify_image(
-            pipeline, d, store, lin, patched=patched, use_cache=False), RUNS)
-        ver_t, _ = median_time(lambda i, d=digest: verify_image(
-            pipeline, d, store, lin, patched=patched), RUNS)
+        verify_image(pipeline, digest, store, lin, patched=patched, definition=name)  # warm
+        # raw and verify alternate, and each verify is set against the raw run just before
+        # it: on a shared machine the load drifts between blocks of runs, not within a pair
+        raw_t, cold_t, ratio_cold = paired_time(
+            lambda ls=layers: raw_sha256(store, ls),
+            lambda d=digest: verify_image(pipeline, d, store, lin, patched=patched,
+                                          definition=name, use_cache=False), RUNS)
+        _, ver_t, ratio = paired_time(
+            lambda ls=layers: raw_sha256(store, ls),
+            lambda d=digest: verify_image(pipeline, d, store, lin, patched=patched,
+                                          definition=name), RUNS)
         nbytes = raw_sha256(store, layers)
+        goal = 0.8 if label.startswith("offline image") else 0.9
         results.setdefault("verify", {})[label] = {  # type: ignore[union-attr]
             "bytes": nbytes, "raw_sha256_s": raw_t, "verify_s": ver_t, "verify_cold_s": cold_t,
             "raw_MBps": nbytes / raw_t / 1e6, "verify_MBps": nbytes / ver_t / 1e6,
             "verify_cold_MBps": nbytes / cold_t / 1e6,
-            "ratio": raw_t / ver_t, "ratio_cold": raw_t / cold_t}
+            "ratio": ratio, "ratio_cold": ratio_cold, "goal": goal}
         rows += [(f"raw sha256: {label}",
                   f"{nbytes / raw_t / 1e6:.0f} MB/s ({nbytes / 1e6:.0f} MB)"),
                  (f"verify, layers parsed: {label}",
-                  f"{nbytes / cold_t / 1e6:.0f} MB/s = {raw_t / cold_t:.0%} of raw"),
+                  f"{nbytes / cold_t / 1e6:.0f} MB/s = {ratio_cold:.0%} of raw"),
                  (f"verify, layer ops memoised: {label}",
-                  f"{nbytes / ver_t / 1e6:.0f} MB/s = {raw_t / ver_t:.0%} of raw (goal >= 80%)")]
+                  f"{nbytes / ver_t / 1e6:.0f} MB/s = {ratio:.0%} of raw (goal >= {goal:.0%})")]
 
     width = max(len(r[0]) for r in rows)
     for k, v in rows:
@@ -190,8 +215,10 @@ def docker_bake(store: Store, pipeline: config.Pipeline, patched: object, work: 
                                     [base_tag])
     docker("load", "-i", str(archive))
     ctx = work / "ctx"
+    base = resolve_base(defn, store, lin)
+    tree = checked_base_tree(pipeline, defn, lin, base, store)
     overlay = build_overlay(defn, patched, lin, defn.base.name,  # type: ignore[arg-type]
-                            standin.manifest.digest)
+                            standin.manifest.digest, tree)
     for e in overlay.entries:
         if e.kind == "file" and not e.path.rpartition("/")[2].startswith(".wh."):
             dest = ctx / "rootfs" / e.path

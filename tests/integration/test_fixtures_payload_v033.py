@@ -21,9 +21,10 @@ def test_cpu_suite_on_the_v033_image(shared_home: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     root = repo_copy(tmp_path)
     shutil.copytree(REPO / SUITE, root / SUITE, ignore=shutil.ignore_patterns("__pycache__"))
-    baked = cli_json(root, shared_home, "--lineage", "v0.33.0", "bake",
-                     "sm89-serving-offline-v0.33.0")
-    result = cli_json(root, shared_home, "--lineage", "v0.33.0", "fixtures", "run",
+    # no --lineage: the definition's lineage (v0.33.0) is used although v0.25.1 is the
+    # default, so the pristine probe runs on the 0.33.0 tree
+    baked = cli_json(root, shared_home, "bake", "sm89-serving-offline-v0.33.0")
+    result = cli_json(root, shared_home, "fixtures", "run",
                       "dsv4-topk-cpu", "--image", "sm89-serving-offline-v0.33.0",
                       "--runner", "host", "--results-out", str(tmp_path / "cpu.json"))
     assert result["image"]["digest"] == baked["digest"]
@@ -33,3 +34,5 @@ def test_cpu_suite_on_the_v033_image(shared_home: Path, tmp_path: Path) -> None:
     assert result["counts"]["passed"] >= 45
     sens = result["probes"]["patch_sensitivity"]
     assert sens["status"] == "ok" and sens["failed"] > 0, sens
+    assert "vllm==0.33.0" in sens["tree"], sens
+    assert result["environment"]["upstream_pins"] == {"torch": "2.14.0"}

@@ -92,7 +92,9 @@ class Repo:
     def define(self, name: str, text: str) -> None:
         (self.root / "images" / f"{name}.yaml").write_text(text)
         p = self.root / "pipeline.yaml"
-        p.write_text(p.read_text().replace("images:\n", f"images:\n  {name}: images/{name}.yaml\n"))
+        entry = f"  {name}: images/{name}.yaml\n"
+        if entry not in p.read_text():  # redefining rewrites the file only (no duplicate key)
+            p.write_text(p.read_text().replace("images:\n", f"images:\n{entry}"))
 
 
 def make_repo(tmp: Path, store_dir: Path | None = None, patched: dict[str, bytes] | None = None,

@@ -377,3 +377,32 @@ def test_plain_http_token_realm_off_loopback_is_refused(store: Store, sleeps: li
     assert ei.value.exit_code == 31
     assert fake.token_requests == []  # no credentials or request ever went there
     assert not store.has(img.digest)
+
+
+def test_upload_start_failing_does_not_multiply_retries(store: Store, sleeps: list[float]) -> None:
+    """The upload-start POST inside each blob attempt used to retry on its own: 5 x 5."""
+    fake = FakeRegistry(fail=lambda s: (500, {}, b"") if s.method == "POST" else None)
+    digest = store_image(store, make_image())
+    with pytest.raises(RegistryError, match="failed after 4 attempts"):
+        client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert len(fake.calls("POST")) == 4  # one loop of 4 attempts, not 4 x 4
+
+
+def test_short_body_under_a_consistent_content_length_is_retried(
+        store: Store, sleeps: list[float]) -> None:
+    img = make_image(text=b"x" * 5000)
+    fake = FakeRegistry()
+    fake.seed_image("app", img, "v1")
+    layer = next(d for d in img.blobs if img.blobs[d] == max(img.blobs.values(), key=len))
+    cut = {"n": 0}
+
+    def short(s: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if s.method == "GET" and s.path.endswith(layer) and cut["n"] < 2:
+            cut["n"] += 1
+            return 200, {}, img.blobs[layer][:100]  # Content-Length agrees: 100
+        return None
+
+    fake.fail = short
+    res = client(fake, sleeps).pull_image(store, f"{HOST}/app:v1")
+    assert layer in res.fetched and store.read_blob(layer) == img.blobs[layer]
+    assert cut["n"] == 2 and list((store.root / "tmp").iterdir()) == []

@@ -226,7 +226,7 @@ def test_503_retried_honouring_retry_after(net: FakeHTTP, store: Store) -> None:
 
 def test_connection_errors_retried_then_give_up(net: FakeHTTP, store: Store) -> None:
     net.routes[FILE_URL] = [requests.ConnectionError("reset")]
-    with pytest.raises(FetchError, match="failed 5 times; last: ConnectionError: reset"):
+    with pytest.raises(FetchError, match="failed after 5 attempts: ConnectionError: reset"):
         fetch(lineage(), store)
     assert net.calls.count(FILE_URL) == 5
     assert [c for c in net.calls if c.startswith("sleep")] == [

@@ -154,7 +154,7 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
         rec = build_record(defn, lin, patched, base, manifest, cdigest,
                            [*base.image.diff_ids, layer.digest], layers, overlay, labels,
                            epoch, "embedded", "overlay")
-        save_cache(store.root / "bakes" / f"{key}.json", rec)
+        save_cache(store.root / "bakes" / f"{key}.json", rec, warnings)
     path = records.write_record(pipeline.root, rec)
     desc = Descriptor(rec["manifest_media_type"], rec["manifest_digest"],
                       store.blob_path(rec["manifest_digest"]).stat().st_size)

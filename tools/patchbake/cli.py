@@ -9,6 +9,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
 import click
 
@@ -68,6 +69,7 @@ COMMAND_MODULES = {
     "fetch": "fetch", "patch": "patch", "series": "patch", "bake": "image",
     "verify": "image", "image": "image", "push": "registry", "pull": "registry",
     "run": "run", "keys": "evidence", "evidence": "evidence", "fixtures": "fixtures",
+    "store": "store",
 }
 _loaded: set[str] = set()
 
@@ -122,9 +124,42 @@ def _hoist_json(args: list[str]) -> list[str]:
     return ["--json", *[a for a in head if a != "--json"], *tail]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, CI cancellation): unwinds like Ctrl-C, so every ``finally``
+    and context manager removes its staging; the exit status is 143."""
+
+
+_terminated: list[int] = []
+
+
+def _on_sigterm(signum: int, _frame: Any) -> None:
+    if not _terminated:  # a second TERM during clean-up does not cut the clean-up short
+        _terminated.append(signum)
+        raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _hoist_json(list(sys.argv[1:] if argv is None else argv))
     debug = "--debug" in args or bool(os.environ.get("PATCHBAKE_DEBUG"))
+    import signal
+
+    if argv is None:  # the real process, not a test calling main() in-process
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(args, debug)
+    except OSError as exc:
+        from .store import write_failure
+
+        err = write_failure(exc, "a file")
+        if err is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"patchbake: error: {err.one_line()}", file=sys.stderr)
+        return err.exit_code
+
+
+def _main(args: list[str], debug: bool) -> int:
     try:
         main_group.main(args=args, prog_name="patchbake", standalone_mode=False)
         return 0
@@ -139,10 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"patchbake: error: {exc.format_message()}", file=sys.stderr)
         return UsageError.exit_code
     except click.exceptions.Abort:
+        if _terminated:
+            print("patchbake: error: terminated (SIGTERM); partial work removed", file=sys.stderr)
+            return 143
         print("patchbake: error: aborted", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
-        return 130
+        return 143 if _terminated else 130
 
 
 if __name__ == "__main__":

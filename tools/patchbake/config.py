@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import ConfigError
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
 
@@ -40,7 +38,7 @@ UPSTREAM_SCHEMA = Schema({
     "repo": Field(str),
     "commit": Field(str, check=_commit_check),
     "strip": Field(str, help="top-level directory inside the archive"),
-    "generated": Field(list, default=[], help="paths generated at build time"),
+    "generated": Field(list, default=[], help="paths generated at build time", items=str),
     "pins": Field(dict, default={}, help="what the release pins (e.g. torch: 2.14.0); suites "
                                          "record it beside what they ran with"),
 })
@@ -200,20 +198,12 @@ def parse(data: Any, path: Path) -> Pipeline:
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
+    from .yamlread import load_file
+
     p = Path(path) if path else find_pipeline()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p.name}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
-    return parse(data, p)
+    if not p.exists():
+        raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline")
+    return parse(load_file(p, "pipeline"), p)
 
 
 def find_pipeline(start: Path | None = None) -> Path:

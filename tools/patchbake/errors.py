@@ -73,11 +73,46 @@ class UnsafeArchiveError(PatchbakeError):
     kind = "unsafe-archive"
 
 
+class AmbiguousLayerError(IntegrityError):
+    """A layer's tar stream reads differently in Go's archive/tar or the engines; refused."""
+
+    exit_code = 35
+    kind = "ambiguous-layer"
+
+
 class StoreError(PatchbakeError):
     """The content-addressed store is unusable (permissions, corruption, lock)."""
 
     exit_code = 13
     kind = "store"
+
+
+class ArchiveLimitError(PatchbakeError):
+    """An archive exceeds a resource cap (total size, members, member size, name length)."""
+
+    exit_code = 14
+    kind = "archive-limit"
+
+
+class InputLimitError(PatchbakeError):
+    """A YAML or JSON input exceeds a resource cap (size, nesting depth)."""
+
+    exit_code = 15
+    kind = "input-limit"
+
+
+class DeadlineError(PatchbakeError):
+    """A network operation ran past its deadline or its request budget."""
+
+    exit_code = 16
+    kind = "deadline"
+
+
+class OutputPathError(PatchbakeError):
+    """An output path cannot be written (under a file, on a read-only or special fs)."""
+
+    exit_code = 17
+    kind = "output-path"
 
 
 class PatchError(PatchbakeError):

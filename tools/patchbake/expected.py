@@ -197,3 +197,30 @@ def record_checks(view: View, exp: Expected) -> list[str]:
         return [(f"{IDENTITY_PATH} is not the identity record the image record names "
                  f"(sha256:{want})")]
     return []
+
+
+def recorded_definition(pipeline: Pipeline, manifest_digest: str) -> str | None:
+    """The definition whose image record names this manifest digest, if any."""
+    from .images import record as records
+
+    for name in sorted(pipeline.images):
+        if records.record_path(pipeline.root, name, manifest_digest).is_file():
+            return name
+    return None
+
+
+def bind_lineage(pipeline: Pipeline, requested: str | None, *, definition: str | None = None,
+                 manifest_digest: str | None = None) -> Any:
+    """The lineage an image is checked against: the one its definition bakes (named, or
+    found through the record of its digest); ``--lineage`` naming another is refused, so a
+    suite's pristine probe, a verify or a signature never uses another upstream's tree."""
+    from .errors import LineageError
+
+    name = definition or (recorded_definition(pipeline, manifest_digest)
+                          if manifest_digest else None)
+    bound = load_definition(pipeline, name).lineage if name in pipeline.images else ""
+    if bound and requested and requested != bound:
+        raise LineageError(f"image definition '{name}' is of lineage {bound}; --lineage "
+                           f"{requested} names another upstream",
+                           hint=f"drop --lineage or pass --lineage {bound}")
+    return pipeline.lineage(requested or bound or None)

@@ -23,6 +23,7 @@ from .above_base import after_base, drift_before_overlay, stale_bytecode
 from .config import Lineage, Pipeline
 from .errors import ImageError, IntegrityError, VerifyError
 from .expected import (
+    bind_lineage,
     expected_for,
     label_checks,
     record_checks,
@@ -175,22 +176,25 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
     Where to look (site-packages, which layers are the base, which start-up hooks are
     allowed) comes from the image definition and record, never from the image's labels."""
     t0 = time.monotonic()
-    lin = lineage if isinstance(lineage, Lineage) else pipeline.lineage(lineage)
-    if patched is None:
-        from .patchset import patched_tree
-
-        patched = patched_tree(lin, store)
-    if pristine_root is None:
-        from .sources import fetch
-
-        fetched = fetch(lin, store, base=pipeline.root)
-        pristine_root, pristine_digest = fetched.root, fetched.tree_digest
-    else:
-        from .sources import tree_digest as compute_digest
-
-        pristine_digest = compute_digest(pristine_root)
     with resolve(store, ref, pipeline) as res:
         exp = expected_for(pipeline, store, res, definition, site_packages)
+        # The lineage is the definition's: a fresh apply or pristine tree of another
+        # upstream would verify (or fail) the image against the wrong thing.
+        lin = bind_lineage(pipeline, lineage.key if isinstance(lineage, Lineage) else lineage,
+                           definition=exp.definition.name)
+        if patched is None:
+            from .patchset import patched_tree
+
+            patched = patched_tree(lin, store)
+        if pristine_root is None:
+            from .sources import fetch
+
+            fetched = fetch(lin, store, base=pipeline.root)
+            pristine_root, pristine_digest = fetched.root, fetched.tree_digest
+        else:
+            from .sources import tree_digest as compute_digest
+
+            pristine_digest = compute_digest(pristine_root)
         sp = exp.sp
         env = startup.env_of(res.image.config)
         where = startup.places(exp.definition.site_packages, env)

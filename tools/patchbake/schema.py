@@ -18,6 +18,7 @@ class Field:
     default: Any = None
     check: Callable[[Any], str | None] | None = None  # returns a problem or None
     help: str = ""
+    items: type | None = None  # for a list: the type every item must have
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,12 @@ def validate(data: Any, schema: Schema, where: str, source: str) -> dict[str, An
                 f"{source}: '{path}' must be of type {_type_name(spec.types)}, "
                 f"got {type(value).__name__} {value!r:.40}"
             )
+        if spec.items is not None and isinstance(value, list):
+            for i, item in enumerate(value):
+                if not isinstance(item, spec.items) or isinstance(item, bool):
+                    raise ConfigError(
+                        f"{source}: '{path}[{i}]' must be of type {_type_name(spec.items)}, "
+                        f"got {type(item).__name__} {item!r:.40}")
         if spec.check:
             problem = spec.check(value)
             if problem:

@@ -7,16 +7,24 @@ Layout under the store root (``PATCHBAKE_HOME`` or the user cache dir)::
     locks/<name>.lock       advisory flock files
     sources/<key>.json      source records written by patchbake.sources (pin -> tree)
     tmp/                    staging for downloads and extractions (same filesystem)
+    quarantine/             blobs ``store fsck --quarantine`` moved aside
+
+Staging names carry the writer's process id (``<what>.<pid>.<random>``): an entry whose
+process is gone is litter from a crash, swept when the store is next opened (and by
+``patchbake store gc``). Disk full, quota and read-only file systems become one-line
+StoreErrors (exit 13); whatever was being written is removed.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +35,47 @@ import platformdirs
 
 from .digest import hex_of
 from .errors import IntegrityError, PatchbakeError, StoreError
-from .fsutil import CHUNK, fsync_dir
+from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
+
+# errno values that mean "this store cannot take writes", as opposed to a bug
+NO_WRITE = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
+            errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+            errno.EPERM: "operation not permitted"}
+STALE_AGE_S = 24 * 3600  # staging entries without a readable pid are litter after this
+
+
+def write_failure(exc: OSError, where: object) -> StoreError | None:
+    """A StoreError for a write the file system refused (full, read-only, ...), else None."""
+    why = NO_WRITE.get(exc.errno or 0)
+    if why is None:
+        return None
+    return StoreError(f"cannot write {getattr(exc, 'filename', None) or where}: {why}; "
+                      "nothing half-written was kept",
+                      hint="free space or make the store writable (PATCHBAKE_HOME), then rerun")
+
+
+def is_litter(path: Path, now: float | None = None) -> bool:
+    """True for a staging entry whose writer is gone (or, with no pid, that is old)."""
+    pid = staging_owner(path.name)
+    if pid is not None and pid != os.getpid():
+        return not pid_alive(pid)
+    if pid == os.getpid():
+        return False
+    try:
+        age = (now or time.time()) - path.lstat().st_mtime
+    except FileNotFoundError:
+        return False
+    return age > STALE_AGE_S
+
+
+def remove_entry(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def default_root() -> Path:
@@ -51,7 +99,8 @@ class Store:
     root: Path
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str] | None = None) -> Store:
+    def open(cls, root: str | os.PathLike[str] | None = None, *, sweep: bool = True) -> Store:
+        """The store at ``root`` (made if missing); ``sweep`` removes crash litter."""
         r = Path(root) if root else default_root()
         try:
             for sub in ("blobs/sha256", "trees", "locks", "tmp", "sources"):
@@ -61,7 +110,40 @@ class Store:
                 f"store at {r} is not writable: {exc.strerror}",
                 hint="set PATCHBAKE_HOME to a writable directory",
             ) from exc
-        return cls(r)
+        store = cls(r)
+        if sweep:
+            store.sweep_tmp()
+        return store
+
+    def sweep_tmp(self) -> list[Path]:
+        """Remove staging entries left by processes that died (kill -9, power loss)."""
+        gone: list[Path] = []
+        try:
+            entries = list((self.root / "tmp").iterdir())
+        except OSError:
+            return gone
+        now = time.time()
+        for p in entries:
+            if is_litter(p, now):
+                try:
+                    remove_entry(p)
+                except OSError:
+                    continue  # a read-only store: fsck reports it
+                gone.append(p)
+        # half-written records (``.<name>.<pid>.<r>.tmp``) in the record directories
+        for sub in ("", "sources", "patched", "bakes", "registry"):
+            d = self.root / sub
+            try:
+                found = [p for p in d.glob(".*.tmp") if is_litter(p, now)]
+            except OSError:
+                continue
+            for p in found:
+                try:
+                    p.unlink()
+                    gone.append(p)
+                except OSError:
+                    continue
+        return gone
 
     # -- blobs -------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
@@ -71,23 +153,49 @@ class Store:
         return self.blob_path(digest).is_file()
 
     def tmpdir(self, prefix: str = "tmp") -> Path:
-        return Path(tempfile.mkdtemp(prefix=f"{prefix}.", dir=self.root / "tmp"))
+        try:
+            return Path(tempfile.mkdtemp(prefix=f"{prefix}.{os.getpid()}.",
+                                         dir=self.root / "tmp"))
+        except OSError as exc:
+            raise write_failure(exc, self.root / "tmp") or exc
+
+    def lock_path(self, name: str) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        return self.root / "locks" / f"{safe}.lock"
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-        path = self.root / "locks" / f"{safe}.lock"
-        with open(path, "a+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        path = self.lock_path(name)
+        while True:
             try:
-                yield
+                f = open(path, "a+b")  # noqa: SIM115 - closed in the finally below
+            except OSError as exc:
+                raise write_failure(exc, path) or exc
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+                # `store gc` unlinks idle lock files (while holding them): a lock taken on
+                # an unlinked file guards nothing, so take the one now at the path
+                try:
+                    same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+                except FileNotFoundError:
+                    same = False
+                if not same:
+                    continue
+                try:
+                    yield
+                finally:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+                return
             finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+                f.close()
 
     def put_stream(self, chunks: Iterable[bytes], expected: str | None = None) -> str:
         """Store a stream; verify ``expected`` before the blob becomes visible."""
         want = _check_hex(expected) if expected else None
-        fd, tmp = tempfile.mkstemp(prefix="blob.", dir=self.root / "tmp")
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f"blob.{os.getpid()}.", dir=self.root / "tmp")
+        except OSError as exc:
+            raise write_failure(exc, self.root / "tmp") or exc
         h = hashlib.sha256()
         try:
             with os.fdopen(fd, "wb") as f:
@@ -106,11 +214,14 @@ class Store:
             os.replace(tmp, dest)
             fsync_dir(dest.parent)
             return got
-        except BaseException:
+        except BaseException as exc:
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+            failed = write_failure(exc, tmp) if isinstance(exc, OSError) else None
+            if failed is not None:
+                raise failed from exc
             raise
 
     def put_bytes(self, data: bytes, expected: str | None = None) -> str:
@@ -132,15 +243,9 @@ class Store:
 
     def fsck(self) -> list[str]:
         """Return the digests of blobs whose content no longer matches their name."""
-        bad = []
-        for p in sorted((self.root / "blobs" / "sha256").iterdir()):
-            h = hashlib.sha256()
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(CHUNK), b""):
-                    h.update(chunk)
-            if h.hexdigest() != p.name:
-                bad.append(p.name)
-        return bad
+        from .storecheck import bad_blobs
+
+        return bad_blobs(self)
 
     # -- trees -------------------------------------------------------------------------
     def tree_path(self, key: str) -> Path:
@@ -152,6 +257,9 @@ class Store:
         if dest.exists():
             shutil.rmtree(staging, ignore_errors=True)
             return dest
+        # every file and directory reaches the disk before the rename makes the tree
+        # visible: after a power loss a final name never holds empty files
+        fsync_tree(staging)
         try:
             os.replace(staging, dest)
         except OSError:

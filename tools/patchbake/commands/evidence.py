@@ -101,16 +101,20 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
     key = keymod.load_private(key_path or sig.key)
     want = _image(ctx, image_ref) if image_ref else None
     rows = []
-    pinned: list[str] = []  # the pin's vllm/ digest, fetched once and only when needed
+    pinned: dict[str, str] = {}  # each lineage's pinned vllm/ digest, fetched when needed
 
-    def pinned_vllm_digest() -> str:
-        if not pinned:
+    def pinned_vllm_digest(image_digest: str) -> str:
+        # the pin of the image's own lineage (its definition's), never just the default
+        from ..expected import bind_lineage
+
+        lin = bind_lineage(ctx.pipeline, ctx.lineage_key, manifest_digest=image_digest)
+        if lin.key not in pinned:
             from ..sources import fetch
             from ..sources.digest import tree_digest
 
-            f = fetch(ctx.lineage(), ctx.store, base=ctx.pipeline.root)
-            pinned.append(tree_digest(f.root / "vllm"))
-        return pinned[0]
+            f = fetch(lin, ctx.store, base=ctx.pipeline.root)
+            pinned[lin.key] = tree_digest(f.root / "vllm")
+        return pinned[lin.key]
 
     for rp in results:
         result = records.load_result(rp)
@@ -119,7 +123,7 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
             raise EvidenceError(f"{rp} is a result for image {digest}, not {want.digest}")
         sens = (result.get("probes") or {}).get("patch_sensitivity") or {}
         if sens.get("status") not in (None, "not-declared"):
-            records.check_pristine_probe(result, pinned_vllm_digest())
+            records.check_pristine_probe(result, pinned_vllm_digest(str(digest)))
         path, written, stmt = records.sign_result(result, key, sig.evidence_dir)
         rows.append({"result": str(rp), "evidence": str(path), "written": written,
                      "junit": str(records.junit_path(path)) if result.get("junit_b64")

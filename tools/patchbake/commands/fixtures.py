@@ -43,8 +43,8 @@ def fixtures_list(ctx: Ctx) -> None:
               for s in suites.values()])
 
 
-def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: str | None
-              ) -> Any:
+def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: str | None,
+              lineage: Any) -> Any:
     def provide() -> tuple[Path, str]:
         if image is not None:
             import tempfile
@@ -66,8 +66,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
             return given, f"given directory {given} (tree {tree_digest(given)})"
         from ..sources import fetch
 
-        lin = ctx.lineage()
-        f = fetch(lin, ctx.store, base=ctx.pipeline.root)
+        f = fetch(lineage, ctx.store, base=ctx.pipeline.root)
         return f.root, f"pristine upstream {f.pin} (tree {f.tree_digest})"
 
     return provide
@@ -95,6 +94,11 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     p = ctx.pipeline
     suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
     ref = imagemod.resolve(ctx.store, image_ref, p)
+    from ..expected import bind_lineage
+
+    # the pristine probe and the recorded pins are the image's own lineage's
+    lineage = bind_lineage(p, ctx.lineage_key, definition=image_ref if image_ref in p.images
+                           else None, manifest_digest=ref.digest)
     kind = runner or suite.runner
     if kind == "docker":
         from ..suites.docker import DockerRunner
@@ -110,8 +114,8 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
 
         img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
         sp = img.labels.get("dev.patchbake.site-packages")
-    result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp),
-                       log=ui.step, pins=ctx.lineage().upstream.pins)
+    result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp, lineage),
+                       log=ui.step, pins=lineage.upstream.pins)
     if results_out:
         atomic_write(results_out, pretty_json(result))
     if ctx.as_json:

@@ -3,6 +3,7 @@ by digest. Printing lives here; the work is in ``patchbake.oci.registry``."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -42,7 +43,7 @@ def _push_json(res: PushResult) -> dict[str, Any]:
         "media_type": res.media_type, "pushed": list(res.uploaded),
         "mounted": list(res.mounted), "skipped": list(res.skipped),
         "manifests": list(res.manifests), "tag_existed": res.tag_existed,
-        "bytes_uploaded": res.bytes_uploaded,
+        "bytes_uploaded": res.bytes_uploaded, "requests": res.requests,
     }
 
 
@@ -52,7 +53,7 @@ def _pull_json(res: PullResult, name: str) -> dict[str, Any]:
         "media_type": res.media_type, "index_digest": res.index_digest,
         "platform": res.platform, "config_digest": res.config_digest,
         "fetched": list(res.fetched), "present": list(res.present),
-        "bytes_fetched": res.bytes_fetched, "name": name,
+        "bytes_fetched": res.bytes_fetched, "name": name, "requests": res.requests,
     }
 
 
@@ -75,6 +76,8 @@ def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...]) -> N
         ui.step(f"pushing {digest} to {ref}")
     with ui.progress("push", None) as bar:
         res = client.push(store, digest, ref, mount_from=mount_from, progress=bar.advance)
+    for w in res.warnings:
+        print(f"patchbake: warning: {w}", file=sys.stderr)
     if ctx.as_json:
         ui.emit_json(_push_json(res))
         return
@@ -102,6 +105,8 @@ def pull_cmd(ctx: Ctx, ref: str, platform: str) -> None:
         ui.step(f"pulling {r}")
     with ui.progress("pull", None) as bar:
         res = client.pull_image(store, r, platform=platform, progress=bar.advance)
+    for w in res.warnings:
+        print(f"patchbake: warning: {w}", file=sys.stderr)
     size = store.blob_path(res.digest).stat().st_size
     name = str(r)
     layout.add_ref(store, name, Descriptor(res.media_type, res.digest, size))

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped,unused-ignore]
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import ConfigError, EvidenceError
@@ -46,7 +45,7 @@ KEY_SCHEMA = Schema({
 })
 ALLOW_SCHEMA = Schema({
     "predicate_type": Field(str, required=True),
-    "suites": Field(list, default=["*"]),
+    "suites": Field(list, default=["*"], items=str),
 })
 
 
@@ -113,17 +112,15 @@ def parse(data: Any, path: Path) -> Policy:
 
 def load(path: Path) -> Policy:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         fail("policy", f"trust policy {path} does not exist: nothing can be verified",
              hint="commit a trust policy listing the public keys that sign evidence")
     except OSError as exc:
         fail("policy", f"trust policy {path} is unreadable: {exc.strerror}")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path.name}: not valid YAML: {exc}") from None
-    return parse(data, path)
+    from ..yamlread import parse_text
+
+    return parse(parse_text(data, path.name), path)
 
 
 def render_entry(name: str, keyid: str, pem: str, owner: str, suites: list[str],

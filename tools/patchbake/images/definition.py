@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..config import Pipeline
 from ..digest import is_digest, is_hex
 from ..errors import ConfigError
@@ -169,14 +167,9 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
 
 
 def load_file(path: Path, name: str | None = None, root: Path | None = None) -> Definition:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"image definition {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path.name}: not valid YAML{at}") from None
+    from ..yamlread import load_file as read_yaml
+
+    data = read_yaml(path, "image definition")
     return parse(data, name or path.stem, path, root or path.parent.parent)
 
 
@@ -197,6 +190,11 @@ def load(pipeline: Pipeline, name: str) -> Definition:
     if not isinstance(rel, str):
         raise ConfigError(f"{pipeline.path.name}: 'images.{name}' must be the path of a "
                           f"definition file, got {type(rel).__name__}")
+    path = (pipeline.root / rel).resolve()
+    if not path.is_relative_to(pipeline.root.resolve()):
+        raise ConfigError(f"{pipeline.path.name}: 'images.{name}' names {rel}, which lies "
+                          "outside the repository",
+                          hint="image definitions are reviewed files of the repository")
     return load_file(pipeline.root / rel, name, pipeline.root)
 
 

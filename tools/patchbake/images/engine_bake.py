@@ -148,7 +148,7 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
                          "note": "image_id is the config digest; the manifest digest above "
                                  "is the store's (from docker save); a registry's is known "
                                  "after push", "reproducible": False}
-        save_cache(store.root / "bakes" / f"{key}.json", rec)
+        save_cache(store.root / "bakes" / f"{key}.json", rec, warnings)
     else:
         _ensure_in_engine(store, rec)
     path = records.write_record(pipeline.root, rec)

@@ -135,6 +135,9 @@ def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
              backend: str) -> str:
     return sha256_bytes(canonical_json({
         "format": BAKE_FORMAT, "writers": WRITERS, "definition": defn.fingerprint,
+        # the name is in the image's labels and its record: two definitions with the same
+        # content are two images, never one cached bake found under the other's name
+        "name": defn.name,
         "base": base.manifest_digest, "patch": patched.patch_sha256,
         "files": patched.files_sha256, "tree": patched.tree_digest,
         "pristine": patched.pristine_digest, "epoch": epoch, "backend": backend,
@@ -182,14 +185,25 @@ def build_record(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
     }
 
 
-def save_cache(path: Path, doc: dict[str, Any]) -> None:
+def save_cache(path: Path, doc: dict[str, Any], warnings: list[str] | None = None) -> None:
     """Write a bake-cache entry: temp file + rename, no fsync. It is a cache (a lost or torn
     entry only means a re-bake, and entries are checked against the store before use), so
-    it does not pay for durability; records and blobs do."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    it does not pay for durability; records and blobs do. A full or read-only disk skips
+    it with a warning (when ``warnings`` is given) instead of failing the bake."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(canonical_json(doc))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(canonical_json(doc))
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if warnings is None:
+            raise
+        warnings.append(f"the bake cache entry {path.name} was not written "
+                        f"({exc.strerror}); the next bake redoes the work")
 
 
 def cached(store: Store, key: str) -> dict[str, Any] | None:

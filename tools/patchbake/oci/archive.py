@@ -88,13 +88,19 @@ def _hash_member(tf: tarfile.TarFile, name: str) -> tuple[str, str, int, bool]:
     inflate = zlib.decompressobj(31) if gz else None
     size = 0
     chunk = first
-    while chunk:
-        size += len(chunk)
-        raw.update(chunk)
-        tar.update(inflate.decompress(chunk) if inflate else chunk)
-        chunk = f.read(_READ)
-    if inflate:
-        tar.update(inflate.flush())
+    try:
+        while chunk:
+            size += len(chunk)
+            raw.update(chunk)
+            tar.update(inflate.decompress(chunk) if inflate else chunk)
+            chunk = f.read(_READ)
+        if inflate:
+            tar.update(inflate.flush())
+    except zlib.error as exc:
+        raise ImageError(f"archive member {name!r} is not a valid gzip stream ({exc}); "
+                         "nothing was stored") from None
+    if inflate and not inflate.eof:
+        raise ImageError(f"archive member {name!r} is a truncated gzip stream; nothing was stored")
     return "sha256:" + raw.hexdigest(), "sha256:" + tar.hexdigest(), size, gz
 
 
@@ -129,12 +135,15 @@ def import_docker_archive(store: Store, path: Path) -> Imported:
     except (OSError, tarfile.TarError) as exc:
         raise ImageError(f"{path} is not a readable docker-archive tar: {exc}") from None
     with tf:
-        _check_members(tf, path)
-        _check_headers(tf, path)
-        names = {_norm(n) for n in tf.getnames()}
-        if "index.json" in names:
-            return _import_oci(store, tf, path, "manifest.json" in names)
-        return _import_classic(store, tf, path)
+        try:
+            _check_members(tf, path)
+            _check_headers(tf, path)
+            names = {_norm(n) for n in tf.getnames()}
+            if "index.json" in names:
+                return _import_oci(store, tf, path, "manifest.json" in names)
+            return _import_classic(store, tf, path)
+        except (tarfile.TarError, EOFError) as exc:
+            raise ImageError(f"{path} is truncated or corrupt: {exc}; nothing was stored") from None
 
 
 def _norm(name: str) -> str:
@@ -197,7 +206,7 @@ def _check_headers(tf: tarfile.TarFile, path: Path) -> None:
 def _import_oci(store: Store, tf: tarfile.TarFile, path: Path, with_docker: bool) -> Imported:
     index = parse_json(_read(tf, "index.json"), f"{path}:index.json")
     manifests = index.get("manifests") or []
-    if len(manifests) != 1:
+    if not isinstance(manifests, list) or len(manifests) != 1:
         raise ImageError(f"{path}: index.json lists {len(manifests)} manifests; expected one")
     desc = Descriptor.from_json(manifests[0], f"{path}:index.json")
     if desc.media_type in INDEX_TYPES:
@@ -281,8 +290,10 @@ def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
     if len(stem) == 64 and stem != cdigest.removeprefix("sha256:"):
         raise IntegrityError(f"{path}: config {entry['Config']} hashes to {cdigest}: its "
                              "bytes were changed; nothing was stored")
+    from .image import config_diff_ids
+
     config = parse_json(cbytes, "config")
-    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+    diff_ids = config_diff_ids(config, f"{path}: config {entry['Config']}")
     if len(diff_ids) != len(entry["Layers"]):
         raise ImageError(f"{path}: config lists {len(diff_ids)} diff_ids for "
                          f"{len(entry['Layers'])} layers")

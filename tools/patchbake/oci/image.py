@@ -127,6 +127,26 @@ def parse_manifest(data: bytes, digest: str) -> tuple[dict[str, Any], Descriptor
     return doc, config, layers
 
 
+def config_diff_ids(config: dict[str, Any], where: str) -> list[str]:
+    """The config's ``rootfs.diff_ids``, checked for shape (``rootfs`` and ``config``
+    objects, every diff_id a ``sha256:`` string) so that no reader trips over them."""
+    rootfs = config.get("rootfs")
+    if not isinstance(rootfs, dict):
+        raise ImageError(f"{where}: 'rootfs' is {type(rootfs).__name__}, not an object")
+    inner = config.get("config")
+    if inner is not None and not isinstance(inner, dict):
+        raise ImageError(f"{where}: 'config' is {type(inner).__name__}, not an object")
+    if isinstance(inner, dict) and not isinstance(inner.get("Labels") or {}, dict):
+        raise ImageError(f"{where}: 'config.Labels' is not an object")
+    diff_ids = rootfs.get("diff_ids")
+    if not isinstance(diff_ids, list):
+        raise ImageError(f"{where}: 'rootfs.diff_ids' is not a list")
+    for i, d in enumerate(diff_ids):
+        if not isinstance(d, str) or not d.startswith("sha256:") or len(d) != 71:
+            raise ImageError(f"{where}: rootfs.diff_ids[{i}] is {d!r:.80}, not a sha256 digest")
+    return diff_ids
+
+
 def image_from_bytes(manifest_bytes: bytes, manifest_digest: str, config_bytes: bytes
                      ) -> Image:
     got = Digest.of(manifest_bytes)
@@ -139,8 +159,8 @@ def image_from_bytes(manifest_bytes: bytes, manifest_digest: str, config_bytes: 
                              f"({len(config_bytes)} bytes); the manifest names {cdesc.digest} "
                              f"({cdesc.size} bytes)")
     config = parse_json(config_bytes, f"config {cdesc.digest}")
-    diff_ids = (config.get("rootfs") or {}).get("diff_ids")
-    if not isinstance(diff_ids, list) or len(diff_ids) != len(layers):
+    diff_ids = config_diff_ids(config, f"config {cdesc.digest}")
+    if len(diff_ids) != len(layers):
         raise ImageError(f"config {cdesc.digest} lists "
                          f"{len(diff_ids) if isinstance(diff_ids, list) else 'no'} diff_ids for "
                          f"{len(layers)} layers")

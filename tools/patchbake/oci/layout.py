@@ -81,7 +81,9 @@ def _read_index(store: Store) -> list[dict[str, Any]]:
     manifests = doc.get("manifests", []) if isinstance(doc, dict) else None
     if not isinstance(manifests, list):
         raise StoreError(f"{path} has no 'manifests' list")
-    return [m for m in manifests if isinstance(m, dict)]
+    # an entry that is not an object, or whose annotations are not one, names nothing
+    return [m for m in manifests if isinstance(m, dict)
+            and isinstance(m.get("annotations") or {}, dict)]
 
 
 def _write_index(store: Store, manifests: list[dict[str, Any]]) -> None:

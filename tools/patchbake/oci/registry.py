@@ -57,6 +57,8 @@ class PushResult:
     manifests: tuple[str, ...]  # manifest digests put (index children first)
     tag_existed: bool = False  # the tag already pointed at this digest
     bytes_uploaded: int = 0
+    warnings: tuple[str, ...] = ()  # optional local writes that were skipped
+    requests: int = 0  # HTTP requests sent (retries included)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class PullResult:
     fetched: tuple[str, ...]  # blob digests downloaded and verified
     present: tuple[str, ...]  # blob digests the store already had
     bytes_fetched: int = 0
+    warnings: tuple[str, ...] = ()
+    requests: int = 0
 
 
 def _sha(data: bytes) -> str:
@@ -99,6 +103,26 @@ class RegistryClient:
                               sleep=sleep, insecure_loopback_http=insecure_loopback_http)
         self.record_mounts = record_mounts
         self._pinged = False
+        self._in_op = False
+
+    def _begin(self, what: str, blobs: int = 0) -> None:
+        """A new deadline and request budget, unless inside a push or pull already."""
+        if not self._in_op:
+            self.http.begin(what, blobs=blobs)
+
+    def _note_blobs(self, store: Store, repo: str, digests: Iterable[object]) -> tuple[str, ...]:
+        """Record which repository holds which blobs (a cache for later mounts): a failure
+        to write it is a warning, never a failed push or pull."""
+        if not self.record_mounts:
+            return ()
+        try:
+            registry_record.note_blobs(store, self.host, repo, digests)  # type: ignore[arg-type]
+        except (OSError, StoreError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else exc.message
+            note = (f"the blob-location cache in {store.root} was not updated ({why}); "
+                    "later pushes may upload instead of mounting")
+            return (note,)
+        return ()
 
     @classmethod
     def for_ref(cls, ref: str | RegistryRef, **kw: object) -> RegistryClient:
@@ -143,6 +167,7 @@ class RegistryClient:
     def get_manifest(self, ref: str | RegistryRef) -> tuple[bytes, str, str]:
         """(bytes, media type, digest) of ``ref``; by-digest answers are verified."""
         r = self._ref(ref)
+        self._begin(f"GET manifest {r}")
         self.ping()
         got = self._fetch_manifest(r, r.reference)
         assert got is not None
@@ -159,6 +184,7 @@ class RegistryClient:
     def get_blob(self, ref: str | RegistryRef, digest: str, *, max_bytes: int = 64 << 20) -> bytes:
         """A small blob (a config) in memory, verified against ``digest``."""
         r = self._ref(ref)
+        self._begin(f"GET blob {digest}")
         self.ping()
 
         def attempt() -> bytes:
@@ -251,12 +277,24 @@ class RegistryClient:
             cdata, cm = self._local_manifest(store, child.digest)
             plan.append((child.digest, cdata, cm))
         plan.append((manifest_digest, top, top_m))
+        nblobs = len({b.digest for _, _, m in plan for b in m.blobs}) + len(plan)
+        self.http.begin(f"push of {manifest_digest} to {r}", blobs=nblobs)
+        self._in_op = True
+        try:
+            return self._push(store, manifest_digest, r, plan, top, top_m,
+                              list(mount_from), progress)
+        finally:
+            self._in_op = False
+
+    def _push(self, store: Store, manifest_digest: str, r: RegistryRef,
+              plan: list[tuple[str, bytes, Manifest]], top: bytes, top_m: Manifest,
+              mount_from: list[str], progress: Progress | None) -> PushResult:
         self.ping()
         tag_existed = self._check_tag(r, manifest_digest) if r.tag else False
         tally = _PushTally()
         wanted = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
         for desc in wanted.values():
-            self._push_blob(store, r.repo, desc, list(mount_from), tally, progress)
+            self._push_blob(store, r.repo, desc, mount_from, tally, progress)
         put = [d for d, data, m in plan if self._put_manifest(r.repo, d, data, m.media_type)]
         if r.tag and not tag_existed:
             # Re-check just before tagging: another pusher may have taken the tag meanwhile.
@@ -268,11 +306,10 @@ class RegistryClient:
                 resp.close()
             if not self._check_tag(r, manifest_digest):
                 raise RegistryError(f"{r.host}/{r.repo}:{r.tag} does not resolve after tagging")
-        if self.record_mounts:
-            registry_record.note_blobs(store, self.host, r.repo, wanted)
+        warnings = self._note_blobs(store, r.repo, wanted)
         return PushResult(str(r), manifest_digest, top_m.media_type, tuple(tally.uploaded),
                           tuple(tally.mounted), tuple(tally.skipped), tuple(put),
-                          tag_existed, tally.nbytes)
+                          tag_existed, tally.nbytes, warnings, self.http.requests_sent)
 
     # -- pull --------------------------------------------------------------------------
     def pull_image(self, store: Store, ref: str | RegistryRef, *,
@@ -281,6 +318,15 @@ class RegistryClient:
         """Pull ``ref`` into ``store``; for an index, the ``platform`` image (and the index).
         With ``layers=False`` only manifest and config are fetched."""
         r = self._ref(ref)
+        self.http.begin(f"pull of {r}", blobs=2)
+        self._in_op = True
+        try:
+            return self._pull(store, r, platform, layers, progress)
+        finally:
+            self._in_op = False
+
+    def _pull(self, store: Store, r: RegistryRef, platform: str, layers: bool,
+              progress: Progress | None) -> PullResult:
         data, mt, digest = self.get_manifest(r)
         m = parse_manifest(data, mt)
         index_digest, chosen = None, None
@@ -293,6 +339,7 @@ class RegistryClient:
             m = parse_manifest(data, mt)
             if m.is_index:
                 raise RegistryError(f"{child.digest} in index {index_digest} is another index")
+        self.http.budget.allow_blobs(len(m.blobs))
         fetched, present, nbytes = [], [], 0
         for desc in (m.blobs if layers else m.blobs[:1]):
             if desc.urls:
@@ -305,10 +352,10 @@ class RegistryClient:
         store.put_bytes(data, expected=digest)
         if index_digest:
             store.put_bytes(index_data, expected=index_digest)
-        if self.record_mounts:
-            registry_record.note_blobs(store, self.host, r.repo, [*fetched, *present])
+        warnings = self._note_blobs(store, r.repo, [*fetched, *present])
         return PullResult(str(r), digest, mt, index_digest, chosen, m.blobs[0].digest,
-                          tuple(fetched), tuple(present), nbytes)
+                          tuple(fetched), tuple(present), nbytes, warnings,
+                          self.http.requests_sent)
 
     def pull(self, store: Store, ref: str | RegistryRef, *, platform: str = DEFAULT_PLATFORM,
              layers: bool = True) -> str:

@@ -119,6 +119,7 @@ def fetch_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
     def body(resp: requests.Response, count: list[int]) -> Iterator[bytes]:
         try:
             for chunk in _prefetch(resp.iter_content(CHUNK)):
+                http.budget.check()
                 count[0] += len(chunk)
                 if count[0] > desc.size:
                     raise RegistryError(f"blob {desc.digest} is longer than its "
@@ -129,8 +130,10 @@ def fetch_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
         except TRANSPORT_ERRORS as exc:
             raise RetryableError(f"GET blob {desc.digest}: {exc}") from exc
         if count[0] != desc.size:
-            raise RegistryError(f"blob {desc.digest} ended after {count[0]} of "
-                                f"{desc.size} bytes; nothing was stored")
+            # a short body is a truncated transfer even when the server's Content-Length
+            # agrees with it (a server that lies consistently): retried like one
+            raise RetryableError(f"blob {desc.digest} ended after {count[0]} of "
+                                 f"{desc.size} bytes")
 
     def attempt() -> int:
         resp = http.request("GET", f"/v2/{repo}/blobs/{desc.digest}", stream=True,

@@ -9,63 +9,27 @@ same session.
 
 from __future__ import annotations
 
-import email.utils
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import requests
 
 from ..errors import RegistryError
+from ..netpolicy import Budget, RetryPolicy, is_retry_status, retry_after_seconds, retrying
+from ..netpolicy import Retryable as RetryableError
 from .registry_auth import Credentials, parse_challenge
 from .registry_ref import check_url_allowed
 
+__all__ = ["Budget", "RetryPolicy", "RetryableError", "Transport", "is_retry_status",
+           "retry_after_seconds"]
+
 T = TypeVar("T")
 Body = bytes | IO[bytes] | None
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-
-def is_retry_status(status: int) -> bool:
-    return status in RETRY_STATUS or 500 <= status <= 599
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 5  # total tries, the first included
-    backoff_s: float = 0.5  # first wait; doubles each retry
-    max_backoff_s: float = 8.0
-    max_retry_after_s: float = 60.0  # a longer Retry-After is capped, not obeyed blindly
-
-
-class RetryableError(Exception):
-    """One attempt failed in a way worth retrying. An internal signal, not a user-facing
-    error (so not in the PatchbakeError hierarchy): ``with_retries`` always catches it and
-    raises RegistryError once the policy gives up."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after = retry_after
-
 
 TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout,
                     requests.exceptions.ChunkedEncodingError)
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: an integer, or an HTTP date relative to now."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def registry_error_text(resp: requests.Response) -> str:
@@ -89,19 +53,17 @@ class Transport:
                  credentials: Credentials | Callable[[], Credentials | None] | None = None,
                  retry: RetryPolicy | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 insecure_loopback_http: bool = True,
-                 timeout: tuple[float, float] = (10.0, 300.0)) -> None:
+                 insecure_loopback_http: bool = True) -> None:
         self.base = base.rstrip("/")
         self.session = session or requests.Session()
         # A callable is asked only when a registry first challenges: anonymous registries
         # never make us read (or trip over) Docker's config file.
         self._credentials = credentials
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or RetryPolicy.from_limits()
         self.sleep = sleep
         self.insecure_loopback_http = insecure_loopback_http
-        self.timeout = timeout
+        self.budget = Budget("registry request", self.retry, sleep=sleep)
         self._auth: dict[str, str] = {}  # scope -> Authorization header value
-        self.requests_sent = 0  # for tests and the benchmark
 
     @property
     def credentials(self) -> Credentials | None:
@@ -110,25 +72,21 @@ class Transport:
         return self._credentials
 
     # -- retries -----------------------------------------------------------------------
+    def begin(self, what: str, *, blobs: int = 0) -> Budget:
+        """Start one operation (a push, a pull): a fresh deadline and request budget that
+        every request and retry loop below it shares."""
+        self.budget = Budget(what, self.retry, sleep=self.sleep)
+        self.budget.allow_blobs(blobs)
+        return self.budget
+
+    @property
+    def requests_sent(self) -> int:
+        return self.budget.requests
+
     def with_retries(self, what: str, attempt: Callable[[], T]) -> T:
-        """Run ``attempt`` until it stops raising RetryableError or the policy gives up."""
-        pol = self.retry
-        last: RetryableError | None = None
-        for n in range(pol.attempts):
-            try:
-                return attempt()
-            except RetryableError as exc:
-                last = exc
-                if n + 1 >= pol.attempts:
-                    break
-                wait = min(pol.backoff_s * (2 ** n), pol.max_backoff_s)
-                if exc.retry_after is not None:
-                    wait = min(exc.retry_after, pol.max_retry_after_s)
-                self.sleep(wait)
-        raise RegistryError(
-            f"{what} failed after {pol.attempts} attempts: {last.message if last else '?'}",
-            hint="the registry is unavailable or overloaded; retry later",
-        )
+        """Run ``attempt`` under the shared policy (netpolicy.retrying)."""
+        return retrying(self.budget, what, attempt, lambda msg: RegistryError(
+            msg, hint="the registry is unavailable or overloaded; retry later"))
 
     # -- requests ----------------------------------------------------------------------
     def url(self, path: str) -> str:
@@ -197,9 +155,9 @@ class Transport:
             check_url_allowed(url, insecure_loopback_http=self.insecure_loopback_http)
             data = body() if body else None
             try:
-                self.requests_sent += 1
+                timeout = self.budget.charge()
                 resp = self.session.request(method, url, headers=hdrs, data=data, params=params,
-                                            stream=stream, timeout=self.timeout,
+                                            stream=stream, timeout=timeout,
                                             allow_redirects=False)
             except TRANSPORT_ERRORS as exc:
                 raise RetryableError(f"{method} {urlsplit(url).path}: {exc}") from exc
@@ -248,8 +206,9 @@ class Transport:
 
         def once() -> Any:
             try:
-                self.requests_sent += 1
-                resp = self.session.get(realm, params=query, headers=hdrs, timeout=self.timeout)
+                timeout = self.budget.charge()
+                resp = self.session.get(realm, params=query, headers=hdrs, timeout=timeout,
+                                        allow_redirects=False)
             except TRANSPORT_ERRORS as exc:
                 raise RetryableError(f"token request to {urlsplit(realm).netloc}: {exc}") from exc
             if is_retry_status(resp.status_code):

@@ -145,18 +145,55 @@ def base_url(host_or_url: str, *, insecure_loopback_http: bool = True) -> str:
     return f"http://{host}" if is_loopback(host) and insecure_loopback_http else f"https://{host}"
 
 
+def _url_host(url: str) -> tuple[str, str]:
+    """(scheme, host) of ``url`` as the HTTP stack will connect, refusing what two parsers
+    could read differently: user info (``http://[::1]@host/``), backslashes, whitespace,
+    control characters, a host our parser and urllib3's disagree on."""
+    import urllib3.util
+
+    if any(c in url for c in "\\ \t\r\n") or any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise RegistryError(f"refusing URL with whitespace, control characters or backslashes: "
+                            f"{url!r:.120}")
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname or ""
+        ours = parts.netloc
+        theirs = urllib3.util.parse_url(url)
+    except ValueError as exc:
+        raise RegistryError(f"refusing malformed URL {url!r:.120}: {exc}") from None
+    if "@" in ours or parts.username is not None or theirs.auth:
+        raise RegistryError(f"refusing URL with user info (credentials or '@') in it: "
+                            f"{parts.scheme}://…@{hostname}",
+                            hint="credentials come from PATCHBAKE_REGISTRY_USER/PASSWORD or "
+                                 "docker login, never from a URL")
+    if (theirs.host or "").strip("[]").lower() != hostname.lower():
+        raise RegistryError(f"refusing URL whose host parsers disagree on: {url!r:.120}")
+    return parts.scheme.lower(), hostname.lower()
+
+
 def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
-    """Refuse any URL (registry, token realm, redirect) that would use plain http off-loopback."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
+    """Refuse any URL (registry, token realm, redirect) that would use plain http off
+    loopback; applied to every hop, on the host the connection really goes to."""
+    scheme, host = _url_host(url)
+    if not host:
+        raise RegistryError(f"refusing URL without a host: {url!r:.120}")
     if scheme == "https":
         return
-    if scheme == "http" and insecure_loopback_http and is_loopback(parts.netloc):
+    if scheme == "http" and insecure_loopback_http and _loopback_host(host):
         return
     if scheme == "http":
         raise RegistryError(
-            f"refusing plain http to {parts.netloc}: only loopback registries "
+            f"refusing plain http to {host}: only loopback registries "
             "(127.0.0.0/8, ::1, localhost) may be reached without TLS",
             hint="serve the registry over https",
         )
-    raise RegistryError(f"refusing URL with scheme '{scheme}': {url}")
+    raise RegistryError(f"refusing URL with scheme '{scheme}': {url!r:.120}")
+
+
+def _loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -347,6 +347,7 @@ def check_lineage(lineage: Any, *, pristine_root: Path | None = None,
     caller fetches, so this module stays standard-library only); without them only the
     patch <=> FILES.txt part runs. A missing patch is an error, not a report.
     """
+    from ..errors import ExportError
     from .sourcerec import read_source
 
     try:
@@ -355,8 +356,18 @@ def check_lineage(lineage: Any, *, pristine_root: Path | None = None,
         raise GuardError(f"{lineage.patch} does not exist",
                          hint="make it with `patchbake patch workspace` and "
                               "`patchbake patch export`") from None
-    files = lineage.files.read_bytes() if lineage.files.exists() else None
-    src = read_source(lineage.source_record)
+    except OSError as exc:
+        raise GuardError(f"{lineage.patch} cannot be read: {exc.strerror}") from None
+    try:
+        files = lineage.files.read_bytes() if lineage.files.exists() else None
+    except OSError as exc:
+        raise GuardError(f"{lineage.files} cannot be read: {exc.strerror}") from None
+    try:
+        src = read_source(lineage.source_record)
+    except ExportError as exc:  # to the guard a bad SOURCE is a disagreement like any other
+        raise GuardError(exc.message, hint=exc.hint) from None
+    except OSError as exc:
+        raise GuardError(f"{lineage.source_record} cannot be read: {exc.strerror}") from None
     return check(data, files, patch_name=lineage.patch.name, pristine_root=pristine_root,
                  pin=lineage.upstream.pin,
                  source_patch_sha256=src.patch_sha256 if src else None, reexport=reexport,

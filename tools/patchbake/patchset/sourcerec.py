@@ -63,6 +63,11 @@ def read_source(path: Path) -> SourceRecord | None:
                           ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportError(f"{path}: not a patchbake source record (format {FORMAT!r})")
+    for key, typ in (("patch_sha256", str), ("tree_digest", str), ("source", dict)):
+        if data.get(key) is not None and not isinstance(data[key], typ):
+            raise ExportError(f"{path}: '{key}' must be a {typ.__name__ if typ is str else 'mapping'}"
+                              f", got {type(data[key]).__name__}",
+                              hint="restore it from git; it is written by `patchbake patch export`")
     return SourceRecord(data)
 
 

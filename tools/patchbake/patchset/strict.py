@@ -111,13 +111,57 @@ def apply_to_dir(patch: Patch, pristine_root: Path, dest: Path, *,
         if any(dest.iterdir()):
             raise _err("dest", f"{dest} is not empty; strict apply writes only into a new "
                        "or empty directory", "pass a new directory with --to")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging.", dir=dest.parent))
+    made = _make_parents(dest)
+    ok = False
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging.", dir=dest.parent))
+    except OSError as exc:
+        _unmake(made)
+        raise _unwritable(dest, exc) from None
     try:
         tree = staging / "tree"
         applied = build_tree(patch, pristine_root, tree, filelist=filelist)
         # rename(2) replaces an empty directory atomically.
         os.replace(tree, dest)
+        ok = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not ok:
+            _unmake(made)
     return applied
+
+
+def _unwritable(dest: Path, exc: OSError) -> Exception:
+    from ..errors import OutputPathError
+
+    return OutputPathError(f"{dest} cannot be written: {exc.strerror or exc}",
+                           hint="pass --to a new directory on a writable file system")
+
+
+def _make_parents(dest: Path) -> list[Path]:
+    """Create ``dest``'s missing parents; return them (deepest last) so a failure can
+    remove exactly what it made."""
+    missing = []
+    p = dest.parent
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    made: list[Path] = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except OSError as exc:
+            _unmake(made)
+            raise _unwritable(dest, exc) from None
+        made.append(d)
+    if not dest.parent.is_dir():
+        raise _unwritable(dest, NotADirectoryError(20, f"{dest.parent} is not a directory"))
+    return made
+
+
+def _unmake(made: list[Path]) -> None:
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except OSError:
+            pass

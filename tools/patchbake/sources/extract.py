@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ..errors import FetchError, UnsafeArchiveError
+from .. import limits as limits_mod
+from ..errors import ArchiveLimitError, FetchError, UnsafeArchiveError
 
 FILE, DIR, SYMLINK, HARDLINK = "file", "dir", "symlink", "hardlink"
 _COPY = 1 << 20
@@ -61,12 +62,34 @@ def normalise(name: str, member: str) -> str:
 
 
 # -- readers ------------------------------------------------------------------------------
+def _decompressed(raw: IO[bytes]) -> IO[bytes]:
+    """The archive's tar stream, through a decompressor that checks the format's own
+    integrity field (gzip CRC-32 and length, bzip2 and xz checks) when drained to EOF:
+    tarfile's stream mode skips the gzip trailer, so a flipped byte in a stored block
+    would otherwise go unnoticed."""
+    import bz2
+
+    magic = raw.read(6)
+    raw.seek(0)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if magic.startswith(b"BZh"):
+        return bz2.BZ2File(raw)
+    if magic.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)
+    return raw
+
+
 def _tar_members(path: Path) -> Iterator[Member]:
     try:
         # stream mode: one sequential pass, each file read before the next header
-        with tarfile.open(path, mode="r|*") as tf:
+        with open(path, "rb") as raw, _decompressed(raw) as stream, \
+                tarfile.open(fileobj=stream, mode="r|") as tf:
             for ti in tf:
-                if ti.isreg():
+                if ti.issparse():
+                    yield Member(ti.name, "a GNU sparse file (read differently by "
+                                 "different unpackers)", ti.mode)
+                elif ti.isreg():
                     yield Member(ti.name, FILE, ti.mode, open=_tar_opener(tf, ti))
                 elif ti.isdir():
                     yield Member(ti.name, DIR, ti.mode)
@@ -80,8 +103,12 @@ def _tar_members(path: Path) -> Iterator[Member]:
                     yield Member(ti.name, "a fifo", ti.mode)
                 else:
                     yield Member(ti.name, f"an unsupported tar type {ti.type!r}", ti.mode)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise FetchError(f"{path.name}: not a readable tar archive: {exc}") from exc
+            # drain to EOF: the decompressor verifies its checksum at the end
+            while stream.read(_COPY):
+                pass
+    except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
+        raise FetchError(f"{path.name}: not a readable tar archive: {exc}",
+                         hint="the archive is truncated or corrupt; fetch it again") from exc
 
 
 def _tar_opener(tf: tarfile.TarFile, ti: tarfile.TarInfo) -> Callable[[], IO[bytes]]:
@@ -96,7 +123,11 @@ def _zip_members(path: Path) -> Iterator[Member]:
     try:
         with zipfile.ZipFile(path) as zf:
             for zi in zf.infolist():
-                mode = zi.external_attr >> 16
+                # the high bits are a Unix mode only when a Unix tool wrote the entry; a
+                # mode without a file-type (Python's writestr: 0o600) is a regular file
+                mode = zi.external_attr >> 16 if zi.create_system == 3 else 0
+                if mode and not stat.S_IFMT(mode):
+                    mode |= stat.S_IFREG
                 if zi.is_dir():
                     yield Member(zi.filename, DIR, mode or 0o755)
                 elif stat.S_ISLNK(mode):
@@ -114,7 +145,8 @@ def _zip_members(path: Path) -> Iterator[Member]:
 def members(path: Path) -> Iterator[Member]:
     with open(path, "rb") as f:
         magic = f.read(4)
-    return _zip_members(path) if magic == b"PK\x03\x04" else _tar_members(path)
+    is_zip = magic in (b"PK\x03\x04", b"PK\x05\x06")  # a local header, or an empty zip
+    return _zip_members(path) if is_zip else _tar_members(path)
 
 
 # -- extraction ---------------------------------------------------------------------------
@@ -130,8 +162,59 @@ def _strip(rel: str, strip: str | None, member: str) -> str | None:
     return rel[len(strip) + 1:]
 
 
+class _Caps:
+    """Running totals against the extraction caps (limits.py); each trip has its own
+    message naming the cap and the variable that raises it."""
+
+    def __init__(self, archive: str, lim: limits_mod.Limits | None = None) -> None:
+        self.archive = archive
+        self.lim = lim or limits_mod.current()
+        self.members = 0
+        self.total = 0
+
+    def _trip(self, what: str, value: int, cap: int, env: str) -> ArchiveLimitError:
+        return ArchiveLimitError(
+            f"{self.archive}: {what} ({value}) exceeds the cap of {cap}; nothing was "
+            "extracted", hint=f"an upstream archive this large is suspect; raise {env} "
+                              "if it is genuine")
+
+    def member(self, name: str) -> None:
+        self.members += 1
+        lim = self.lim
+        if self.members > lim.extract_members:
+            raise self._trip("member count", self.members, lim.extract_members,
+                             limits_mod.ENV["extract_members"])
+        raw = name.encode("utf-8", "surrogateescape")
+        if len(raw) > lim.path_bytes:
+            raise self._trip(f"path length of member '{name[:60]}...' in bytes", len(raw),
+                             lim.path_bytes, limits_mod.ENV["path_bytes"])
+        longest = max((len(p) for p in raw.split(b"/")), default=0)
+        if longest > lim.name_bytes:
+            raise self._trip(f"a name in member '{name[:60]}...' in bytes", longest,
+                             lim.name_bytes, limits_mod.ENV["name_bytes"])
+
+    def copy(self, src: IO[bytes], out: IO[bytes], name: str) -> None:
+        """copyfileobj, counting against the member-size and total-size caps (sizes in
+        headers can lie: the bytes themselves are counted)."""
+        lim = self.lim
+        size = 0
+        while True:
+            chunk = src.read(_COPY)
+            if not chunk:
+                return
+            size += len(chunk)
+            self.total += len(chunk)
+            if size > lim.extract_member_bytes:
+                raise self._trip(f"the size of member '{name}'", size,
+                                 lim.extract_member_bytes, limits_mod.ENV["extract_member_bytes"])
+            if self.total > lim.extract_total_bytes:
+                raise self._trip("the unpacked size", self.total, lim.extract_total_bytes,
+                                 limits_mod.ENV["extract_total_bytes"])
+            out.write(chunk)
+
+
 def _write_file(dest: Path, src: IO[bytes], mode: int, member: str,
-                made: set[Path] | None = None) -> None:
+                made: set[Path] | None = None, caps: _Caps | None = None) -> None:
     """Create ``dest`` (never existing before) with ``src``'s bytes; ``made`` caches the
     directories known to exist, saving a mkdir call per file."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -149,7 +232,10 @@ def _write_file(dest: Path, src: IO[bytes], mode: int, member: str,
     except (NotADirectoryError, FileNotFoundError):
         raise _unsafe(member, "lies under a path that is a file, not a directory") from None
     with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(src, out, _COPY)
+        if caps is not None:
+            caps.copy(src, out, member)
+        else:
+            shutil.copyfileobj(src, out, _COPY)
         os.fchmod(out.fileno(), 0o755 if mode & 0o111 else 0o644)
 
 
@@ -165,7 +251,9 @@ def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = 
     regular: set[str] = set()  # the regular files among them (hardlink targets)
     made: set[Path] = set()  # directories known to exist
     links: list[tuple[str, str, str]] = []  # (rel, target, member name)
+    caps = _Caps(archive.name)
     for m in members(archive):
+        caps.member(m.name)
         rel = normalise(m.name, m.name)
         if m.kind not in (FILE, DIR, SYMLINK, HARDLINK):
             raise _unsafe(m.name, f"is {m.kind}, which a source tree must not contain")
@@ -185,7 +273,7 @@ def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = 
             assert m.open is not None
             try:
                 with m.open() as src:
-                    _write_file(target, src, m.mode, m.name, made)
+                    _write_file(target, src, m.mode, m.name, made, caps)
             except _CORRUPT as exc:
                 raise FetchError(f"{archive.name}: not a readable archive: member "
                                  f"'{m.name}' is truncated or corrupt ({exc})") from exc
@@ -199,7 +287,7 @@ def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = 
                               "earlier regular file of the tree")
             # a copy, not a link: the tree must not share inodes with anything
             with open(dest / lstripped, "rb") as src:
-                _write_file(target, src, m.mode, m.name, made)
+                _write_file(target, src, m.mode, m.name, made, caps)
             files.add(stripped)
             regular.add(stripped)
         else:
@@ -211,6 +299,9 @@ def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = 
             files.add(stripped)
         if on_member:
             on_member(1)
+    if not files:
+        raise FetchError(f"{archive.name}: the archive holds no files; an empty tree is not "
+                         "a source", hint="the pin names the wrong file, or it is damaged")
     root, used = dest, strip
     if strip is None and auto_strip:
         top = list(dest.iterdir())

@@ -6,7 +6,6 @@ A 4xx other than 408/429 is an answer, not an accident: it is never retried.
 
 from __future__ import annotations
 
-import email.utils
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -18,13 +17,21 @@ import requests
 
 from ..errors import FetchError
 from ..fsutil import CHUNK
+from ..netpolicy import (
+    Budget,
+    Retryable,
+    RetryPolicy,
+    is_retry_status,
+    retry_after_seconds,
+    retrying,
+)
 from ..store import Store
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504}) | frozenset(range(505, 600))
-ATTEMPTS = 5
-BACKOFF_S = 0.5
-MAX_WAIT_S = 60.0
-TIMEOUT = (15.0, 120.0)  # connect, read (between bytes)
+POLICY = RetryPolicy()  # the defaults; each fetch reads the live one (env overrides)
+ATTEMPTS = POLICY.attempts
+MAX_WAIT_S = POLICY.max_retry_after_s
+TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError)
 _sleep: Callable[[float], None] = time.sleep  # tests replace it
 
 
@@ -58,6 +65,17 @@ def new_session() -> requests.Session:
     return s
 
 
+def budget_of(session: requests.Session) -> Budget:
+    """The fetch's deadline and request budget, carried by its session: the index page,
+    the download and their retries all draw from it."""
+    b = getattr(session, "patchbake_budget", None)
+    if not isinstance(b, Budget):
+        b = Budget("fetch", RetryPolicy.from_limits(), sleep=lambda s: _sleep(s))
+        b.allow_blobs(1)
+        session.patchbake_budget = b  # type: ignore[attr-defined]
+    return b
+
+
 def redact(url: str) -> str:
     """The URL without credentials, for messages."""
     parts = urlsplit(url)
@@ -70,47 +88,39 @@ def redact(url: str) -> str:
 
 def retry_after(resp: requests.Response, attempt: int) -> float:
     """Seconds to wait before the next attempt: Retry-After (seconds or HTTP date) if the
-    server gave one, capped at MAX_WAIT_S; else exponential backoff."""
-    value = str(resp.headers.get("Retry-After", "")).strip()
-    if value.isdigit():
-        return min(float(value), MAX_WAIT_S)
-    if value:
-        try:
-            when = email.utils.parsedate_to_datetime(value).timestamp()
-        except (TypeError, ValueError):
-            return backoff(attempt)
-        return max(0.0, min(when - time.time(), MAX_WAIT_S))
-    return backoff(attempt)
+    server gave one, capped; else exponential backoff (netpolicy's rule)."""
+    return POLICY.wait(attempt, retry_after_seconds(str(resp.headers.get("Retry-After", ""))))
 
 
-def backoff(attempt: int) -> float:
-    return min(BACKOFF_S * float(2 ** attempt), MAX_WAIT_S)
+def _fail(what: str, url: str) -> Callable[[str], FetchError]:
+    return lambda msg: FetchError(f"{what}: {redact(url)}: {msg}",
+                                  hint="the server or network is failing; retry later")
+
+
+def _get_once(session: requests.Session, url: str, *, what: str, stream: bool,
+              headers: dict[str, str] | None) -> requests.Response:
+    """One GET: a response below 400, a FetchError for an answer, Retryable otherwise."""
+    try:
+        resp = session.get(url, stream=stream, headers=headers,
+                           timeout=budget_of(session).charge())
+    except TRANSPORT_ERRORS as exc:
+        raise Retryable(f"{type(exc).__name__}: {exc}") from exc
+    if resp.status_code < 400:
+        return resp
+    resp.close()
+    if not is_retry_status(resp.status_code):
+        raise FetchError(
+            f"{what}: {redact(url)} answered HTTP {resp.status_code} {resp.reason or ''}"
+            .rstrip(), hint="a client error is not retried; check the URL and the pin")
+    raise Retryable(f"HTTP {resp.status_code}",
+                    retry_after=retry_after_seconds(resp.headers.get("Retry-After")))
 
 
 def request(session: requests.Session, url: str, *, what: str, stream: bool = False,
             headers: dict[str, str] | None = None) -> requests.Response:
     """GET with retries on transient failures; a non-2xx final answer is a FetchError."""
-    last = ""
-    for attempt in range(ATTEMPTS):
-        try:
-            resp = session.get(url, stream=stream, headers=headers, timeout=TIMEOUT)
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            last = f"{type(exc).__name__}: {exc}"
-            if attempt + 1 < ATTEMPTS:
-                _sleep(backoff(attempt))
-            continue
-        if resp.status_code < 400:
-            return resp
-        resp.close()
-        if resp.status_code not in RETRY_STATUS:
-            raise FetchError(
-                f"{what}: {redact(url)} answered HTTP {resp.status_code} {resp.reason or ''}"
-                .rstrip(), hint="a client error is not retried; check the URL and the pin")
-        last = f"HTTP {resp.status_code}"
-        if attempt + 1 < ATTEMPTS:
-            _sleep(retry_after(resp, attempt))
-    raise FetchError(f"{what}: {redact(url)} failed {ATTEMPTS} times; last: {last}",
-                     hint="the server or network is failing; retry later")
+    return retrying(budget_of(session), "GET", lambda: _get_once(
+        session, url, what=what, stream=stream, headers=headers), _fail(what, url))
 
 
 def _file_path(url: str) -> Path:
@@ -140,26 +150,29 @@ def download(url: str, store: Store, expected: str, *, what: str,
         raise FetchError(f"{what}: unsupported URL scheme '{scheme}' in {redact(url)}",
                          hint="use https://, http:// or file://")
     sess = session or new_session()
-    last = ""
-    for attempt in range(ATTEMPTS):
-        resp = request(sess, url, what=what, stream=True)
-        total = int(resp.headers.get("Content-Length", 0)) or None
-        name = Path(urlsplit(url).path).name or "download"
+    budget = budget_of(sess)
+    name = Path(urlsplit(url).path).name or "download"
+
+    def attempt() -> str:
+        resp = _get_once(sess, url, what=what, stream=True, headers=None)
+        length = str(resp.headers.get("Content-Length", ""))
+        total = int(length) if length.isdigit() else None
         try:
             with resp, bar(progress, f"download {name}", total) as b:
-                return store.put_stream(counted(resp.iter_content(CHUNK), b), expected)
-        except (requests.ConnectionError, requests.Timeout,
-                requests.exceptions.ChunkedEncodingError) as exc:
+                return store.put_stream(counted(resp.iter_content(CHUNK), b, budget), expected)
+        except TRANSPORT_ERRORS as exc:
             # the transfer broke mid-way: start over (the partial file is already gone)
-            last = f"{type(exc).__name__}: {exc}"
-            if attempt + 1 < ATTEMPTS:
-                _sleep(backoff(attempt))
-    raise FetchError(f"{what}: download of {redact(url)} broke off {ATTEMPTS} times; "
-                     f"last: {last}", hint="the network is failing; retry later")
+            raise Retryable(f"{type(exc).__name__}: {exc}") from exc
+
+    return retrying(budget, "download", attempt, _fail(what, url))
 
 
-def counted(chunks: Iterator[bytes], b: Any) -> Iterator[bytes]:
+def counted(chunks: Iterator[bytes], b: Any, budget: Budget | None = None) -> Iterator[bytes]:
+    """Progress per chunk; with a budget, a transfer past the deadline stops (a server
+    dripping a byte per read timeout would otherwise hold the fetch forever)."""
     for c in chunks:
+        if budget is not None:
+            budget.check()
         if c:
             b.advance(len(c))
             yield c

@@ -1,0 +1,171 @@
+"""One retry, deadline and request-budget policy for every network operation.
+
+Both HTTP users (the pinned-source download in ``sources/http.py`` and the registry client
+in ``oci/registry_http.py``) retry through :func:`retrying` against one :class:`Budget` per
+operation (a fetch, a push, a pull):
+
+- only transient failures are retried (transport errors, 408, 429, 5xx), with exponential
+  backoff (``backoff_s`` doubling, capped at ``max_backoff_s``) or the server's
+  ``Retry-After`` (capped at ``max_retry_after_s``);
+- every request is charged to the operation's budget; the budget refuses a request past
+  ``max_requests`` or past the deadline, and a wait that would end past the deadline;
+- a retry loop inside another retry loop does not retry on its own: it hands the failure
+  to the outer loop, so attempts never multiply (the outer loop restarts the whole step,
+  e.g. a fresh upload session);
+- each request gets a connect timeout and a read timeout, the read timeout clipped to the
+  time left before the deadline.
+
+The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
+``PATCHBAKE_DEADLINE_S``, ... override them).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from . import limits
+from .errors import DeadlineError, PatchbakeError
+
+T = TypeVar("T")
+RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+
+
+def is_retry_status(status: int) -> bool:
+    return status in RETRY_STATUS
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # total tries, the first included
+    backoff_s: float = 0.5  # first wait; doubles each retry
+    max_backoff_s: float = 8.0
+    max_retry_after_s: float = 30.0  # a longer Retry-After is capped, not obeyed blindly
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    deadline_s: float = 900.0  # one whole operation
+    requests_base: int = 40  # requests one operation may send ...
+    requests_per_blob: int = 12  # ... plus this many per blob it moves
+
+    @classmethod
+    def from_limits(cls, lim: limits.Limits | None = None) -> RetryPolicy:
+        lm = lim or limits.current()
+        return cls(attempts=lm.attempts, backoff_s=lm.backoff_s, max_backoff_s=lm.max_backoff_s,
+                   max_retry_after_s=lm.max_retry_after_s,
+                   connect_timeout_s=lm.connect_timeout_s, read_timeout_s=lm.read_timeout_s,
+                   deadline_s=lm.deadline_s, requests_base=lm.requests_base,
+                   requests_per_blob=lm.requests_per_blob)
+
+    def backoff(self, n: int) -> float:
+        return min(self.backoff_s * float(2 ** n), self.max_backoff_s)
+
+    def wait(self, n: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return max(0.0, min(retry_after, self.max_retry_after_s))
+        return self.backoff(n)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: an integer, or an HTTP date relative to now."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class Retryable(Exception):
+    """One attempt failed in a way worth retrying. An internal signal, never shown to a
+    user: :func:`retrying` catches it and raises the caller's error when it gives up."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+@dataclass
+class Budget:
+    """One operation's deadline and request count, shared by all its retry loops."""
+
+    what: str
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    max_requests: int = 0
+    requests: int = 0
+    depth: int = 0  # nesting of retrying() loops
+    started: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+        if not self.max_requests:
+            self.max_requests = self.policy.requests_base
+
+    def allow_blobs(self, n: int) -> None:
+        """Widen the request budget for an operation that moves ``n`` more blobs."""
+        self.max_requests += max(0, n) * self.policy.requests_per_blob
+
+    def left_s(self) -> float:
+        return self.policy.deadline_s - (self.clock() - self.started)
+
+    def _over(self, why: str) -> DeadlineError:
+        return DeadlineError(
+            f"{self.what}: {why}; nothing partial was kept",
+            hint="the server is too slow or failing; retry later, or raise "
+                 "PATCHBAKE_DEADLINE_S / PATCHBAKE_REQUESTS_BASE if the transfer is large")
+
+    def check(self) -> None:
+        """Raise DeadlineError when the operation has run out of time."""
+        if self.left_s() <= 0:
+            raise self._over(f"ran past its {self.policy.deadline_s:g} s deadline")
+
+    def charge(self) -> tuple[float, float]:
+        """Account for one request about to be sent; its (connect, read) timeouts."""
+        self.check()
+        if self.requests >= self.max_requests:
+            raise self._over(f"used its budget of {self.max_requests} requests "
+                             f"(retries included)")
+        self.requests += 1
+        left = max(0.1, self.left_s())
+        return (min(self.policy.connect_timeout_s, left), min(self.policy.read_timeout_s, left))
+
+    def pause(self, seconds: float) -> None:
+        if seconds >= self.left_s():
+            raise self._over(f"would wait {seconds:g} s to retry, past its "
+                             f"{self.policy.deadline_s:g} s deadline")
+        if seconds > 0:
+            self.sleep(seconds)
+
+
+def retrying(budget: Budget, what: str, attempt: Callable[[], T],
+             fail: Callable[[str], PatchbakeError]) -> T:
+    """Run ``attempt`` until it stops raising Retryable or the policy gives up; then
+    ``fail(message)`` is raised. Nested inside another retrying(), it runs once and
+    lets the outer loop decide."""
+    if budget.depth:
+        return attempt()
+    pol = budget.policy
+    last: Retryable | None = None
+    budget.depth += 1
+    try:
+        for n in range(pol.attempts):
+            try:
+                return attempt()
+            except Retryable as exc:
+                last = exc
+                if n + 1 >= pol.attempts:
+                    break
+                budget.pause(pol.wait(n, exc.retry_after))
+    finally:
+        budget.depth -= 1
+    raise fail(f"{what} failed after {pol.attempts} attempts: "
+               f"{last.message if last else '?'}")

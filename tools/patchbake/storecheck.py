@@ -1,0 +1,301 @@
+"""Store maintenance: ``store fsck`` (is every object what its name says, and what did a
+crash leave behind) and ``store gc`` (remove that litter and objects nothing names).
+
+What counts as *named* (never collected): anything whose sha256 appears in the store's
+records (``index.json``, ``sources/``, ``patched/``, ``bakes/``, ``registry/`` and any other
+record directory, file names included), in the repository's records (``pipeline.yaml``,
+``patch/``, ``images/``, ``manifests/``: image records, evidence, releases, lineages,
+ledger), or inside a named JSON blob (a manifest names its config and layers, an index
+its manifests), transitively. The match is deliberately loose (any 64-hex string): gc
+keeps a blob too many rather than delete one a record needs. Objects younger than the
+grace period are kept too: a bake writes its layers before the manifest that names them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .fsutil import CHUNK
+from .digest import is_hex
+from .store import Store, is_litter, remove_entry
+
+HEX_IN_TEXT = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+SKIP_DIRS = frozenset({"blobs", "trees", "tmp", "locks", "quarantine"})
+REPO_RECORDS = ("pipeline.yaml", "patch", "images", "manifests")
+MAX_SCAN_BYTES = 16 << 20  # record files and JSON blobs larger than this are not scanned
+DEFAULT_GRACE_S = 3600.0
+
+
+@dataclass
+class Report:
+    blobs: int = 0
+    trees: int = 0
+    bad_blobs: list[str] = field(default_factory=list)
+    bad_trees: list[str] = field(default_factory=list)
+    stray: list[str] = field(default_factory=list)  # names in blobs/ that are not digests
+    litter: list[str] = field(default_factory=list)  # staging left by dead processes
+    idle_locks: list[str] = field(default_factory=list)
+    unreferenced_blobs: list[str] = field(default_factory=list)
+    unreferenced_trees: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.bad_blobs or self.bad_trees or self.stray)
+
+    @property
+    def clean(self) -> bool:
+        return not self.damaged and not self.litter
+
+
+def hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _blob_files(store: Store) -> Iterator[Path]:
+    d = store.root / "blobs" / "sha256"
+    if d.is_dir():
+        yield from sorted(d.iterdir())
+
+
+def bad_blobs(store: Store) -> list[str]:
+    """Names of blobs whose content no longer hashes to their name."""
+    return [p.name for p in _blob_files(store) if is_hex(p.name) and hash_file(p) != p.name]
+
+
+def _tree_claims(store: Store) -> dict[str, str]:
+    """trees/<name> -> the tree digest a record says it has."""
+    import json
+
+    claims: dict[str, str] = {}
+    for kind in ("sources", "patched"):
+        for rec in sorted((store.root / kind).glob("*.json")):
+            try:
+                doc = json.loads(rec.read_bytes())
+            except (OSError, ValueError):
+                continue
+            digest = doc.get("tree_digest") if isinstance(doc, dict) else None
+            if not isinstance(digest, str):
+                continue
+            hexd = digest.removeprefix("sha256:")
+            name = hexd if kind == "sources" else rec.stem
+            claims[name] = hexd
+    return claims
+
+
+def _locks(store: Store) -> list[Path]:
+    d = store.root / "locks"
+    return sorted(d.glob("*.lock")) if d.is_dir() else []
+
+
+def _is_idle(lock: Path) -> bool:
+    try:
+        with open(lock, "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            return True
+    except OSError:
+        return False
+
+
+def _litter(store: Store) -> list[Path]:
+    """Staging under tmp/ and half-written ``.<name>.<pid>.<r>.tmp`` record files whose
+    writer is gone."""
+    now = time.time()
+    out = [p for p in sorted((store.root / "tmp").iterdir()) if is_litter(p, now)] \
+        if (store.root / "tmp").is_dir() else []
+    for dirpath, dirnames, filenames in os.walk(store.root):
+        if dirpath == str(store.root):
+            dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        for name in filenames:
+            p = Path(dirpath) / name
+            if name.startswith(".") and name.endswith(".tmp") and is_litter(p, now):
+                out.append(p)
+    return out
+
+
+def _scan(data: bytes, into: set[str]) -> None:
+    into.update(m.decode() for m in HEX_IN_TEXT.findall(data))
+
+
+def _record_files(store: Store, repo: Path | None) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(store.root):
+        if dirpath == str(store.root):
+            dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        for name in filenames:
+            yield Path(dirpath) / name
+    if repo is None:
+        return
+    for rel in REPO_RECORDS:
+        p = repo / rel
+        if p.is_file():
+            yield p
+        elif p.is_dir():
+            for dirpath, _d, filenames in os.walk(p):
+                for name in filenames:
+                    yield Path(dirpath) / name
+
+
+def referenced(store: Store, repo: Path | None) -> set[str]:
+    """Every sha256 hex some record names, closed over the JSON blobs it names."""
+    names: set[str] = set()
+    for p in _record_files(store, repo):
+        _scan(p.name.encode(), names)
+        try:
+            if p.stat().st_size <= MAX_SCAN_BYTES:
+                _scan(p.read_bytes(), names)
+        except OSError:
+            continue
+    todo = list(names)
+    seen: set[str] = set()
+    while todo:
+        hexd = todo.pop()
+        if hexd in seen:
+            continue
+        seen.add(hexd)
+        p = store.root / "blobs" / "sha256" / hexd
+        try:
+            if not p.is_file() or p.stat().st_size > MAX_SCAN_BYTES:
+                continue
+            with open(p, "rb") as f:
+                if f.read(1) != b"{":
+                    continue
+                found: set[str] = set()
+                _scan(b"{" + f.read(), found)
+        except OSError:
+            continue
+        names |= found
+        todo.extend(found - seen)
+    return names
+
+
+def _old(p: Path, grace_s: float, now: float) -> bool:
+    try:
+        return now - p.lstat().st_mtime >= grace_s
+    except FileNotFoundError:
+        return False
+
+
+def fsck(store: Store, *, repo: Path | None = None, trees: bool = True,
+         quarantine: bool = False) -> Report:
+    """Re-hash every blob (and every recorded tree), find litter, idle locks and
+    unreferenced objects. With ``quarantine``, mismatching blobs move to quarantine/."""
+    from .sources.digest import tree_digest
+
+    rep = Report()
+    for p in _blob_files(store):
+        rep.blobs += 1
+        if not is_hex(p.name):
+            rep.stray.append(p.name)
+        elif hash_file(p) != p.name:
+            rep.bad_blobs.append(p.name)
+    if trees:
+        claims = _tree_claims(store)
+        tdir = store.root / "trees"
+        for t in sorted(tdir.iterdir()) if tdir.is_dir() else []:
+            rep.trees += 1
+            want = claims.get(t.name)
+            if want is not None and tree_digest(t).removeprefix("sha256:") != want:
+                rep.bad_trees.append(t.name)
+    rep.litter = [str(p.relative_to(store.root)) for p in _litter(store)]
+    rep.idle_locks = [p.name for p in _locks(store) if _is_idle(p)]
+    names = referenced(store, repo)
+    rep.unreferenced_blobs = [p.name for p in _blob_files(store)
+                              if is_hex(p.name) and p.name not in names]
+    tdir = store.root / "trees"
+    rep.unreferenced_trees = [t.name for t in sorted(tdir.iterdir()) if t.name not in names] \
+        if tdir.is_dir() else []
+    if quarantine:
+        _quarantine(store, rep)
+    return rep
+
+
+def _quarantine(store: Store, rep: Report) -> None:
+    qdir = store.root / "quarantine" / "sha256"
+    qdir.mkdir(parents=True, exist_ok=True)
+    for hexd in rep.bad_blobs:
+        dest = qdir / f"{hexd}.{int(time.time())}"
+        os.replace(store.root / "blobs" / "sha256" / hexd, dest)
+        rep.quarantined.append(f"blobs/sha256/{hexd}")
+    for name in rep.bad_trees:
+        dest = store.root / "quarantine" / "trees" / f"{name}.{int(time.time())}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(store.root / "trees" / name, dest)
+        rep.quarantined.append(f"trees/{name}")
+
+
+def _size(p: Path) -> int:
+    if p.is_dir() and not p.is_symlink():
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+    try:
+        return p.lstat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def gc(store: Store, *, repo: Path | None = None, grace_s: float = DEFAULT_GRACE_S,
+       dry_run: bool = False) -> Report:
+    """Remove litter, idle lock files and unreferenced blobs and trees older than
+    ``grace_s``. Never removes anything a record names (see the module docstring)."""
+    rep = fsck(store, repo=repo, trees=False)
+    now = time.time()
+    doomed: list[Path] = [store.root / rel for rel in rep.litter]
+    doomed += [store.root / "blobs" / "sha256" / h for h in rep.unreferenced_blobs]
+    doomed += [store.root / "trees" / t for t in rep.unreferenced_trees]
+    for p in doomed:
+        if p.parent.name in ("sha256", "trees") and not _old(p, grace_s, now):
+            continue
+        rep.bytes_freed += _size(p)
+        rep.removed.append(str(p.relative_to(store.root)))
+        if not dry_run:
+            _remove(p)
+    for name in rep.idle_locks:
+        if not dry_run:
+            _remove_idle_lock(store.root / "locks" / name)
+    return rep
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        # a tree's files are read-only for nobody; directories may be 0555 after a chmod
+        for d, _dirs, _files in os.walk(p):
+            os.chmod(d, 0o755)
+        shutil.rmtree(p)
+    else:
+        remove_entry(p)
+
+
+def _remove_idle_lock(path: Path) -> None:
+    """Unlink a lock file while holding it (Store.lock re-checks the inode it locked)."""
+    try:
+        with open(path, "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            path.unlink()
+    except FileNotFoundError:
+        return
+
+
+def describe(paths: Iterable[str], limit: int = 5) -> str:
+    items = list(paths)
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
