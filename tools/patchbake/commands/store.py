@@ -63,16 +63,14 @@ def store_group() -> None:
 @click.option("--no-trees", is_flag=True, help="skip re-hashing extracted trees")
 @click.option("--repo", default=None, help="repository whose records name objects "
               "(default: the pipeline's directory)")
-@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @pass_ctx
-def fsck_cmd(ctx: Ctx, quarantine: bool, no_trees: bool, repo: str | None,
-             as_json: bool) -> None:
+def fsck_cmd(ctx: Ctx, quarantine: bool, no_trees: bool, repo: str | None) -> None:
     """Re-hash every blob and recorded tree; report mismatches, crash litter, idle lock
     files and objects nothing names. Exit 11 on a mismatch, 13 on litter."""
     store = Store.open(sweep=False)
     where = _repo(ctx, repo)
     rep = fsck(store, repo=where, trees=not no_trees, quarantine=quarantine)
-    if as_json or ctx.as_json:
+    if ctx.as_json:
         ui.emit_json(_json(rep, store.root, where))
     else:
         ui.kv(f"store fsck {store.root}", _rows(rep))
@@ -96,9 +94,8 @@ def fsck_cmd(ctx: Ctx, quarantine: bool, no_trees: bool, repo: str | None,
                    "bake writes layers before the manifest naming them)")
 @click.option("--repo", default=None, help="repository whose records name objects "
               "(default: the pipeline's directory)")
-@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @pass_ctx
-def gc_cmd(ctx: Ctx, dry_run: bool, grace_s: float, repo: str | None, as_json: bool) -> None:
+def gc_cmd(ctx: Ctx, dry_run: bool, grace_s: float, repo: str | None) -> None:
     """Remove crash litter, idle lock files and blobs/trees that no record names (never
     pinned sources, named images, or anything a lineage, record or evidence names)."""
     store = Store.open(sweep=False)
@@ -107,7 +104,7 @@ def gc_cmd(ctx: Ctx, dry_run: bool, grace_s: float, repo: str | None, as_json: b
         print("patchbake: warning: no pipeline.yaml found: only the store's own records "
               "protect objects (pass --repo)", file=sys.stderr)
     rep = gc(store, repo=where, grace_s=grace_s, dry_run=dry_run)
-    if as_json or ctx.as_json:
+    if ctx.as_json:
         ui.emit_json(_json(rep, store.root, where))
         return
     ui.kv(f"store gc {store.root}" + (" (dry run)" if dry_run else ""), [
