@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..digest import Digest
 from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArchiveError
 from ..fsutil import atomic_write
 from .image import Blobs, Image
@@ -550,14 +551,14 @@ def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff
                    i: int) -> None:
     if not isinstance(diff_id, str):
         raise ImageError(f"layer {i}: diff_id {diff_id!r} is not a string")
-    got = "sha256:" + reader.raw_hash.hexdigest()
+    got = Digest.from_hex(reader.raw_hash.hexdigest())
     if got != digest:
         raise IntegrityError(f"layer {i}: blob {digest} hashes to {got}: the layer's bytes "
                              "were changed")
     if reader.raw_size != size:
         raise IntegrityError(f"layer {i}: blob {digest} is {reader.raw_size} bytes; the "
                              f"manifest says {size}")
-    got_diff = "sha256:" + reader.tar_hash.hexdigest()
+    got_diff = Digest.from_hex(reader.tar_hash.hexdigest())
     if got_diff != diff_id:
         raise IntegrityError(f"layer {i}: uncompressed tar hashes to {got_diff}; the config's "
                              f"diff_id is {diff_id} (layer swapped or config edited)")
