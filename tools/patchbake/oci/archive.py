@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ..digest import Digest
 from ..errors import ImageError, IntegrityError
 from ..fsutil import atomic_writer, canonical_json
 from ..store import Store
@@ -101,7 +102,7 @@ def _hash_member(tf: tarfile.TarFile, name: str) -> tuple[str, str, int, bool]:
                          "nothing was stored") from None
     if inflate and not inflate.eof:
         raise ImageError(f"archive member {name!r} is a truncated gzip stream; nothing was stored")
-    return "sha256:" + raw.hexdigest(), "sha256:" + tar.hexdigest(), size, gz
+    return Digest.from_hex(raw.hexdigest()), Digest.from_hex(tar.hexdigest()), size, gz
 
 
 def _member(tf: tarfile.TarFile, name: str) -> tarfile.TarInfo:
@@ -237,7 +238,7 @@ def _same_image(tf: tarfile.TarFile, path: Path, image: Image) -> None:
     digests, so two paths holding the same bytes agree and one path cannot mean two."""
     entry = _docker_entry(tf, path)
     where = f"{path}: manifest.json (read by docker load) and index.json (read by OCI tools)"
-    cdigest = "sha256:" + hashlib.sha256(_read(tf, entry["Config"])).hexdigest()
+    cdigest = Digest.of(_read(tf, entry["Config"]))
     if cdigest != image.config_desc.digest:
         raise ImageError(f"{where} name different configs ({cdigest} vs "
                          f"{image.config_desc.digest}); refusing an archive with two images")
@@ -285,9 +286,9 @@ def _check_layer(i: int, layer: Descriptor, digest: str, size: int, diff_id: str
 def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
     entry = _docker_entry(tf, path)
     cbytes = _read(tf, entry["Config"])
-    cdigest = "sha256:" + hashlib.sha256(cbytes).hexdigest()
+    cdigest = Digest.of(cbytes)
     stem = Path(entry["Config"]).name.removesuffix(".json")
-    if len(stem) == 64 and stem != cdigest.removeprefix("sha256:"):
+    if len(stem) == 64 and stem != cdigest.hex:
         raise IntegrityError(f"{path}: config {entry['Config']} hashes to {cdigest}: its "
                              "bytes were changed; nothing was stored")
     from .image import config_diff_ids
