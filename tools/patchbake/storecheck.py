@@ -23,8 +23,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .fsutil import CHUNK
 from .digest import is_hex
+from .fsutil import CHUNK
 from .store import Store, is_litter, remove_entry
 
 HEX_IN_TEXT = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..digest import Digest
 from ..errors import UnsafeArchiveError
 
 FORMAT = b"patchbake-tree-digest v1\n"
@@ -100,7 +101,7 @@ def digest_entries(entries: list[Entry]) -> str:
     h = hashlib.sha256(FORMAT)
     for e in entries:
         h.update(b"%s %s %s\0" % (e.mode.encode(), e.sha256.encode(), e.path))
-    return "sha256:" + h.hexdigest()
+    return Digest.from_hex(h.hexdigest())
 
 
 def tree_digest(root: Path) -> str:
