@@ -88,9 +88,8 @@ def verify(data: bytes, release: Release, policy: Policy, where: str) -> Checked
         env = dsse.parse(data, where)
         keyid = dsse.verify(env, policy.with_role("release"), where)
     except EvidenceError as exc:
-        raise ReleaseError(f"VSA {where}: {exc.message}",
-                           hint="only a key whose trust-policy role is 'release' signs VSAs"
-                           ) from None
+        raise ReleaseError(f"VSA {exc.message}; only a key whose trust-policy role is "
+                           "'release' signs VSAs") from None
     try:
         st = json.loads(env.payload)
         pred = st["predicate"]
