@@ -123,6 +123,18 @@ def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
     return out
 
 
+def load_policy(path: Path) -> Any:
+    """The trust policy, or GateError: with no usable policy nothing verifies (fail-closed)."""
+    from ..errors import ConfigError, EvidenceError
+    from ..evidence import policy
+
+    try:
+        return policy.load(path)
+    except (ConfigError, EvidenceError) as exc:
+        raise GateError(f"the trust policy is unusable, so nothing can be verified: "
+                        f"{exc.message}") from None
+
+
 def _dest(to: str) -> RegistryRef:
     ref = parse_ref(to)
     if not ref.tag or ref.digest:
@@ -133,12 +145,12 @@ def _dest(to: str) -> RegistryRef:
 
 def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
             key_path: Path | None = None) -> Promoted:
-    from ..evidence import keys, policy
+    from ..evidence import keys
 
     sig = create.signing(pipeline)
     root, rdir = pipeline.root, manifest.releases_dir(pipeline.root)
     dest = _dest(to)
-    pol = policy.load(sig.trust_policy)
+    pol = load_policy(sig.trust_policy)
     key = keys.load_private(key_path or sig.key)
     with ledger.locked(rdir):
         recovered = recover(rdir)

@@ -65,7 +65,7 @@ def _canon(obj: Any) -> bytes:
 
 def _push_blob(client: RegistryClient, store: Store, repo: str, data: bytes,
                media: str) -> dict[str, Any]:
-    digest = store.put_bytes(data)
+    digest = "sha256:" + store.put_bytes(data).removeprefix("sha256:")
     desc = Descriptor(media, digest, len(data))
     if not blobs.blob_present(client.http, repo, desc):
         blobs.upload_blob(client.http, store, repo, desc, None, None)
