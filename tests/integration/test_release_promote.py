@@ -248,7 +248,8 @@ def test_gate_mutation_matrix_refuses_and_moves_nothing(
             assert env.ledger_bytes() == before
         assert env.tag("rel/mut", tag) is None
     finally:
-        os.chmod(path, 0o644)
+        if path.exists():
+            os.chmod(path, 0o644)
         path.write_bytes(saved)
         os.chmod(path, mode)
     assert env.ledger_bytes() == before
