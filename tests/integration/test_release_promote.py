@@ -278,7 +278,13 @@ def test_kill_9_during_promotion_leaves_tag_and_ledger_consistent(env: Env) -> N
         tag = f"t{trial}"
         proc = subprocess.Popen([*cmd, f"{env.registry}/rel/kill:{tag}"], env=_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, span))
+        if trial % 2:  # anywhere in the run (start-up, gates, uploads, tagging)
+            time.sleep(rng.uniform(0.05, span))
+        else:  # around the commit point: soon after the journal appears (or the end)
+            journal = manifest.releases_dir(env.root) / "promotion.pending.json"
+            while not journal.exists() and proc.poll() is None:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0, 0.05))
         proc.kill()
         proc.wait()
         tagged, recorded, pending = _state(env, tag)
