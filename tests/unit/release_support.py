@@ -11,13 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from patchbake import config
 from patchbake.evidence import keys, records, statement
-from patchbake.release import attest
+from patchbake.fsutil import atomic_write
+from patchbake.release import attest, channels, create, gates, ledger, manifest, vsa
 from patchbake.suites import spec
 from patchbake.suites.run import suite_content_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE_DIR = "tests/gpu_suites/dsv4_topk"
+IMAGE = "sm89-serving-offline"
 
 CHANNELS = {
     "candidate": {"gates": ["guard", "record", "verify", "reproducible"]},
@@ -123,3 +126,29 @@ def sign_all(root: Path, k: Keys, image: str, digest: str, *,
                           keys.load_private(k.evidence))
     attest.sign_approval(ev, "sm89-stable", image, digest, "approver", "tests",
                          keys.load_private(k.approver))
+
+
+def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
+                 capability: str = "8.9") -> manifest.Release:
+    """A release of the signed gates only (the store-bound ones are integration tests)."""
+    sign_all(root, k, IMAGE, digest, capability=capability)
+    p = config.load(root / "pipeline.yaml")
+    ev = create.evaluation(p, None, f"{IMAGE}@{digest}")
+    decisions = []
+    for g in channels.parse(p.channels, p.suites)[channel].gates:
+        if g.kind in ("evidence", "capability", "benchmark", "approval"):
+            st, reason = gates.GATES[g.kind](ev, g)
+            decisions.append(gates.Decision(g.declared_in, g.kind, st, reason))
+    table = gates.Table(channel, IMAGE, digest, decisions)
+    assert table.passed, table.decisions
+    data = manifest.build(table, ev.facts, p.name, "v0.25.1",
+                          (root / "manifests/trust-policy.yaml").read_bytes())
+    rel, _ = manifest.write(root, data)
+    key = keys.load_private(k.release)
+    atomic_write(rel.path.parent / manifest.VSA_NAME, vsa.sign(rel, key))
+    rdir = manifest.releases_dir(root)
+    entry = ledger.make_entry(ledger.read(rdir), {"kind": "release", "release": rel.id,
+                                                  "channel": rel.channel, "image": IMAGE,
+                                                  "digest": digest}, key)
+    ledger.append(rdir, entry)
+    return rel

@@ -8,41 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from patchbake import config
 from patchbake.cli import main
 from patchbake.errors import LedgerError, ReleaseError
 from patchbake.evidence import keys, policy
-from patchbake.fsutil import atomic_write
-from patchbake.release import bundle, channels, create, gates, ledger, manifest, vsa
-from release_support import Keys, make_repo, sign_all, write_policy
+from patchbake.release import bundle, ledger, manifest, vsa
+from release_support import Keys, make_release, make_repo, write_policy
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = "sm89-serving-offline"
-
-
-def make_release(root: Path, k: Keys) -> manifest.Release:
-    """A release of the signed gates only (the store-bound ones are integration tests)."""
-    sign_all(root, k, IMAGE, DIGEST)
-    p = config.load(root / "pipeline.yaml")
-    ev = create.evaluation(p, None, f"{IMAGE}@{DIGEST}")
-    decisions = []
-    for g in channels.parse(p.channels, p.suites)["sm89-stable"].gates:
-        if g.kind in ("evidence", "capability", "benchmark", "approval"):
-            st, reason = gates.GATES[g.kind](ev, g)
-            decisions.append(gates.Decision(g.declared_in, g.kind, st, reason))
-    table = gates.Table("sm89-stable", IMAGE, DIGEST, decisions)
-    assert table.passed, table.decisions
-    data = manifest.build(table, ev.facts, p.name, "v0.25.1",
-                          (root / "manifests/trust-policy.yaml").read_bytes())
-    rel, _ = manifest.write(root, data)
-    key = keys.load_private(k.release)
-    atomic_write(rel.path.parent / manifest.VSA_NAME, vsa.sign(rel, key))
-    rdir = manifest.releases_dir(root)
-    entry = ledger.make_entry(ledger.read(rdir), {"kind": "release", "release": rel.id,
-                                                  "channel": rel.channel, "image": IMAGE,
-                                                  "digest": DIGEST}, key)
-    ledger.append(rdir, entry)
-    return rel
 
 
 @pytest.fixture
@@ -50,7 +23,7 @@ def released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
              ) -> tuple[Path, Keys, manifest.Release]:
     root = tmp_path / "repo"
     k = make_repo(root, tmp_path / "keys")
-    rel = make_release(root, k)
+    rel = make_release(root, k, DIGEST)
     monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
     monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
     return root, k, rel
