@@ -14,10 +14,11 @@ setup-system:
 	  command -v docker-registry >/dev/null || missing="$$missing docker-registry"; \
 	  command -v busybox >/dev/null || missing="$$missing busybox-static"; \
 	  command -v curl >/dev/null || missing="$$missing curl"; \
-	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  if [ -n "$$missing" ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  fi; \
+	  command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; \
 	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, chromium yourself"; fi
 
 setup-python:
