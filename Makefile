@@ -3,7 +3,7 @@ PY ?= python3
 PIP ?= $(PY) -m pip
 export PATCHBAKE_NO_PROGRESS ?=
 
-.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean
+.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean guard ci-gates
 
 setup: setup-system setup-python
 
@@ -48,6 +48,14 @@ unit: setup-python
 
 bench: setup services
 	PYTHONPATH=tools $(PY) bench/run.py
+
+# The lost-line guard with only Python and git (patch <=> FILES.txt; the pull-request gate).
+guard:
+	$(PY) tools/check_patch_files.py
+
+# Every channel's release gates for the offline image (ci/gates.sh; CI runs the same).
+ci-gates:
+	PY=$(PY) ./ci/gates.sh
 
 lint:
 	$(PIP) install -q -e '.[lint]'
