@@ -96,6 +96,6 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     if first is not None:  # the job ends with the candidate gate table (no registry needed)
         from .release.create import gates
 
-        job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first,
-                                                         baked.digest, lin.key)[0])
+        job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first, baked.digest,
+                                                         lin.key, verified=verified)[0])
     return job

@@ -68,9 +68,13 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
 
 
 def gates(pipeline: Pipeline, store: Store | None, channel: str, ref: str,
-          lineage: str | None = None) -> tuple[Table, Evaluation]:
+          lineage: str | None = None, *, verified: Any = None) -> tuple[Table, Evaluation]:
+    """The channel's gate table for ``ref``. ``verified``: a VerifyResult of this very
+    digest that the caller just computed (the main job), used instead of a second run."""
     chs = channels.parse(pipeline.channels, pipeline.suites, pipeline.path.name)
     ev = evaluation(pipeline, store, ref, lineage)
+    if verified is not None and verified.digest == ev.digest:
+        ev.memo("verify", lambda: verified)
     return evaluate(ev, channels.get(chs, channel, pipeline.path.name)), ev
 
 
