@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from release_support import make_repo  # noqa: E402
+from release_support import make_repo
 
 pytestmark = [pytest.mark.integration, pytest.mark.sdist, pytest.mark.registry]
 

@@ -34,7 +34,7 @@ from patchbake.release.rebake import _seed
 from patchbake.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from release_support import Keys, make_repo, sign_all, write_policy  # noqa: E402
+from release_support import Keys, make_repo, sign_all, write_policy
 
 pytestmark = [pytest.mark.integration, pytest.mark.sdist, pytest.mark.registry]
 

@@ -16,7 +16,7 @@ import pytest
 from patchbake.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from release_support import make_release, make_repo  # noqa: E402
+from release_support import make_release, make_repo
 
 pytestmark = pytest.mark.integration
 

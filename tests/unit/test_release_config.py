@@ -42,15 +42,13 @@ def _load(tmp_path: Path, chans: Any) -> None:
     ({"c": {"gates": ["gaurd"]}}, "unknown gate kind 'gaurd'; did you mean 'guard'?"),
     ({"c": {"gates": ["guard"], "gate": 1}}, "unknown key 'channels.c.gate'"),
     ({"c": {"gates": ["evidence"]}}, "'channels.c.suites' must list the suites"),
-    ({"c": {"gates": ["evidence"], "suites": ["nope"]}}, "names 'nope', which is not a "
-                                                         "declared suite"),
+    ({"c": {"gates": ["evidence"], "suites": ["nope"]}}, "names 'nope', which is not a declared suite"),
     ({"c": {"gates": ["capability"], "capability": "sm89"}}, "must be a compute capability"),
     ({"c": {"gates": ["benchmark"]}}, "'channels.c.benchmark' ({name, tolerance}) is needed"),
     ({"c": {"gates": ["benchmark"], "benchmark": {"name": "b", "tolerance": 2}}},
      "tolerance' must be in [0, 1)"),
     ({"a": {"gates": ["guard"]}, "b": {"gates": ["guard"]}}, "repeats gate 'guard'"),
-    ({"c": {"gates": ["guard"], "capability": "8.9"}}, "is set but the channel has no "
-                                                       "'capability' gate"),
+    ({"c": {"gates": ["guard"], "capability": "8.9"}}, "the channel has no 'capability' gate"),
     ({"c": {}}, "missing required key 'channels.c.gates'"),
     ({"Bad Name": {"gates": []}}, "channel name 'Bad Name'"),
 ])

@@ -151,7 +151,7 @@ def test_stale_entry_cannot_be_appended(released: tuple[Path, Keys, manifest.Rel
 def test_bundle_exports_and_verifies_offline(released: tuple[Path, Keys, manifest.Release],
                                             tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    root, _, rel = released
+    _, _, rel = released
     out = tmp_path / "bundle"
     assert main(["release", "export", rel.id, "--to", str(out)]) == 0
     listing = json.loads((out / bundle.BUNDLE).read_text())

@@ -77,8 +77,8 @@ def problems(argv: list[str], targets: set[str], commands: set[str]) -> list[str
         args = argv[3:] if argv[1:3] == ["-m", "patchbake"] else argv[1:]
         sub = next((a for a in args if not a.startswith("-")), None)
         return [] if sub in commands else [f"patchbake has no command {sub!r}"]
-    return [] if word in ALLOWED else [f"{word!r} is not a make target, ci/ script or "
-                                       "patchbake command"]
+    why = f"{word!r} is not a make target, ci/ script or patchbake command"
+    return [] if word in ALLOWED else [why]
 
 
 def run_steps(path: Path) -> list[str]:

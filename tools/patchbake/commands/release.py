@@ -69,8 +69,8 @@ def create_cmd(ctx: Ctx, channel: str, image_ref: str, key_path: Path | None) ->
         return
     print_table(made.table)
     ui.kv("release" if made.new else "release (already recorded; nothing written)",
-          [("release id", rel.id), ("channel", rel.channel), ("image", f"{rel.image} "
-                                                                      f"{rel.digest}"),
+          [("release id", rel.id), ("channel", rel.channel),
+           ("image", f"{rel.image} {rel.digest}"),
            ("manifest", rel.path), ("ledger entry", made.entry.hash if made.entry else "-")])
 
 

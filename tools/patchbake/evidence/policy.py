@@ -41,13 +41,13 @@ from ..schema import Field, Schema, sha256_check, suggest, validate
 from .failures import fail
 from .keys import keyid_of, parse_public
 
+VERSIONS = (1, 2)
+ROLES = ("release", "approver")
 POLICY_SCHEMA = Schema({
     "version": Field(int, required=True,
                      check=lambda v: None if v in VERSIONS else "must be 1 or 2"),
     "keys": Field(dict, required=True, help="name -> key entry"),
 })
-VERSIONS = (1, 2)
-ROLES = ("release", "approver")
 KEY_SCHEMA = Schema({
     "keyid": Field(str, required=True, check=sha256_check),
     "public_key": Field(str, required=True, help="the PEM public key"),

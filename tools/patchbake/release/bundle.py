@@ -168,8 +168,8 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
     failed = [g for g in rel.data.get("gates") or [] if g.get("status") != "pass"]
     if failed or not rel.data.get("gates"):
         raise ReleaseError(f"the release records a gate that did not pass: {failed[:1]}")
-    out.checks.append(("gates", f"{len(rel.data['gates'])} gates recorded as passed for "
-                                f"'{rel.channel}'"))
+    n = len(rel.data["gates"])
+    out.checks.append(("gates", f"{n} gates recorded as passed for '{rel.channel}'"))
     return out
 
 

@@ -8,6 +8,7 @@ nothing changed finds the release already in the ledger and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ def signing(pipeline: Pipeline) -> settings.Signing:
     return settings.parse(pipeline.signing, pipeline.root, pipeline.path.name)
 
 
-def previous_figures(releases_dir: Path):  # type: ignore[no-untyped-def]
+def previous_figures(releases_dir: Path) -> Callable[[str, str], dict[str, Any] | None]:
     """The benchmark figures of the channel's last release, per the ledger as stored
     (the ledger itself is verified before anything is promoted or created)."""
     def lookup(channel: str, name: str) -> dict[str, Any] | None:

@@ -110,7 +110,9 @@ class Evaluation:
     def record(self) -> dict[str, Any] | None:
         from ..suites.image import find_record
 
-        return self.memo("record", lambda: find_record(self.pipeline.root, self.digest))
+        rec: dict[str, Any] | None = self.memo(
+            "record", lambda: find_record(self.pipeline.root, self.digest))
+        return rec
 
     def evidence(self, suite: str) -> Any:
         from ..evidence import records
@@ -289,7 +291,7 @@ def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
             return "pass", (f"suite '{name}' passed on {v.statement.environment.get('gpu_name')}"
                             f" (compute capability {cap})")
         seen.append(f"{name} on {v.statement.environment.get('gpu_name')}, cc {cap}")
-    sm = "sm" + g.capability.replace(".", "")
+    sm = "sm" + str(g.capability).replace(".", "")
     have = f" (have: {'; '.join(seen)})" if seen else " (no trusted GPU evidence at all)"
     return "fail", (f"missing input: no passing GPU evidence from a compute capability "
                     f"{g.capability} device ({sm} evidence){have}")

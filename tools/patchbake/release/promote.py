@@ -72,10 +72,10 @@ def recover(rdir: Path) -> str | None:
                           hint="it is written before a tag is set and removed once the "
                                "ledger records the promotion") from None
     outcome = "dropped"
-    if entry.data.get("prev") == ledger.head(ledger.read(rdir)):
-        if _tag_digest(RegistryClient.for_ref(ref), ref) == entry.data.get("digest"):
-            ledger.append(rdir, entry)
-            outcome = "rolled-forward"
+    if entry.data.get("prev") == ledger.head(ledger.read(rdir)) and \
+            _tag_digest(RegistryClient.for_ref(ref), ref) == entry.data.get("digest"):
+        ledger.append(rdir, entry)
+        outcome = "rolled-forward"
     p.unlink()
     fsync_dir(rdir)
     return outcome

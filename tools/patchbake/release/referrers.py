@@ -174,7 +174,7 @@ def find_attached(client: RegistryClient, repo: str, digest: str) -> list[str]:
                                    scopes=[blobs.pull_scope(repo)])
         found = resp.json().get("manifests", [])
         resp.close()
-        out = []
+        out: list[str] = []
         for d in found:
             m = json.loads(client.get_manifest(r.with_digest(d["digest"]))[0])
             out.extend(x.get("annotations", {}).get(PREDICATE_ANNOTATION, "")
