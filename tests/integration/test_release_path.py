@@ -76,6 +76,10 @@ def test_run_to_verified_release_from_a_fresh_clone(tmp_path: Path, shared_home:
                              f"{registry}/path/serving:0.25.1-1", home=shared_home,
                              key=k.release).stdout)
     assert promoted["digest"] == digest
+    pulled = json.loads(pb(root, "--json", "release", "verify", rid, "--image",
+                           f"{registry}/path/serving:0.25.1-1", home=shared_home).stdout)
+    assert pulled["checks"][-1]["check"] == "image"  # identity.verify_image on the pull
+    assert "baked source files matched a fresh apply" in pulled["checks"][-1]["detail"]
     pb(root, "release", "export", rid, "--to", str(tmp_path / "bundle"), home=shared_home)
 
     # downstream: a fresh clone, an empty store, no registry (nothing listens there now)
