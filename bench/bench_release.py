@@ -60,7 +60,7 @@ def edit(ws: Path, n: int) -> None:
     path = ws / EDITED
     lines = path.read_text().splitlines(keepends=True)
     i = next(i for i, line in enumerate(lines) if line.startswith(MARK))
-    lines[i] = f"{MARK} (bench edit {n})\n"
+    lines[i] = f"{MARK} (bench edit {os.getpid()}.{n})\n"
     path.write_text("".join(lines))
     subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost",
                     "commit", "-qam", f"bench edit {n}"], cwd=ws, check=True)

@@ -103,3 +103,19 @@ def test_bad_policy_roles_are_refused(tmp_path: Path, version: int, entry: dict[
     with pytest.raises(ConfigError) as err:
         _policy(tmp_path, version, **entry)
     assert message in err.value.one_line()
+
+
+def test_bake_cache_key_follows_the_revision_label() -> None:
+    """The reproducible gate found it: the SOURCE commit is baked into a label, so a bake
+    cached under a key without it differed from a fresh bake of the same patch."""
+    from types import SimpleNamespace
+
+    from patchbake.bake import bake_key
+
+    defn = SimpleNamespace(fingerprint="f")
+    base = SimpleNamespace(manifest_digest="sha256:" + "1" * 64)
+    patched = SimpleNamespace(patch_sha256="p", files_sha256="f", tree_digest="t",
+                              pristine_digest="d")
+    a = bake_key(defn, base, patched, 0, "embedded", "a" * 40)  # type: ignore[arg-type]
+    b = bake_key(defn, base, patched, 0, "embedded", "b" * 40)  # type: ignore[arg-type]
+    assert a != b

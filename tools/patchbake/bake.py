@@ -120,13 +120,16 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
 
 
 def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
-             backend: str) -> str:
+             backend: str, revision: str | None = None) -> str:
+    # ``revision`` (the SOURCE record's fork commit) is baked into a label, so it keys the
+    # cache too: without it a cached bake could differ from a fresh one of the same inputs
     return sha256_bytes(canonical_json({
         "format": BAKE_FORMAT, "writers": WRITERS, "definition": defn.fingerprint,
         "base": base.manifest_digest, "patch": patched.patch_sha256,
         "files": patched.files_sha256, "tree": patched.tree_digest,
         "pristine": patched.pristine_digest, "epoch": epoch, "backend": backend,
         "verifier": hashlib.sha256(verifier_bytes()).hexdigest(),
+        **({"revision": revision} if revision is not None else {}),
     }))
 
 
@@ -273,7 +276,7 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
                    record: bool = True) -> BakeResult:
     layout.ensure_layout(store)
     base = resolve_base(defn, store, lin)
-    key = bake_key(defn, base, patched, epoch, "embedded")
+    key = bake_key(defn, base, patched, epoch, "embedded", revision(lin, patched))
     rec = _cached(store, key)
     cached = rec is not None
     if rec is None:
