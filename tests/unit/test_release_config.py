@@ -112,7 +112,7 @@ def test_bake_cache_key_follows_the_revision_label() -> None:
 
     from patchbake.bake import bake_key
 
-    defn = SimpleNamespace(fingerprint="f")
+    defn = SimpleNamespace(fingerprint="f", lineage="v0.25.1")
     base = SimpleNamespace(manifest_digest="sha256:" + "1" * 64)
     patched = SimpleNamespace(patch_sha256="p", files_sha256="f", tree_digest="t",
                               pristine_digest="d")
