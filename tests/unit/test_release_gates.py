@@ -179,3 +179,18 @@ def test_unreadable_trust_policy_blocks_every_signed_gate(repo: tuple[Path, Keys
     for gate in ("evidence", "benchmark", "approval"):
         assert status(table, gate)[0] in ("fail", "error"), gate
     assert not table.passed
+
+
+def test_the_repositorys_sm89_stable_is_blocked_on_missing_sm89_evidence() -> None:
+    """The committed pipeline, policy and evidence, as they are: sm89-stable must say that
+    what is missing is sm89 evidence (and has no approver to sign an approval)."""
+    from release_support import REPO
+
+    p = config.load(REPO / "pipeline.yaml")
+    ev = create.evaluation(p, None, IMAGE)  # the definition's committed latest record
+    chs = channels.parse(p.channels, p.suites)
+    table = gates.evaluate(ev, chs["sm89-stable"])
+    st, reason = status(table, "capability")
+    assert st == "fail" and "missing input" in reason and "(sm89 evidence)" in reason
+    assert status(table, "approval")[0] == "fail"
+    assert not table.passed
