@@ -62,6 +62,11 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
     rec = imagemod.find_record(pipeline.root, resolved.digest)
     name = str(rec["definition"]) if rec and resolved.name.startswith("sha256:") \
         else resolved.name
+    if lineage is None and rec and rec.get("definition") in pipeline.images:
+        from ..images import definition as definitions
+
+        # the lineage the image was baked from (its definition names it), not the default
+        lineage = definitions.load(pipeline, str(rec["definition"])).lineage
     sig = signing(pipeline)
     return Evaluation(pipeline, store, pipeline.lineage(lineage), name.split("@")[0],
                       resolved.digest, sig.evidence_dir, sig.trust_policy,
