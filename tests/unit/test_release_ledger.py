@@ -202,3 +202,23 @@ def test_verify_of_an_unknown_digest_and_a_bad_id(released: tuple[Path, Keys, ma
     assert "no release in the ledger names image" in capsys.readouterr().err
     assert main(["release", "verify", "not-an-id"]) == 62
     assert "is not a release id" in capsys.readouterr().err
+
+
+def test_create_refuses_a_key_without_the_release_role(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    _, k, _ = released
+    rc = main(["release", "create", "--channel", "sm89-stable", "--image",
+               f"{IMAGE}@{DIGEST}", "--key", str(k.evidence)])
+    assert rc == 62
+    assert "has no 'release' role" in capsys.readouterr().err
+
+
+def test_promote_refuses_a_tag_less_destination(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    _, k, rel = released
+    rc = main(["release", "promote", rel.id, "--to", "127.0.0.1:5000/app", "--key",
+               str(k.release)])
+    assert rc == 2
+    assert "names neither a tag nor a digest" in capsys.readouterr().err
