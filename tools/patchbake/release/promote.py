@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline
-from ..errors import GateError, LedgerError, RegistryError, ReleaseError
+from ..errors import GateError, LedgerError, PatchbakeError, RegistryError, ReleaseError
 from ..fsutil import atomic_write, fsync_dir, sha256_bytes
 from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
@@ -186,9 +186,17 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
             "attached": attached.to_json()}, key)
         atomic_write(rdir / JOURNAL, json.dumps({"entry": entry.line.decode(),
                                                  "to": str(dest)}).encode())
-        client.push(store, rel.digest, dest)
-        if _tag_digest(client, dest) != rel.digest:
-            raise RegistryError(f"{dest} does not resolve to {rel.digest} after tagging")
+        try:
+            client.push(store, rel.digest, dest)
+            if _tag_digest(client, dest) != rel.digest:
+                raise RegistryError(f"{dest} does not resolve to {rel.digest} after tagging")
+        except PatchbakeError:
+            # failed, not killed: settle it now (a tag that did get set is recorded)
+            try:
+                recover(rdir)
+            except PatchbakeError:
+                pass  # the registry is gone too: the journal stays for the next run
+            raise
         ledger.append(rdir, entry)
         (rdir / JOURNAL).unlink()
         fsync_dir(rdir)
