@@ -368,5 +368,7 @@ def evaluate(ev: Evaluation, channel: Channel) -> Table:
             status, reason = "error", exc.one_line()
         except Exception as exc:  # noqa: BLE001 - fail closed: an unexpected crash blocks
             status, reason = "error", f"{type(exc).__name__}: {exc}"
+        # paths as the repository names them: a reason never depends on the checkout's place
+        reason = reason.replace(f"{ev.pipeline.root}/", "")
         decisions.append(Decision(g.declared_in, g.kind, status, " ".join(reason.split())))
     return Table(channel.name, ev.image, ev.digest, decisions)
