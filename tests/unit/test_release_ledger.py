@@ -222,3 +222,15 @@ def test_promote_refuses_a_tag_less_destination(
                str(k.release)])
     assert rc == 2
     assert "names neither a tag nor a digest" in capsys.readouterr().err
+
+
+def test_the_repositorys_committed_ledger_and_releases_verify() -> None:
+    """What is committed under manifests/releases/ verifies offline, as a user would."""
+    from release_support import REPO
+
+    policy_path = REPO / "manifests" / "trust-policy.yaml"
+    entries = ledger.verify(manifest.releases_dir(REPO), policy.load(policy_path))
+    for e in ledger.find(entries, "release"):
+        verdict = bundle.verify(REPO, policy_path, str(e.data["release"]))
+        assert verdict.digest == e.data["digest"]
+        assert [c for c, _ in verdict.checks][-1] == "gates"

@@ -73,7 +73,8 @@ def _next_channel(pipeline: Pipeline, rel: manifest.Release) -> tuple[str | None
             st, reason = GATES[g.kind](ev, g)
         except Exception as exc:  # noqa: BLE001 - the page shows it; it blocks either way
             st, reason = "error", f"{type(exc).__name__}: {exc}"
-        out.append(Decision(g.declared_in, g.kind, st, reason))
+        out.append(Decision(g.declared_in, g.kind, st,
+                            reason.replace(f"{pipeline.root}/", "")))
     return nxt.name, out, ev.facts
 
 
