@@ -3,7 +3,7 @@ PY ?= python3
 PIP ?= $(PY) -m pip
 export PATCHBAKE_NO_PROGRESS ?=
 
-.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean reliability
+.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean reliability guard ci-gates
 
 setup: setup-system setup-python
 
@@ -15,10 +15,11 @@ setup-system:
 	  command -v busybox >/dev/null || missing="$$missing busybox-static"; \
 	  command -v curl >/dev/null || missing="$$missing curl"; \
 	  command -v umoci >/dev/null || missing="$$missing umoci"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  if [ -n "$$missing" ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  fi; \
-	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, umoci yourself"; fi
+	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, umoci, chromium yourself"; fi
 
 setup-python:
 	$(PIP) install -q -e '.[test]'
@@ -52,6 +53,14 @@ bench: setup services
 # 4-way concurrency (loopback only, ~20 min on 2 cores); writes docs/RELIABILITY.md.
 reliability: setup services
 	PYTHONPATH=tools $(PY) tests/reliability/run.py
+
+# The lost-line guard with only Python and git (patch <=> FILES.txt; the pull-request gate).
+guard:
+	$(PY) tools/check_patch_files.py
+
+# Every channel's release gates for the offline image (ci/gates.sh; CI runs the same).
+ci-gates:
+	PY=$(PY) ./ci/gates.sh
 
 lint:
 	$(PIP) install -q -e '.[lint]'

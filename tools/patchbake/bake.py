@@ -154,7 +154,9 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
 
 
 def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
-             backend: str) -> str:
+             backend: str, revision: str | None = None) -> str:
+    # ``revision`` (the SOURCE record's fork commit) is baked into a label, so it keys the
+    # cache too: without it a cached bake could differ from a fresh one of the same inputs
     return sha256_bytes(canonical_json({
         "format": BAKE_FORMAT, "writers": WRITERS, "definition": defn.fingerprint,
         # the name is in the image's labels and its record: two definitions with the same
@@ -166,6 +168,7 @@ def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
         "verifier": hashlib.sha256(verifier_bytes()).hexdigest(),
         "entrypoint": hashlib.sha256(entrypoint_bytes()).hexdigest(),
         "lineage": defn.lineage,
+        **({"revision": revision} if revision is not None else {}),
     }))
 
 
@@ -294,8 +297,11 @@ def _result(rec: dict[str, Any], rec_path: str, cached: bool, warnings: list[str
 def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
                lineage: str | None = None, patched: Patched | None = None,
                epoch: int | None = None, backend: str = "embedded",
-               docker_archive: Path | None = None) -> BakeResult:
-    """Bake definition ``name`` (default: the offline one); see the module docstring."""
+               docker_archive: Path | None = None, record: bool = True) -> BakeResult:
+    """Bake definition ``name`` (default: the offline one); see the module docstring.
+
+    ``record=False`` writes nothing into the repository or the store's refs (the release
+    gates' second, independent bake compares digests only)."""
     t0 = time.monotonic()
     name = name or definitions.default_name(pipeline)
     defn = definitions.load(pipeline, name)
@@ -311,7 +317,8 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
 
         result = bake_with_engine(pipeline, defn, lin, patched, store, mode, warnings, epoch)
     else:
-        result = _bake_embedded(pipeline, defn, lin, patched, store, warnings, epoch, t0)
+        result = _bake_embedded(pipeline, defn, lin, patched, store, warnings, epoch, t0,
+                                record)
     if docker_archive is not None:
         from .oci.archive import export_docker_archive
 
@@ -322,10 +329,11 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
 
 
 def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
-                   store: Store, warnings: list[str], epoch: int, t0: float) -> BakeResult:
+                   store: Store, warnings: list[str], epoch: int, t0: float,
+                   record: bool = True) -> BakeResult:
     layout.ensure_layout(store)
     base = resolve_base(defn, store, lin)
-    key = bake_key(defn, base, patched, epoch, "embedded")
+    key = bake_key(defn, base, patched, epoch, "embedded", revision(lin, patched))
     rec = _cached(store, key)
     cached = rec is not None
     if rec is None:
@@ -341,6 +349,8 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
                            [*base.image.diff_ids, layer.digest], layers, overlay, labels,
                            epoch, "embedded", "overlay")
         save_cache(store.root / "bakes" / f"{key}.json", rec, warnings)
+    if not record:
+        return _result(rec, "", cached, warnings, t0)
     path = records.write_record(pipeline.root, rec)
     desc = Descriptor(rec["manifest_media_type"], rec["manifest_digest"],
                       store.blob_path(rec["manifest_digest"]).stat().st_size)

@@ -69,7 +69,7 @@ COMMAND_MODULES = {
     "fetch": "fetch", "patch": "patch", "series": "patch", "bake": "image",
     "verify": "image", "image": "image", "push": "registry", "pull": "registry",
     "run": "run", "keys": "evidence", "evidence": "evidence", "fixtures": "fixtures",
-    "store": "store",
+    "store": "store", "release": "release", "ledger": "release", "report": "release",
 }
 _loaded: set[str] = set()
 

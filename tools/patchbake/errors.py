@@ -227,6 +227,13 @@ class LedgerError(PatchbakeError):
     kind = "ledger"
 
 
+class ReleaseError(PatchbakeError):
+    """A release record or export bundle is missing, damaged or does not match."""
+
+    exit_code = 62
+    kind = "release"
+
+
 def all_error_classes() -> list[type[PatchbakeError]]:
     """Every class in the hierarchy, for docs and the distinct-exit-code test."""
     seen: list[type[PatchbakeError]] = []
