@@ -69,6 +69,7 @@ COMMAND_MODULES = {
     "fetch": "fetch", "patch": "patch", "series": "patch", "bake": "image",
     "verify": "image", "image": "image", "push": "registry", "pull": "registry",
     "run": "run", "keys": "evidence", "evidence": "evidence", "fixtures": "fixtures",
+    "port": "port",
 }
 _loaded: set[str] = set()
 
