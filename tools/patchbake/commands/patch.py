@@ -69,10 +69,18 @@ def register(group: click.Group) -> None:
         if reason and not force:
             raise UsageError("--reason goes with --force")
         spec = from_spec or str(_default_workspace(ctx))
-        ex = export(ctx.lineage(), ctx.store, spec, force=force, reason=reason)
+        lin = ctx.lineage()
+        ex = export(lin, ctx.store, spec, force=force, reason=reason)
         row = {"patch": str(ex.patch_path), "patch_sha256": ex.patch_sha256,
                "files": ex.files, "added": ex.added, "removed": ex.removed,
                "commit": ex.commit, "changed": ex.changed}
+        # A new lineage (made by `port`) gets its series on its first export: one patch
+        # per workspace commit; later, `series split` rewrites it when the user asks.
+        if lin.series is not None and not (lin.series / "series").exists() \
+                and Path(spec).is_dir():
+            from ..patchset.series import split_series
+
+            row["series"] = split_series(lin, ctx.store, Path(spec))
         if ctx.as_json:
             ui.emit_json(row)
         else:

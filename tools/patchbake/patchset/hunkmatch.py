@@ -56,17 +56,27 @@ def _lines(hits: list[int]) -> str:
     return shown + (f" and {len(hits) - 4} more" if len(hits) > 4 else "")
 
 
-def match_hunk(h: Hunk, lines: list[bytes]) -> Match:
+def _anchored(hits: list[int], size: int, lines: int, start: bool, end: bool) -> list[int]:
+    """Keep the hits that respect the hunk's anchors, as ``git apply`` does: a hunk that
+    began at the first line must match there, one without trailing context (it reached
+    the end of the old file) must end at the end of the new one."""
+    return [p for p in hits if (not start or p == 0) and (not end or p + size == lines)]
+
+
+def match_hunk(h: Hunk, lines: list[bytes], old_len: int) -> Match:
+    """``old_len``: lines in the file the hunk was made against (for the end anchor)."""
     rec = recorded_pos(h)
     if not h.old:  # the file was empty: the pre-image is "an empty file"
         return Match(CLEAN, 0, "") if not lines else Match(None, None, "the file is no "
                                                                  "longer empty")
-    pre = find_all(lines, h.old)
+    start, end = rec == 0, rec + len(h.old) == old_len
+    pre = _anchored(find_all(lines, h.old), len(h.old), len(lines), start, end)
     if rec in pre:
         others = [p for p in pre if p != rec]
         note = f"pre-image also at line {_lines(others)}" if others else ""
         return Match(CLEAN, rec, note)
-    post = find_all(lines, h.new) if h.new != h.old else []
+    post = _anchored(find_all(lines, h.new), len(h.new), len(lines), start, end) \
+        if h.new != h.old else []
     if not pre and len(post) == 1:
         return Match(ABSORBED, post[0], f"upstream holds the post-image at line {post[0] + 1}")
     if len(pre) == 1 and not post:
@@ -82,7 +92,9 @@ def match_hunk(h: Hunk, lines: list[bytes]) -> Match:
         return Match(None, None, f"both the pre-image (line {pre[0] + 1}) and the post-image "
                                  f"(line {post[0] + 1}) are present; left to the three-way "
                                  "merge")
-    return Match(None, None, "the pre-image is not in the new file (its context changed)")
+    where = " at the start of" if start else " at the end of" if end else " in"
+    return Match(None, None, f"the pre-image is not{where} the new file (its context "
+                             "changed)")
 
 
 def apply_at(lines: list[bytes], placed: list[tuple[int, Hunk]]) -> list[bytes]:

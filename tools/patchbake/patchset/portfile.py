@@ -89,7 +89,7 @@ def port_modified(fp: FilePatch, old: bytes, new: bytes, scratch: Path,
     pending: list[tuple[int, Hunk, str]] = []
     rows: dict[int, HunkVerdict] = {}
     for k, h in enumerate(fp.hunks, 1):
-        m = match_hunk(h, new_lines)
+        m = match_hunk(h, new_lines, len(old_lines))
         if m.verdict in (CLEAN, MOVED):
             assert m.pos is not None
             placed.append((m.pos, k, h))
