@@ -139,6 +139,18 @@ def test_conflict_leaves_markers_with_the_old_pristine_as_base(
                      r"    token_count: int = 0\n>>>>>>> theirs \(vllm==0\.33\.0\)\n", text)
 
 
+def test_change_upstream_made_with_more_beside_it_is_absorbed(
+        ported: tuple[Path, dict, str]) -> None:
+    """git's merge marks a conflict (upstream added a blank line where we added the
+    sentence); the block holds our change, so it is absorbed, never a conflict."""
+    _repo, doc, _ = ported
+    row = verdict(doc, "vllm/config/kv_events.py", 1)
+    assert row["verdict"] == "absorbed"
+    assert "together with others beside it" in row["note"]
+    text = ws_file(doc, "vllm/config/kv_events.py")
+    assert text.count("send high-water mark") == 1 and "<<<<<<<" not in text
+
+
 def test_target_gone_names_the_rename_candidate(ported: tuple[Path, dict, str]) -> None:
     _repo, doc, _ = ported
     row = verdict(doc, "vllm/entrypoints/serve/utils/ssl.py", 1)
@@ -151,7 +163,7 @@ def test_target_gone_names_the_rename_candidate(ported: tuple[Path, dict, str]) 
 
 def test_report_counts_markdown_and_pipeline_edit(ported: tuple[Path, dict, str]) -> None:
     repo, doc, _ = ported
-    assert doc["counts"] == {"clean": 2, "moved": 1, "absorbed": 0, "merged": 1,
+    assert doc["counts"] == {"clean": 2, "moved": 1, "absorbed": 1, "merged": 1,
                              "conflict": 1, "target-gone": 1}
     assert doc["committed"] is None and doc["pipeline_updated"] is True
     md = (repo / "port.md").read_text()

@@ -10,16 +10,15 @@ conflict, so a hunk upstream took over with other context comes out as ``absorbe
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ProcessError
 from .apply import Base, apply_file
 from .diffparse import FilePatch, Hunk, split_lines
-from .gitcmd import git
 from .hunkmatch import (ABSORBED, CLEAN, CONFLICT, GONE, MERGED, MOVED, apply_at,
                         first_difference, match_hunk, non_overlapping, recorded_pos)
+from .merge3 import merge_file as _merge
+from .merge3 import resolve_absorbed
 
 KEEP = object()  # the file in the new tree is left as upstream has it
 
@@ -50,22 +49,6 @@ class FileResult:
     rows: list[HunkVerdict] = field(default_factory=list)
     post: bytes | None | object = KEEP  # new content, None = delete, KEEP = leave upstream's
     mode: str | None = None
-
-
-def _merge(ours: bytes, base: bytes, theirs: bytes, scratch: Path,
-           labels: tuple[str, str, str]) -> tuple[bytes, int]:
-    """``git merge-file -p --diff3``: (result, number of conflicts)."""
-    with tempfile.TemporaryDirectory(prefix="patchbake-merge.", dir=scratch) as d:
-        paths = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            p = Path(d) / name
-            p.write_bytes(data)
-            paths.append(str(p))
-        r = git(["merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1],
-                 "-L", labels[2], *paths], cwd=Path(d), check=False)
-    if r.returncode < 0 or r.returncode > 127:
-        raise ProcessError(f"git merge-file failed: {r.stderr.decode('utf-8', 'replace')[-200:]}")
-    return r.stdout, r.returncode
 
 
 def _row(fp: FilePatch, k: int, h: Hunk, verdict: str, pos: int | None, note: str,
@@ -109,6 +92,10 @@ def port_modified(fp: FilePatch, old: bytes, new: bytes, scratch: Path,
         ours = _with_hunks(old_lines, applied + [(k, h)])
         merged, conflicts = _merge(ours, old, b"".join(current), scratch, labels)
         merged_lines = split_lines(merged)
+        resolved = resolve_absorbed(merged, labels) if conflicts else None
+        if resolved is not None:  # upstream holds the change, with more beside it
+            merged_lines, conflicts = resolved, 0
+            why += "; upstream made this change together with others beside it"
         at = first_difference(current, merged_lines)
         if conflicts:
             rows[k] = _row(fp, k, h, CONFLICT, at, f"{why}; the three-way merge left "
