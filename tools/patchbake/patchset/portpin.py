@@ -69,6 +69,15 @@ def new_lineage(old: Lineage, root: Path, key: str, version: str, sha256: str) -
                    source_record=d / "SOURCE", series=d / "series")
 
 
+def _scalar(value: str) -> str:
+    """``value`` as a YAML scalar that reads back as that string (2.0 would be a float)."""
+    try:
+        plain = yaml.safe_load(value) == value
+    except yaml.YAMLError:
+        plain = False
+    return value if plain and ":" not in value and "#" not in value else f'"{value}"'
+
+
 def lineage_block(lin: Lineage, root: Path, indent: str) -> str:
     up = lin.upstream
     i1, i2, i3 = indent, indent * 2, indent * 3
@@ -76,16 +85,18 @@ def lineage_block(lin: Lineage, root: Path, indent: str) -> str:
     def rel(p: Path | None) -> str:
         return str(Path(p).relative_to(root)) if p else ""
 
-    lines = [f"{i1}{lin.key}:", f"{i2}name: {lin.name}", f"{i2}upstream:",
-             f"{i3}kind: index", f"{i3}package: {up.package}", f"{i3}version: {up.version}",
-             f"{i3}filename: {up.filename}", f"{i3}sha256: {up.sha256}"]
+    q = _scalar
+    lines = [f"{i1}{q(lin.key)}:", f"{i2}name: {q(lin.name)}", f"{i2}upstream:",
+             f"{i3}kind: index", f"{i3}package: {q(up.package)}",
+             f"{i3}version: {q(up.version)}", f"{i3}filename: {q(up.filename or '')}",
+             f"{i3}sha256: {q(up.sha256 or '')}"]
     if up.strip:
-        lines.append(f"{i3}strip: {up.strip}")
+        lines.append(f"{i3}strip: {q(up.strip)}")
     if up.generated:
-        lines.append(f"{i3}generated: [{', '.join(up.generated)}]")
-    lines += [f"{i2}patch: {rel(lin.patch)}", f"{i2}files: {rel(lin.files)}",
-              f"{i2}source_record: {rel(lin.source_record)}",
-              f"{i2}series: {rel(lin.series)}"]
+        lines.append(f"{i3}generated: [{', '.join(q(g) for g in up.generated)}]")
+    lines += [f"{i2}patch: {q(rel(lin.patch))}", f"{i2}files: {q(rel(lin.files))}",
+              f"{i2}source_record: {q(rel(lin.source_record))}",
+              f"{i2}series: {q(rel(lin.series))}"]
     return "\n".join(lines) + "\n"
 
 
