@@ -81,3 +81,34 @@ def test_dependent_slice_names_what_it_needs(tmp_path: Path) -> None:
     assert _needs(1, patches, tmp_path) == ("0001.patch",)
     assert _applies([patches[2]], tmp_path) is None
     assert _needs(2, patches, tmp_path) == ()
+
+
+def _index(tmp_path: Path, anchor: str) -> str:
+    d = tmp_path / "index" / "pkg"
+    d.mkdir(parents=True)
+    (d / "index.html").write_text(f"<html><body>{anchor}</body></html>\n")
+    return (tmp_path / "index").as_uri()
+
+
+def test_pin_comes_from_the_index_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchbake.patchset.portpin import index_sha256
+
+    url = _index(tmp_path, f'<a href="../files/pkg-2.0.tar.gz#sha256={"c" * 64}">'
+                           "pkg-2.0.tar.gz</a>")
+    monkeypatch.setenv("PIP_INDEX_URL", url)
+    assert index_sha256("pkg", "pkg-2.0.tar.gz") == "c" * 64
+
+
+@pytest.mark.parametrize(("anchor", "message"), [
+    ('<a href="../files/pkg-1.0.tar.gz">pkg-1.0.tar.gz</a>', "lists no file 'pkg-2.0.tar.gz'"),
+    ('<a href="../files/pkg-2.0.tar.gz">pkg-2.0.tar.gz</a>', "states no sha256 for pkg-2.0"),
+])
+def test_port_refuses_an_unpinnable_sdist(pipe: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str], anchor: str,
+                                          message: str) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", _index(tmp_path, anchor))
+    rc = main(["port", "--to", "2.0"])
+    err = capsys.readouterr().err
+    assert rc == 10 and message in err, err
+    assert pipe.read_text() == PIPE
