@@ -13,7 +13,7 @@ from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
 from ..suites import image as imagemod
-from ..suites import suites as suitesmod
+from ..suites import spec as suitesmod
 from ..suites.run import run_suite
 from ..fsutil import atomic_write, pretty_json
 
