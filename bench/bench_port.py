@@ -93,8 +93,9 @@ def median_alternating(a: Callable[[], object], b: Callable[[], object]) -> tupl
     return statistics.median(sa), statistics.median(sb)
 
 
-def make_repo(work: Path, name: str, patch: bytes, files: bytes | None) -> Path:
-    repo = work / f"repo-{name}"
+def make_repo(work: Path, name: str, patch: bytes, files: bytes | None,
+              tag: str = "") -> Path:
+    repo = work / f"repo-{name}{tag}"
     (repo / "patch").mkdir(parents=True)
     (repo / "pipeline.yaml").write_text(PIPELINE.format(name=name))
     (repo / "patch" / f"{name}-v0.25.1.patch").write_bytes(patch)
@@ -104,7 +105,7 @@ def make_repo(work: Path, name: str, patch: bytes, files: bytes | None) -> Path:
 
 
 def synthetic_patch(work: Path, store: Store) -> tuple[bytes, bytes]:
-    repo = make_repo(work, "bench-seed", b"", None)
+    repo = make_repo(work, "bench-seed", b"", None, "-make")
     (repo / "patch" / "bench-seed-v0.25.1.patch").unlink()
     lin = config.load(repo / "pipeline.yaml").lineage("v0.25.1")
     ws = work / "seed-ws"
@@ -175,6 +176,8 @@ def bench_one(work: Path, store: Store, name: str, patch: bytes,
 
     lib_ours, lib_git = median_alternating(ours_lib, git_only)
     shutil.rmtree(prepared)
+    print(f"{name}: end to end {e2e_ours:.3f}s vs {e2e_git:.3f}s; verdicts {lib_ours:.3f}s vs "
+          f"{lib_git:.3f}s; {verdicts}; {rcs}", flush=True)
     return {"patch": name, "files": len(lp.files), "added": lp.added, "removed": lp.removed,
             "hunks": sum(verdicts.values()), "verdicts": verdicts,
             "end_to_end": {"ours_s": round(e2e_ours, 3), "git_s": round(e2e_git, 3),
