@@ -210,6 +210,16 @@ def test_resolve_commit_export_new_lineage(ported: tuple[Path, dict, str],
     rc, out, err = cli("--lineage", "v0.33.0", "series", "verify", "--independent", "--json")
     assert rc == 0, out + err
     assert json.loads(out)["independent"] is True
+    # porting again, now that the new lineage is declared and has a patch: the pin as
+    # declared, pipeline.yaml untouched, and the workspace starts from the pristine tree
+    before = (repo / "pipeline.yaml").read_bytes()
+    again = repo / ".work" / "again"
+    rc, out, err = cli("port", "--to", "0.33.0", "--workspace", str(again), "--json")
+    assert rc == 26, out + err
+    assert json.loads(out)["pipeline_updated"] is False
+    assert (repo / "pipeline.yaml").read_bytes() == before
+    assert "<<<<<<< ours" in (again / "vllm/parser/engine/events.py").read_text()
+    assert "that monitors SSL" in (again / "vllm/entrypoints/launchers/utils/ssl.py").read_text()
 
 
 def test_real_upstream_change_backported_is_absorbed(store: Path, tmp_path: Path,

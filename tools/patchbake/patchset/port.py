@@ -162,7 +162,7 @@ def port(old: Any, new: Any, store: Store, workspace: Path) -> PortReport:
     labels = (f"ours ({old.key} patch)", f"base ({_version(old.upstream.pin)} pristine)",
               f"theirs ({_version(new.upstream.pin)})")
     results = compute_port(lp.patch, old_f.root, new_f.root, store.root / "tmp", labels)
-    ws = create_workspace(new, store, workspace)
+    ws = create_workspace(new, store, workspace, with_patch=False)
     _write(ws.path, results)
     rows = tuple(h for r in results for h in r.rows)
     committed = None
