@@ -46,12 +46,16 @@ def test_cpu_suite_runs_in_docker_inside_the_baked_image(
     (root / "images" / "cpu-ci.yaml").write_text(yaml.safe_dump({
         "version": 1, "description": "CI only: the patch on a local Python + torch image",
         "base": {"source": "docker", "name": tag, "digest": image_id,
-                 "note": "built by tests/integration/fixtures_python_image.py; host-specific"},
+                 "note": "built by tests/integration/fixtures_python_image.py; host-specific",
+                 # no vLLM in this base: the overlay's files are the whole vllm/ tree
+                 "has_vllm": False},
         "site_packages": site, "mode": "overlay"}))
     repo_pipeline = yaml.safe_load((REPO / "pipeline.yaml").read_text())
     pipeline = {"version": 1, "name": "ci", "lineages": repo_pipeline["lineages"],
                 "images": {"cpu-ci": "images/cpu-ci.yaml"},
                 "suites": {"dsv4-topk-cpu": repo_pipeline["suites"]["dsv4-topk-cpu"]}}
+    if "default_lineage" in repo_pipeline:  # the repository's default, not the newest
+        pipeline["default_lineage"] = repo_pipeline["default_lineage"]
     (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
     monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
     monkeypatch.chdir(root)

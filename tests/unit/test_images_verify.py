@@ -10,6 +10,7 @@ import json
 import os
 import runpy
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def baked(tmp_path: Path) -> tuple[Repo, str]:
 
 
 def verify(repo: Repo, ref: str):  # type: ignore[no-untyped-def]
-    return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched)
+    return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched,
+                        definition="offline")
 
 
 def test_verify_matches_fresh_apply(tmp_path: Path) -> None:
@@ -139,8 +141,9 @@ def test_later_layer_whiteout_is_seen(tmp_path: Path) -> None:
     hidden = _with_extra_layer(repo, digest, _layer([(f"{sp}/vllm/sub/.wh.topk.py", b"")]))
     res = verify(repo, hidden)
     assert not res.ok
-    assert [m["path"] for m in res.mismatched] == ["vllm/sub/topk.py"]
+    assert [m["path"] for m in res.mismatched] == ["vllm/sub/topk.py"] * 2
     assert res.mismatched[0]["why"] == "missing from the image"
+    assert res.mismatched[1]["why"] == "layer 3 (above the base) deletes it; the patch does not"
 
 
 def test_opaque_dir_and_hand_edit(tmp_path: Path) -> None:
@@ -152,18 +155,19 @@ def test_opaque_dir_and_hand_edit(tmp_path: Path) -> None:
     found = {m["path"]: m for m in res.mismatched}
     assert found["vllm/envs.py"]["found"] == hashlib.sha256(b"hand edit\n").hexdigest()
     assert "vllm/sub/topk.py" in found  # the opaque dir hid the lower layers
-    assert res.base_drift["counts"]["missing"] == 2
+    assert "deletes what is under it" in found["vllm"]["why"]
+    assert res.base_drift["counts"]["missing"] == 0  # a failure above the base, not drift
 
 
 def test_materialise_writes_verified_tree(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
-    dest = materialise(repo.store, digest, tmp_path / "mat")
+    dest = materialise(repo.store, digest, tmp_path / "mat", pipeline=repo.pipeline)
     got = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
     assert "vllm/scripts.py" not in got and "vllm/new_module.py" in got
     assert (dest / "vllm/sub/topk.py").read_bytes() == \
         (repo.patched.root / "vllm/sub/topk.py").read_bytes()
     with pytest.raises(ImageError, match="already exists"):
-        materialise(repo.store, digest, dest)
+        materialise(repo.store, digest, dest, pipeline=repo.pipeline)
 
 
 def test_tampered_materialise_writes_nothing(tmp_path: Path) -> None:
@@ -171,7 +175,7 @@ def test_tampered_materialise_writes_nothing(tmp_path: Path) -> None:
     manifest = json.loads(repo.store.read_blob(digest))
     _flip(repo.store.blob_path(manifest["layers"][-1]["digest"]), 700)
     with pytest.raises(IntegrityError):
-        materialise(repo.store, digest, tmp_path / "mat")
+        materialise(repo.store, digest, tmp_path / "mat", pipeline=repo.pipeline)
     assert not (tmp_path / "mat").exists()
     assert not list((repo.store.root / "tmp").iterdir())
 
@@ -217,10 +221,7 @@ def test_cli_verify_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     assert "cannot resolve image reference" in capsys.readouterr().err
 
 
-def test_in_image_verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                           capsys: pytest.CaptureFixture[str]) -> None:
-    repo, digest = baked(tmp_path)
-    root = tmp_path / "rootfs"
+def _rootfs(repo: Repo, digest: str, root: Path) -> None:
     manifest = json.loads(repo.store.read_blob(digest))
     for layer in manifest["layers"]:  # unpack (test only) to run the verifier over files
         with tarfile.open(repo.store.blob_path(layer["digest"])) as tf:
@@ -230,27 +231,132 @@ def test_in_image_verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                     (root / m.name).parent.joinpath(name[4:]).unlink(missing_ok=True)
                 elif m.isfile():
                     tf.extract(m, root)
-    monkeypatch.setenv("PATCHBAKE_ROOT", str(root))
+
+
+InImage = tuple[Path, Callable[..., tuple[int, str]]]
+
+
+@pytest.fixture
+def in_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str]) -> InImage:
+    repo, digest = baked(tmp_path)
+    root = tmp_path / "rootfs"
+    _rootfs(repo, digest, root)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
     script = str(root / "opt/patchbake/verify.py")
 
-    def run(*args: str) -> int:
-        monkeypatch.setattr("sys.argv", [script, *args])
+    def run(*args: str) -> tuple[int, str]:
+        monkeypatch.setattr("sys.argv", [script, "--root", str(root), *args])
         with pytest.raises(SystemExit) as info:
             runpy.run_path(script, run_name="__main__")
-        return int(info.value.code or 0)
+        cap = capsys.readouterr()
+        return int(info.value.code or 0), cap.out + cap.err
 
-    assert run() == 0
-    out = capsys.readouterr().out
+    return root, run
+
+
+def test_in_image_verifier(in_image: InImage) -> None:
+    root, run = in_image
+    rc, out = run()
+    assert rc == 0, out
     assert out.startswith("patchbake build: offline | vllm 0.25.1 + topk")
-    assert "OK: 4/4" in out
+    # every file of the installed tree: 6 pristine - 1 deleted + 1 new
+    assert f"OK: 6/6 files of {SP}/vllm/ match the tree manifest" in out
     target = root / SP.strip("/") / "vllm/envs.py"
     target.write_bytes(target.read_bytes() + b"# edit\n")
-    assert run() == 1
-    out = capsys.readouterr().out
-    assert "MISMATCH modified" in out and "STALE OR MODIFIED IMAGE" in out
-    assert run("--line") == 0
+    rc, out = run()
+    assert rc == 1 and "MISMATCH modified" in out
+    assert out.splitlines()[-1].startswith("patchbake: image does not match its record: modified")
+    assert run("--line")[0] == 0
     (root / "opt/patchbake/identity.json").unlink()
-    assert run() == 2
+    rc, out = run("--quiet")
+    assert rc == 2 and out.startswith("patchbake: refused: no readable identity record")
+    assert len(out.splitlines()) == 1
+
+
+@pytest.mark.parametrize("tamper, reason", [
+    # a base file (not a baked one): only the full tree manifest sees it
+    (lambda r: (r / SP.strip("/") / "vllm/sampling_params.py").write_text("evil = 1\n"),
+     f"modified {SP}/vllm/sampling_params.py"),
+    (lambda r: (r / SP.strip("/") / "vllm/__init__.py").unlink(),
+     f"missing {SP}/vllm/__init__.py"),
+    (lambda r: (r / SP.strip("/") / "vllm/sub/extra.py").write_text("x = 1\n"),
+     f"extra {SP}/vllm/sub/extra.py"),
+    (lambda r: (r / SP.strip("/") / "evil.pth").write_text("import os\n"),
+     f"startup-hook {SP}/evil.pth"),
+    (lambda r: (r / SP.strip("/") / "sitecustomize.py").write_text("import os\n"),
+     f"startup-hook {SP}/sitecustomize.py"),
+    (lambda r: os.chmod(r / SP.strip("/") / "vllm/envs.py", 0o755),
+     f"mode {SP}/vllm/envs.py (recorded 0644, found 0755)"),
+])
+def test_in_image_verifier_sees_every_file_and_hook(in_image: InImage,
+                                                    tamper: Callable[[Path], object],
+                                                    reason: str) -> None:
+    root, run = in_image
+    tamper(root)
+    rc, out = run("--quiet")
+    assert rc == 1
+    assert out == f"patchbake: image does not match its record: {reason}\n" or \
+        out.startswith(f"patchbake: image does not match its record: {reason}")
+    assert len(out.splitlines()) == 1
+
+
+def test_in_image_verifier_shadowing_vllm(in_image: InImage,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    root, run = in_image
+    (root / "shadow/vllm").mkdir(parents=True)
+    (root / "shadow/vllm/__init__.py").write_text("evil = 1\n")
+    monkeypatch.setenv("PYTHONPATH", "/shadow")
+    rc, out = run("--quiet")
+    assert rc == 1 and out.startswith("patchbake: image does not match its record: shadow "
+                                      "/shadow/vllm")
+
+
+def test_in_image_verifier_allow_listed_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    repo = make_repo(tmp_path)
+    pth = b"import _virtualenv\n"
+    text = (repo.root / "images/offline.yaml").read_text()
+    (repo.root / "images/offline.yaml").write_text(
+        text + f"startup_allow:\n  - path: {SP}/ok.pth\n"
+               f"    sha256: {hashlib.sha256(pth).hexdigest()}\n")
+    digest = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched).digest
+    root = tmp_path / "rootfs"
+    _rootfs(repo, digest, root)
+    (root / SP.strip("/") / "ok.pth").write_bytes(pth)
+    monkeypatch.chdir(tmp_path)
+    script = str(root / "opt/patchbake/verify.py")
+    monkeypatch.setattr("sys.argv", [script, "--root", str(root), "--quiet"])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(script, run_name="__main__")
+    assert (info.value.code or 0) == 0, capsys.readouterr()
+    (root / SP.strip("/") / "ok.pth").write_bytes(pth + b"import evil\n")
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(script, run_name="__main__")
+    assert info.value.code == 1
+    assert f"startup-hook {SP}/ok.pth" in capsys.readouterr().err
+
+
+def test_in_image_verifier_refuses_an_empty_tree_manifest(in_image: InImage) -> None:
+    root, run = in_image
+    ident = root / "opt/patchbake/identity.json"
+    rec = json.loads(ident.read_bytes())
+    empty = canonical_json({"format": "patchbake-tree/1", "root": f"{SP}/vllm/", "files": []})
+    (root / "opt/patchbake/tree.json").write_bytes(empty)
+    rec["tree"]["sha256"] = hashlib.sha256(empty).hexdigest()
+    ident.write_bytes(canonical_json(rec))
+    rc, out = run("--quiet")
+    assert rc == 2 and "lists no files: an empty record proves nothing" in out
+    del rec["tree"]
+    ident.write_bytes(canonical_json(rec))
+    rc, out = run("--quiet")
+    assert rc == 2 and "names no tree manifest" in out
+    (root / "opt/patchbake/tree.json").write_bytes(b"{}")
+    rec["tree"] = {"path": "/opt/patchbake/tree.json", "sha256": "0" * 64}
+    ident.write_bytes(canonical_json(rec))
+    rc, out = run("--quiet")
+    assert rc == 2 and "does not hash to the sha256 the identity record names" in out
 
 
 def test_canonical_json_used_for_config(tmp_path: Path) -> None:
@@ -263,7 +369,8 @@ def test_layer_ops_cache_still_hashes_every_byte(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
     cold = verify(repo, digest)
     cache = repo.store.root / "bakes" / "layer-ops"
-    assert cold.ok and len(list(cache.iterdir())) == 3
+    # one memo per layer for the tracked view, one for the layer above the base read whole
+    assert cold.ok and len(list(cache.iterdir())) == 4
     warm = verify(repo, digest)
     assert warm.ok and warm.to_json()["base_drift"] == cold.to_json()["base_drift"]
     assert (warm.matched, warm.total) == (cold.matched, cold.total)
@@ -287,8 +394,10 @@ def test_gzip_layer_digest_and_diff_id(tmp_path: Path) -> None:
                                "digest": f"sha256:{hexd}", "size": len(gz)})
     config["rootfs"]["diff_ids"].append("sha256:" + hashlib.sha256(tar).hexdigest())
     good = _rewrite(repo.store, manifest, config)
-    res = verify(repo, good)
-    assert res.ok and res.base_drift["extra"] == ["vllm/extra_file.py"]
+    res = verify(repo, good)  # digests fine; a file above the base outside the baked set
+    assert not res.ok and res.base_drift["extra"] == []
+    (m,) = res.mismatched
+    assert m["path"] == "vllm/extra_file.py" and "outside the baked set" in m["why"]
     config["rootfs"]["diff_ids"][-1] = "sha256:" + "9" * 64
     wrong = _rewrite(repo.store, manifest, config)
     with pytest.raises(IntegrityError, match="uncompressed tar hashes to"):

@@ -56,14 +56,18 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str,
 @click.command("verify")
 @click.argument("ref")
 @click.option("--site-packages", default=None,
-              help="the image's site-packages (default: from its patchbake label)")
+              help="must agree with the definition's (where to look is never read from the "
+                   "image's labels)")
+@click.option("--definition", default=None,
+              help="the image definition REF is checked against (default: the definition "
+                   "REF names, or the one whose image record names REF's digest)")
 @click.option("--no-cache", is_flag=True,
               help="re-parse every layer (layer ops are otherwise memoised by layer digest; "
                    "every byte is hashed either way)")
 @_json_opt
 @pass_ctx
-def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
-               as_json: bool) -> None:
+def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | None,
+               no_cache: bool, as_json: bool) -> None:
     """Verify REF's vLLM files against a fresh strict apply of the patch.
 
     REF: a definition (its latest bake), sha256:<manifest>, an OCI layout dir, a
@@ -72,14 +76,18 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
     from ..identity import raise_on_failure, verify_image
 
     res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
-                       site_packages=site_packages, use_cache=not no_cache)
+                       site_packages=site_packages, definition=definition,
+                       use_cache=not no_cache)
     if as_json or ctx.as_json:
         ui.emit_json(res.to_json())
     else:
         d = res.base_drift
         ui.kv(f"verify {ref}", [
             ("digest", res.digest), ("config digest", res.config_digest),
-            ("layers", f"{len(res.layers)} (each digest and diff_id checked to EOF)"),
+            ("checked", res.extra.get("selected") or res.kind),
+            ("against", res.extra.get("expected_from", "")),
+            ("layers", (f"{len(res.layers)} (each digest and diff_id checked to EOF; "
+                        f"{sum(x['from'] == 'base' for x in res.layers)} from the base)")),
             ("baked files", res.summary()),
             ("base drift", (f"{d['unchanged']} unchanged, {d['counts']['changed']} changed, "
                             f"{d['counts']['missing']} missing, {d['counts']['extra']} extra "
@@ -121,13 +129,16 @@ def image_ls(ctx: Ctx, as_json: bool) -> None:
         except ImageError:
             digest = None
         rows.append({"definition": name, "file": ctx.pipeline.images[name],
-                     "latest": digest, "in_store": bool(digest and ctx.store.has(digest))})
+                     "latest": digest, "in_store": bool(digest and ctx.store.has(digest)),
+                     "superseded": sorted(record.superseded(ctx.pipeline.root, name))})
     named = {n: d.digest for n, d in layout.refs(ctx.store).items()}
     if as_json or ctx.as_json:
         ui.emit_json({"definitions": rows, "store": named})
         return
-    ui.table("image definitions", ["definition", "file", "latest bake", "in store"],
-             [(r["definition"], r["file"], r["latest"] or "-", r["in_store"]) for r in rows])
+    ui.table("image definitions", ["definition", "file", "latest bake", "in store",
+                                   "superseded"],
+             [(r["definition"], r["file"], r["latest"] or "-", r["in_store"],
+               len(r["superseded"])) for r in rows])
     ui.table(f"images in the store ({ctx.store.root})", ["name", "manifest digest"],
              sorted(named.items()))
 
@@ -146,7 +157,9 @@ def image_show(ctx: Ctx, name: str, as_json: bool) -> None:
               "base.digest": d.base.digest, "base.platform": d.base.platform,
               "base.platform_digest": d.base.platform_digest,
               "base.verified": d.base.verified, "site_packages": d.site_packages,
-              "mode": d.mode, "template": str(d.template.relative_to(ctx.pipeline.root)),
+              "mode": d.mode, "lineage": d.lineage or None,
+              "startup_allow": [f"{p} sha256:{h}" for p, h in d.startup_allow],
+              "template": str(d.template.relative_to(ctx.pipeline.root)),
               "torch_cuda_arch_list": d.torch_cuda_arch_list, "fingerprint": d.fingerprint}
     if as_json or ctx.as_json:
         ui.emit_json(fields)
