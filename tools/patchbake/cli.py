@@ -70,6 +70,7 @@ COMMAND_MODULES = {
     "verify": "image", "image": "image", "push": "registry", "pull": "registry",
     "run": "run", "keys": "evidence", "evidence": "evidence", "fixtures": "fixtures",
     "store": "store", "release": "release", "ledger": "release", "report": "release",
+    "port": "port",
 }
 _loaded: set[str] = set()
 
