@@ -14,6 +14,7 @@ from ..errors import EvidenceError, PatchbakeError
 from ..evidence import settings
 from ..evidence.failures import reason_of
 from ..suites import image as imagemod
+from .names import did_you_mean
 
 if TYPE_CHECKING:
     from ..evidence import records, summary
@@ -29,8 +30,9 @@ def _signing(ctx: Ctx) -> settings.Signing:
 
 def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
     # A reference carrying its digest verifies with no store at all (CI, reviewers).
-    return imagemod.digest_only(ref, ctx.pipeline) or imagemod.resolve(ctx.store, ref,
-                                                                       ctx.pipeline)
+    with did_you_mean(ctx, ref):
+        return imagemod.digest_only(ref, ctx.pipeline) or imagemod.resolve(ctx.store, ref,
+                                                                           ctx.pipeline)
 
 
 def _verified_json(v: records.Verified) -> dict[str, Any]:
@@ -165,7 +167,9 @@ def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.Imag
 
 
 @evidence_group.command("summary")
-@click.option("--image", "image_ref", required=True)
+@click.option("--image", "image_ref", required=True, metavar="IMAGE",
+              help="the image to summarise: a definition (its latest recorded bake), a "
+                   "store name, sha256:DIGEST or NAME@sha256:DIGEST")
 @click.option("--markdown", is_flag=True, help="print the reviewer paragraph as Markdown")
 @click.option("--no-verify-files", is_flag=True,
               help="skip re-verifying the baked files (the paragraph then omits N/N)")

@@ -13,6 +13,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
+from .names import did_you_mean
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,8 +72,9 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
     """
     from ..identity import raise_on_failure, verify_image
 
-    res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
-                       site_packages=site_packages, use_cache=not no_cache)
+    with did_you_mean(ctx, ref, early=True):
+        res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
+                           site_packages=site_packages, use_cache=not no_cache)
     if as_json or ctx.as_json:
         ui.emit_json(res.to_json())
     else:
@@ -192,7 +194,7 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
     from ..images.refs import resolve
     from ..oci.archive import export_docker_archive
 
-    with resolve(ctx.store, ref, ctx.pipeline) as res:
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
         if res.kind not in ("definition", "store"):
             raise ImageError(f"export reads images from the store; {ref} is a {res.kind}")
         digest = res.image.manifest_digest
@@ -209,7 +211,8 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
     """Write REF's verified vLLM tree (all layers, whiteouts applied) to DEST/vllm."""
     from ..identity import materialise
 
-    out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
+    with did_you_mean(ctx, ref):
+        out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
     ui.out.print(str(out / "vllm"))
 
 
