@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -108,6 +109,7 @@ class Progress:
         self.interval = interval
         self._start = self._last = time.monotonic()
         self._printed = False
+        self._lock = threading.Lock()  # blobs move concurrently and all report here
         self._bar: Any = None
         self._task: Any = None
 
@@ -125,15 +127,16 @@ class Progress:
         return f"{self.description}: {self._amount()}{rate}, {elapsed:.0f} s {state}"
 
     def advance(self, n: int) -> None:
-        self.done += n
-        if self._bar is not None:
-            self._bar.update(self._task, advance=n)
-        elif self.interval is not None:
-            now = time.monotonic()
-            if now - self._last >= self.interval:
-                self._last = now
-                self._printed = True
-                print(self.line(now), file=sys.stderr, flush=True)
+        with self._lock:
+            self.done += n
+            if self._bar is not None:
+                self._bar.update(self._task, advance=n)
+            elif self.interval is not None:
+                now = time.monotonic()
+                if now - self._last >= self.interval:
+                    self._last = now
+                    self._printed = True
+                    print(self.line(now), file=sys.stderr, flush=True)
 
     def finish(self) -> None:
         if self._printed:

@@ -21,6 +21,7 @@ import requests
 from ..errors import RegistryError
 from .registry_auth import Credentials, parse_challenge
 from .registry_ref import check_url_allowed
+from .unreachable import nothing_listens
 
 T = TypeVar("T")
 Body = bytes | IO[bytes] | None
@@ -202,6 +203,9 @@ class Transport:
                                             stream=stream, timeout=self.timeout,
                                             allow_redirects=False)
             except TRANSPORT_ERRORS as exc:
+                refused = nothing_listens(url, exc)
+                if refused is not None:  # loopback, connection refused: not transient
+                    raise refused from exc
                 raise RetryableError(f"{method} {urlsplit(url).path}: {exc}") from exc
             finally:
                 close = getattr(data, "close", None)
