@@ -68,7 +68,39 @@ def emit_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def say(text: str) -> None:
+    """A line of results on stdout (rich only on a terminal: a pipe gets the text as is)."""
+    if sys.stdout.isatty():
+        __getattr__("out").print(text, markup=False, highlight=False)
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def warn(text: str) -> None:
+    """A diagnostic line on stderr."""
+    if _color():
+        __getattr__("err").print(text, markup=False, highlight=False)
+    else:
+        sys.stderr.write(text + "\n")
+
+
+def _plain_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Aligned columns without box drawing: what a pipe or a CI log gets (and it needs no
+    rich import, which is most of a short command's start-up)."""
+    cells = [[str(c) for c in columns], *[[str(x) for x in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = [title] if title else []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    if not sys.stdout.isatty():
+        sys.stdout.write(_plain_table(title, columns, rows))
+        return
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", show_lines=False)
@@ -84,7 +116,11 @@ def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
 
 
 def step(msg: str) -> None:
-    __getattr__("err").print(f"[bold]==>[/bold] {msg}" if _color() else f"==> {msg}")
+    if _color():
+        __getattr__("err").print(f"[bold]==>[/bold] {msg}")
+    else:
+        sys.stderr.write(f"==> {msg}\n")
+        sys.stderr.flush()
 
 
 def _size(n: float) -> str:

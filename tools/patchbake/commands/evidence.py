@@ -75,7 +75,7 @@ def keys_generate(ctx: Ctx, out: Path | None, name: str, suites: str) -> None:
     ui.kv("signing key", [("keyid", made.keyid), ("private key (keep out of git)",
                                                   made.private_path),
                           ("public key", made.public_path)])
-    ui.out.print("add under 'keys:' in the trust policy:\n" + entry.rstrip(), markup=False)
+    ui.say("add under 'keys:' in the trust policy:\n" + entry.rstrip())
 
 
 @click.group("evidence")
@@ -195,14 +195,14 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
                                      else records.describe_failure(v))
                                  for k, v in found.items()}})
     elif markdown:
-        ui.out.print(text, markup=False, highlight=False)
+        ui.say(text)
     else:
         ui.table(f"evidence for {ref.name} {ref.digest}", ["suite", "status", "detail"],
                  [(k, v.statement.result if isinstance(v, records.Verified) else reason_of(v),
                    "counts" if isinstance(v, records.Verified) and v.counts_as_evidence
                    else (v.message if isinstance(v, PatchbakeError) else "does not count"))
                   for k, v in found.items()])
-        ui.out.print(text, markup=False, highlight=False)
+        ui.say(text)
 
 
 def register(group: click.Group) -> None:

@@ -44,7 +44,7 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str,
         ui.emit_json(res.to_json())
         return
     for w in res.warnings:
-        ui.err.print(f"warning: {w}")
+        ui.warn(f"warning: {w}")
     ui.kv(f"{res.image}: {'cached (nothing changed)' if res.cached else 'baked'}", [
         ("manifest digest", res.digest), ("config digest (Image ID)", res.config_digest),
         ("layers", len(res.layers)), ("our layer", res.layers[-1]),
@@ -92,14 +92,14 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
                                           "why"],
                      [(m["path"], m["expected"], m["found"], m["why"]) for m in res.mismatched])
         for p in res.problems:
-            ui.err.print(f"problem: {p}")
+            ui.warn(f"problem: {p}")
         for kind in ("changed", "missing", "extra"):
             paths = d[kind]
             if paths:
-                ui.err.print(f"base drift, {kind}: {', '.join(paths[:10])}"
+                ui.warn(f"base drift, {kind}: {', '.join(paths[:10])}"
                              + (f" (+{len(paths) - 10} more)" if len(paths) > 10 else ""))
         if res.ok:
-            ui.out.print(res.summary())
+            ui.say(res.summary())
     raise_on_failure(res)
 
 
@@ -200,7 +200,7 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
         digest = res.image.manifest_digest
     export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
                                                     f":{digest[7:19]}"])
-    ui.out.print(f"{dest}: {digest}")
+    ui.say(f"{dest}: {digest}")
 
 
 @image_group.command("materialise")
@@ -213,7 +213,7 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
 
     with did_you_mean(ctx, ref):
         out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
-    ui.out.print(str(out / "vllm"))
+    ui.say(str(out / "vllm"))
 
 
 def register(group: click.Group) -> None:
