@@ -8,16 +8,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
-from .config import Pipeline, load
 from .errors import PatchbakeError, UsageError
-from .store import Store
+
+if TYPE_CHECKING:  # imported on first use: --help, --version and push need neither yaml
+    from .config import Pipeline
+    from .store import Store
 
 
 @dataclass
@@ -32,12 +33,16 @@ class Ctx:
     @property
     def pipeline(self) -> Pipeline:
         if self._pipeline is None:
+            from .config import load
+
             self._pipeline = load(self.pipeline_path)
         return self._pipeline
 
     @property
     def store(self) -> Store:
         if self._store is None:
+            from .store import Store
+
             self._store = Store.open()
         return self._store
 
@@ -172,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except PatchbakeError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
         return _fail(exc, as_json)
     except click.exceptions.Exit as exc:

@@ -21,17 +21,14 @@ PUSH_JSON_VERSION = 1
 
 
 def _latest_bake(ctx: Ctx, name: str) -> str | None:
-    """The manifest digest of the latest recorded bake of definition ``name``, if the
-    images stage knows the definition; None when it does not."""
-    try:
-        from .. import bake  # the images stage; absent in a partial checkout
-    except ImportError:
+    """The manifest digest of the latest recorded bake of definition ``name``; None when
+    it is not a definition. (Reads the record only: importing the images stage would cost
+    every push its start-up.)"""
+    if name not in ctx.pipeline.images:
         return None
-    finder = getattr(bake, "latest_digest", None)
-    if finder is None:
-        return None
-    digest = finder(ctx, name)
-    return str(digest) if digest else None
+    from ..images import record
+
+    return str(record.latest(ctx.pipeline.root, name)["manifest_digest"])
 
 
 def resolve_source(ctx: Ctx, store: Store, source: str) -> str:

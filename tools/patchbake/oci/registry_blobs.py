@@ -20,7 +20,6 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import IO, TypeVar
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
@@ -53,21 +52,40 @@ def each_concurrently(fn: Callable[[T], R], items: Sequence[T],
     """``[fn(i) for i in items]`` with up to ``workers`` calls at once, results in order.
 
     On the first failure nothing new starts; the calls already running finish (each
-    cleans up after itself), then that failure is raised.
+    cleans up after itself), then that failure is raised. (Plain threads: importing
+    concurrent.futures would also import logging, on every push and pull's start-up.)
     """
     n = min(workers or concurrency(), len(items))
     if n <= 1:
         return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="blob") as pool:
-        futures: list[Future[R]] = [pool.submit(fn, i) for i in items]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in futures if f in done and f.exception() is not None]
-        if failed:
-            for f in futures:
-                f.cancel()
-            wait(futures)
-            raise failed[0].exception()  # type: ignore[misc]
-        return [f.result() for f in futures]
+    results: list[R | None] = [None] * len(items)
+    errors: list[tuple[int, BaseException]] = []
+    lock = threading.Lock()
+    next_index = [0]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if errors or next_index[0] >= len(items):
+                    return
+                i = next_index[0]
+                next_index[0] += 1
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                with lock:
+                    errors.append((i, exc))
+                return
+
+    threads = [threading.Thread(target=worker, name=f"blob-{k}", daemon=True)
+               for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise min(errors, key=lambda e: e[0])[1]
+    return results  # type: ignore[return-value]
 
 
 def pull_scope(repo: str) -> str:
