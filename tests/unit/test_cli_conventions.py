@@ -81,7 +81,7 @@ def test_errors_without_json_stay_one_line(home: Path,
 ])
 def test_mistyped_image_names_get_did_you_mean(argv: list[str], home: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(capsys, *argv)
+    rc, _, err = run(capsys, *argv)
     assert rc == 30, err
     assert err.rstrip().endswith("(did you mean 'sm89-serving-offline'?)"), err
 

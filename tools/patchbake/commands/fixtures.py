@@ -12,10 +12,10 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
+from ..fsutil import atomic_write, pretty_json
 from ..suites import image as imagemod
 from ..suites import spec as suitesmod
 from ..suites.run import run_suite
-from ..fsutil import atomic_write, pretty_json
 from .names import did_you_mean
 
 

@@ -21,12 +21,12 @@ def known_image_names(ctx: Ctx) -> list[str]:
     try:
         names.update(ctx.pipeline.images)
     except (ConfigError, OSError):
-        pass
+        names.update(())  # no pipeline: suggest from the store alone
     try:
         from ..oci import layout
 
         names.update(layout.refs(ctx.store))
-    except Exception:  # noqa: BLE001 -- a suggestion must never hide the real error
+    except Exception:  # noqa: BLE001, S110 -- a suggestion must never hide the real error
         pass
     return sorted(names)
 

@@ -65,13 +65,14 @@ def _b64(value: Any, what: str, where: str) -> bytes:
     if not isinstance(value, str):
         fail("malformed", f"{where}: {what} must be a base64 string")
     if _STD_B64.fullmatch(value):
-        decode = base64.b64decode
+        altchars = None
     elif _URL_B64.fullmatch(value):
-        decode = base64.urlsafe_b64decode
+        altchars = b"-_"
     else:
         fail("malformed", f"{where}: {what} is not valid base64")
+    bare = value.rstrip("=")
     try:
-        return decode(value.rstrip("=") + "=" * (-len(value.rstrip("=")) % 4))
+        return base64.b64decode(bare + "=" * (-len(bare) % 4), altchars, validate=True)
     except (binascii.Error, ValueError):
         fail("malformed", f"{where}: {what} is not valid base64")
 
@@ -122,9 +123,9 @@ def verify(env: Envelope, trusted: dict[str, Ed25519PublicKey], where: str) -> s
     message = pae(env.payload_type, env.payload)
     for s in env.signatures:
         if s.keyid is None:
-            for keyid, key in sorted(trusted.items()):
+            for keyid, candidate in sorted(trusted.items()):
                 try:
-                    key.verify(s.sig, message)
+                    candidate.verify(s.sig, message)
                 except InvalidSignature:
                     continue
                 return keyid
