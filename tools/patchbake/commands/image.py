@@ -72,9 +72,10 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
     """
     from ..identity import raise_on_failure, verify_image
 
-    with did_you_mean(ctx, ref, early=True):
+    with did_you_mean(ctx, ref, early=True), ui.progress("verify: layers read", None) as bar:
         res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
-                           site_packages=site_packages, use_cache=not no_cache)
+                           site_packages=site_packages, use_cache=not no_cache,
+                           progress=bar.advance)
     if as_json or ctx.as_json:
         ui.emit_json(res.to_json())
     else:
