@@ -150,7 +150,7 @@ class Progress:
         self._task: Any = None
 
     def _amount(self) -> str:
-        fmt = _size if self.unit_bytes else (lambda n: f"{n:.0f}")
+        fmt = _size if self.unit_bytes else (lambda n: f"{n:.0f} items")
         text = fmt(self.done)
         if self.total:
             text += f" of {fmt(self.total)} ({100 * self.done / self.total:.0f}%)"
