@@ -46,7 +46,9 @@ def test_cpu_suite_runs_in_docker_inside_the_baked_image(
     (root / "images" / "cpu-ci.yaml").write_text(yaml.safe_dump({
         "version": 1, "description": "CI only: the patch on a local Python + torch image",
         "base": {"source": "docker", "name": tag, "digest": image_id,
-                 "note": "built by tests/integration/fixtures_python_image.py; host-specific"},
+                 "note": "built by tests/integration/fixtures_python_image.py; host-specific",
+                 # no vLLM in this base: the overlay's files are the whole vllm/ tree
+                 "has_vllm": False},
         "site_packages": site, "mode": "overlay"}))
     repo_pipeline = yaml.safe_load((REPO / "pipeline.yaml").read_text())
     pipeline = {"version": 1, "name": "ci", "lineages": repo_pipeline["lineages"],

@@ -60,13 +60,68 @@ def test_archive_loads_and_verifies_in_container(withpy: tuple[Path, list[str]],
                     f"echo '# hand edit' >> {SP}/vllm/envs.py && "
                     "python3 /opt/patchbake/verify.py", check=False)
     assert edited.returncode == 1
-    assert "MISMATCH modified" in edited.stdout and "STALE OR MODIFIED IMAGE" in edited.stdout
+    assert "MISMATCH modified" in edited.stdout
+    assert edited.stdout.splitlines()[-1].startswith(
+        f"patchbake: image does not match its record: modified {SP}/vllm/envs.py")
 
     out = cli_json(root, shared_home, "verify", f"docker:{tag}")
     assert out["matched"] == out["total"] >= 1 and out["mismatched"] == []
     assert out["config_digest"] == res["config_digest"] and out["kind"] == "docker"
     out = cli_json(root, shared_home, "verify", str(archive))
     assert out["digest"] == res["digest"] and out["matched"] == out["total"]
+
+
+def _derived(tmp_path: Path, base: str, name: str, run: str, made: list[str]) -> str:
+    """An image made FROM ``base`` by one RUN step (keeps the base's entrypoint)."""
+    ctx = tmp_path / name
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {base}\nRUN {run}\n")
+    tag = f"patchbake-test/{name}:1"
+    docker("build", "--network", "none", "-q", "-t", tag, str(ctx))
+    made.append(tag)
+    return tag
+
+
+def test_start_up_check_refuses_a_tampered_image(withpy: tuple[Path, list[str]],
+                                                 shared_home: Path, tmp_path: Path) -> None:
+    """PATCHBAKE_VERIFY_ON_START=1: the entrypoint wrapper runs the in-image check first
+    and refuses to start on a hand-edited file, an added .pth, a dropped module (each one
+    line and a non-zero exit); an unmodified image starts with its arguments unchanged."""
+    root, made = withpy
+    archive = tmp_path / "withpy.tar"
+    res = cli_json(root, shared_home, "bake", "withpy", "--docker-archive", str(archive))
+    tag = f"patchbake/withpy:{res['digest'][7:19]}"
+    docker("load", "-i", str(archive))
+    made.append(tag)
+    on = ("-e", "PATCHBAKE_VERIFY_ON_START=1")
+    argv = ["python3", "-c", "import sys; print('started', sys.argv[1:])", "a", "b c"]
+    ok = docker("run", "--rm", "--network", "none", *on, tag, *argv)
+    assert ok.stdout == "started ['a', 'b c']\n" and ok.stderr == ""
+    off = docker("run", "--rm", "--network", "none", tag, *argv)  # opt-in: no check
+    assert off.stdout == ok.stdout
+    cases = {
+        "edited": (f"echo '# hand edit' >> {SP}/vllm/envs.py",
+                   f"modified {SP}/vllm/envs.py"),
+        "pth": ("mkdir -p /usr/lib/python3/dist-packages && echo 'import os' > "
+                "/usr/lib/python3/dist-packages/zz-evil.pth",
+                "startup-hook /usr/lib/python3/dist-packages/zz-evil.pth"),
+        "dropped": (f"rm {SP}/vllm/sampling_params.py", f"missing {SP}/vllm/sampling_params.py"),
+    }
+    for name, (run, reason) in cases.items():
+        bad = _derived(tmp_path, tag, name, run, made)
+        cp = docker("run", "--rm", "--network", "none", *on, bad, *argv, check=False)
+        assert cp.returncode == 1, (name, cp.stdout, cp.stderr)
+        assert "started" not in cp.stdout
+        lines = cp.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"patchbake: image does not match its record: {reason}"), (name, cp.stderr)
+        # without the opt-in the same image starts (the check is opt-in)
+        assert docker("run", "--rm", "--network", "none", bad, *argv).stdout == ok.stdout
+    # a missing record refuses too (exit 2), rather than reporting "OK 0/0"
+    norec = _derived(tmp_path, tag, "norec", "rm /opt/patchbake/identity.json", made)
+    cp = docker("run", "--rm", "--network", "none", *on, norec, *argv, check=False)
+    assert cp.returncode == 2 and cp.stderr.startswith("patchbake: refused: no readable "
+                                                       "identity record")
 
 
 def test_engine_backend_builds_and_verifies(withpy: tuple[Path, list[str]],

@@ -27,7 +27,7 @@ def test_verify_registry_reference(tmp_path: Path, shared_home: Path, registry: 
     assert bad.returncode != 0 and "error" in bad.stderr
 
 
-def test_registry_base_needs_only_manifest_and_config(tmp_path: Path, shared_home: Path,
+def test_registry_base_layers_are_pulled_to_bind_the_lineage(tmp_path: Path, shared_home: Path,
                                                       registry: str) -> None:
     from patchbake.oci.registry import push
     from patchbake.store import Store
@@ -53,4 +53,6 @@ def test_registry_base_needs_only_manifest_and_config(tmp_path: Path, shared_hom
     assert res["layers"][:-1] == offline["layers"][:-1]  # the base's layers, verbatim
     assert res["base"]["digest"] == standin["digest"]
     for layer in standin["layers"]:
-        assert not (dest / layer[7:]).exists()  # base layers were never fetched
+        # pulled and read: the base's vllm/ tree binds it to the lineage and fills the
+        # image's full tree manifest (a base of another upstream is refused)
+        assert (dest / layer[7:]).exists()

@@ -14,6 +14,7 @@ from patchbake.fsutil import canonical_json
 from patchbake.images import definition
 from patchbake.images.engine_bake import render
 from patchbake.images.overlay import build_overlay, decide_mode, native_paths
+from patchbake.images.tree import BaseTree
 from patchbake.oci.archive import export_docker_archive
 
 
@@ -93,9 +94,14 @@ def test_template_renders_both_modes(tmp_path: Path) -> None:
     (repo.root / "images" / "Dockerfile.sm89.j2").write_bytes(
         (Path(__file__).resolve().parents[2] / "images" / "Dockerfile.sm89.j2").read_bytes())
     defn = definition.load(repo.pipeline, "offline")
-    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", "sha256:" + "0" * 64)
+    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", "sha256:" + "0" * 64,
+                            BaseTree({}, {}, None))
     labels = {"org.opencontainers.image.version": "0.25.1+x", "dev.patchbake.patch.sha256": "ab"}
-    text = render(defn, "overlay", "base:1", overlay, labels)
+    text = render(defn, "overlay", "base:1", overlay, labels,
+                  {"config": {"Entrypoint": ["vllm", "serve"], "Cmd": ["--help"]}})
+    # the start-up check wrapper in front of the base's entrypoint; the base's cmd kept
+    assert 'ENTRYPOINT ["/opt/patchbake/entrypoint.sh", "vllm", "serve"]' in text
+    assert 'CMD ["--help"]' in text
     assert "FROM base:1" in text and "COPY overlay/ /" in text and "AS build" not in text
     assert 'ENV TORCH_CUDA_ARCH_LIST="8.9"' in text
     assert f"RUN rm -f {SP}/vllm/scripts.py" in text
@@ -108,7 +114,8 @@ def test_template_renders_both_modes(tmp_path: Path) -> None:
 def test_template_missing(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     defn = definition.load(repo.pipeline, "offline")
-    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", "sha256:" + "0" * 64)
+    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", "sha256:" + "0" * 64,
+                            BaseTree({}, {}, None))
     with pytest.raises(ImageError, match="template .* does not exist"):
         render(defn, "overlay", "base:1", overlay, {})
 

@@ -10,6 +10,7 @@ import json
 import os
 import runpy
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -217,10 +218,7 @@ def test_cli_verify_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     assert "cannot resolve image reference" in capsys.readouterr().err
 
 
-def test_in_image_verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                           capsys: pytest.CaptureFixture[str]) -> None:
-    repo, digest = baked(tmp_path)
-    root = tmp_path / "rootfs"
+def _rootfs(repo: Repo, digest: str, root: Path) -> None:
     manifest = json.loads(repo.store.read_blob(digest))
     for layer in manifest["layers"]:  # unpack (test only) to run the verifier over files
         with tarfile.open(repo.store.blob_path(layer["digest"])) as tf:
@@ -230,27 +228,132 @@ def test_in_image_verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                     (root / m.name).parent.joinpath(name[4:]).unlink(missing_ok=True)
                 elif m.isfile():
                     tf.extract(m, root)
-    monkeypatch.setenv("PATCHBAKE_ROOT", str(root))
+
+
+InImage = tuple[Path, Callable[..., tuple[int, str]]]
+
+
+@pytest.fixture
+def in_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str]) -> InImage:
+    repo, digest = baked(tmp_path)
+    root = tmp_path / "rootfs"
+    _rootfs(repo, digest, root)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
     script = str(root / "opt/patchbake/verify.py")
 
-    def run(*args: str) -> int:
-        monkeypatch.setattr("sys.argv", [script, *args])
+    def run(*args: str) -> tuple[int, str]:
+        monkeypatch.setattr("sys.argv", [script, "--root", str(root), *args])
         with pytest.raises(SystemExit) as info:
             runpy.run_path(script, run_name="__main__")
-        return int(info.value.code or 0)
+        cap = capsys.readouterr()
+        return int(info.value.code or 0), cap.out + cap.err
 
-    assert run() == 0
-    out = capsys.readouterr().out
+    return root, run
+
+
+def test_in_image_verifier(in_image: InImage) -> None:
+    root, run = in_image
+    rc, out = run()
+    assert rc == 0, out
     assert out.startswith("patchbake build: offline | vllm 0.25.1 + topk")
-    assert "OK: 4/4" in out
+    # every file of the installed tree: 6 pristine - 1 deleted + 1 new
+    assert f"OK: 6/6 files of {SP}/vllm/ match the tree manifest" in out
     target = root / SP.strip("/") / "vllm/envs.py"
     target.write_bytes(target.read_bytes() + b"# edit\n")
-    assert run() == 1
-    out = capsys.readouterr().out
-    assert "MISMATCH modified" in out and "STALE OR MODIFIED IMAGE" in out
-    assert run("--line") == 0
+    rc, out = run()
+    assert rc == 1 and "MISMATCH modified" in out
+    assert out.splitlines()[-1].startswith("patchbake: image does not match its record: modified")
+    assert run("--line")[0] == 0
     (root / "opt/patchbake/identity.json").unlink()
-    assert run() == 2
+    rc, out = run("--quiet")
+    assert rc == 2 and out.startswith("patchbake: refused: no readable identity record")
+    assert len(out.splitlines()) == 1
+
+
+@pytest.mark.parametrize("tamper, reason", [
+    # a base file (not a baked one): only the full tree manifest sees it
+    (lambda r: (r / SP.strip("/") / "vllm/sampling_params.py").write_text("evil = 1\n"),
+     f"modified {SP}/vllm/sampling_params.py"),
+    (lambda r: (r / SP.strip("/") / "vllm/__init__.py").unlink(),
+     f"missing {SP}/vllm/__init__.py"),
+    (lambda r: (r / SP.strip("/") / "vllm/sub/extra.py").write_text("x = 1\n"),
+     f"extra {SP}/vllm/sub/extra.py"),
+    (lambda r: (r / SP.strip("/") / "evil.pth").write_text("import os\n"),
+     f"startup-hook {SP}/evil.pth"),
+    (lambda r: (r / SP.strip("/") / "sitecustomize.py").write_text("import os\n"),
+     f"startup-hook {SP}/sitecustomize.py"),
+    (lambda r: os.chmod(r / SP.strip("/") / "vllm/envs.py", 0o755),
+     f"mode {SP}/vllm/envs.py (recorded 0644, found 0755)"),
+])
+def test_in_image_verifier_sees_every_file_and_hook(in_image: InImage,
+                                                    tamper: Callable[[Path], object],
+                                                    reason: str) -> None:
+    root, run = in_image
+    tamper(root)
+    rc, out = run("--quiet")
+    assert rc == 1
+    assert out == f"patchbake: image does not match its record: {reason}\n" or \
+        out.startswith(f"patchbake: image does not match its record: {reason}")
+    assert len(out.splitlines()) == 1
+
+
+def test_in_image_verifier_shadowing_vllm(in_image: InImage,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    root, run = in_image
+    (root / "shadow/vllm").mkdir(parents=True)
+    (root / "shadow/vllm/__init__.py").write_text("evil = 1\n")
+    monkeypatch.setenv("PYTHONPATH", "/shadow")
+    rc, out = run("--quiet")
+    assert rc == 1 and out.startswith("patchbake: image does not match its record: shadow "
+                                      "/shadow/vllm")
+
+
+def test_in_image_verifier_allow_listed_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    repo = make_repo(tmp_path)
+    pth = b"import _virtualenv\n"
+    text = (repo.root / "images/offline.yaml").read_text()
+    (repo.root / "images/offline.yaml").write_text(
+        text + f"startup_allow:\n  - path: {SP}/ok.pth\n"
+               f"    sha256: {hashlib.sha256(pth).hexdigest()}\n")
+    digest = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched).digest
+    root = tmp_path / "rootfs"
+    _rootfs(repo, digest, root)
+    (root / SP.strip("/") / "ok.pth").write_bytes(pth)
+    monkeypatch.chdir(tmp_path)
+    script = str(root / "opt/patchbake/verify.py")
+    monkeypatch.setattr("sys.argv", [script, "--root", str(root), "--quiet"])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(script, run_name="__main__")
+    assert (info.value.code or 0) == 0, capsys.readouterr()
+    (root / SP.strip("/") / "ok.pth").write_bytes(pth + b"import evil\n")
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(script, run_name="__main__")
+    assert info.value.code == 1
+    assert f"startup-hook {SP}/ok.pth" in capsys.readouterr().err
+
+
+def test_in_image_verifier_refuses_an_empty_tree_manifest(in_image: InImage) -> None:
+    root, run = in_image
+    ident = root / "opt/patchbake/identity.json"
+    rec = json.loads(ident.read_bytes())
+    empty = canonical_json({"format": "patchbake-tree/1", "root": f"{SP}/vllm/", "files": []})
+    (root / "opt/patchbake/tree.json").write_bytes(empty)
+    rec["tree"]["sha256"] = hashlib.sha256(empty).hexdigest()
+    ident.write_bytes(canonical_json(rec))
+    rc, out = run("--quiet")
+    assert rc == 2 and "lists no files: an empty record proves nothing" in out
+    del rec["tree"]
+    ident.write_bytes(canonical_json(rec))
+    rc, out = run("--quiet")
+    assert rc == 2 and "names no tree manifest" in out
+    (root / "opt/patchbake/tree.json").write_bytes(b"{}")
+    rec["tree"] = {"path": "/opt/patchbake/tree.json", "sha256": "0" * 64}
+    ident.write_bytes(canonical_json(rec))
+    rc, out = run("--quiet")
+    assert rc == 2 and "does not hash to the sha256 the identity record names" in out
 
 
 def test_canonical_json_used_for_config(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import copy
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from .config import Lineage, Pipeline
-from .errors import ConfigError
+from .errors import ConfigError, LineageError
 from .fsutil import canonical_json, sha256_bytes
 from .images import definition as definitions
 from .images import record as records
 from .images.base import BaseImage, describe, resolve_base
 from .images.definition import Definition
-from .images.overlay import Overlay, Patched, build_overlay, decide_mode, verifier_bytes
+from .images.overlay import (ENTRYPOINT_PATH, Overlay, Patched, build_overlay, decide_mode,
+                             entrypoint_bytes, verifier_bytes)
+from .images.tree import BaseTree, base_tree, check_lineage, pristine_package
 from .oci import layout
 from .oci.image import Image
 from .oci.media import OCI_MANIFEST, Descriptor, layer_type_for
@@ -35,7 +36,7 @@ from .oci.tarwriter import FORMAT as TAR_FORMAT
 from .oci.tarwriter import with_parents, write_layer
 from .store import Store
 
-BAKE_FORMAT = "patchbake-bake/1"
+BAKE_FORMAT = "patchbake-bake/2"
 # Format identifiers, not program versions: each names exactly how bytes are written, so a
 # record (write-once) stays identical across patchbake releases that write the same bytes.
 WRITERS = {
@@ -83,13 +84,45 @@ def iso(epoch: int) -> str:
 
 
 def revision(lineage: Lineage, patched: Patched) -> str:
-    """The fork commit from the SOURCE record when it names one, else the patch sha256."""
-    try:
-        text = lineage.source_record.read_text(encoding="utf-8")
-    except OSError:
-        text = ""
-    m = re.search(r"\b[0-9a-f]{40}\b", text)
-    return m.group(0) if m else f"sha256:{patched.patch_sha256}"
+    """The fork commit the SOURCE record names as this patch's source (read through its
+    parser: a forced export also names the previous commit), else the patch sha256. A
+    SOURCE that records another patch does not describe this one: the patch sha256 then."""
+    from .patchset.sourcerec import read_source
+
+    rec = read_source(lineage.source_record)
+    if rec is not None and rec.commit and rec.patch_sha256 == patched.patch_sha256:
+        return rec.commit
+    return f"sha256:{patched.patch_sha256}"
+
+
+def wrapped_entrypoint(base_config: dict[str, Any]) -> tuple[list[str], list[str] | None]:
+    """The image's entrypoint: the start-up check wrapper, then the base's own entrypoint
+    (its cmd is kept), so ``docker run IMAGE ARGS`` reaches the same program with the
+    same arguments; the wrapper checks only with PATCHBAKE_VERIFY_ON_START=1."""
+    inner = base_config.get("config") or {}
+    entry = [str(x) for x in (inner.get("Entrypoint") or [])]
+    if entry[:1] == [ENTRYPOINT_PATH]:
+        entry = entry[1:]  # a base that is itself a patchbake image: wrap once
+    cmd = inner.get("Cmd")
+    return [ENTRYPOINT_PATH, *entry], ([str(x) for x in cmd] if cmd else None)
+
+
+def bind_lineage(defn: Definition, pipeline: Pipeline, requested: str | None) -> Lineage:
+    """The lineage a definition bakes: the one it names; another one asked for is refused."""
+    if defn.lineage and requested and requested != defn.lineage:
+        raise LineageError(f"{defn.path.name} bakes lineage {defn.lineage}; --lineage "
+                           f"{requested} names another upstream",
+                           hint="bake a definition of that lineage")
+    return pipeline.lineage(requested or defn.lineage or None)
+
+
+def checked_base_tree(pipeline: Pipeline, defn: Definition, lin: Lineage, base: BaseImage,
+                      store: Store) -> BaseTree:
+    """The base's installed vllm/ tree, refused (LineageError) unless it is the lineage's."""
+    tree = base_tree(base, store, defn.sp_rel)
+    check_lineage(tree, lin, pristine_package(lin, store, pipeline.root), defn.base.name,
+                  defn.base.has_vllm)
+    return tree
 
 
 def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: BaseImage,
@@ -110,6 +143,7 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
         "dev.patchbake.patch.sha256": patched.patch_sha256,
         "dev.patchbake.files.sha256": patched.files_sha256,
         "dev.patchbake.upstream.pin": up.pin,
+        "dev.patchbake.lineage": lineage.key,
         "dev.patchbake.upstream.tree-digest": patched.pristine_digest,
         "dev.patchbake.patched-tree.digest": patched.tree_digest,
         "dev.patchbake.site-packages": defn.site_packages,
@@ -127,6 +161,8 @@ def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
         "files": patched.files_sha256, "tree": patched.tree_digest,
         "pristine": patched.pristine_digest, "epoch": epoch, "backend": backend,
         "verifier": hashlib.sha256(verifier_bytes()).hexdigest(),
+        "entrypoint": hashlib.sha256(entrypoint_bytes()).hexdigest(),
+        "lineage": defn.lineage,
     }))
 
 
@@ -152,6 +188,11 @@ def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str],
     inner = config.setdefault("config", {}) or {}
     config["config"] = inner
     inner["Labels"] = {**(inner.get("Labels") or {}), **labels}
+    inner["Entrypoint"], cmd = wrapped_entrypoint(base.config)
+    if cmd is None:
+        inner.pop("Cmd", None)
+    else:
+        inner["Cmd"] = cmd
     cdigest, csize, _ = layout.put_json(store, config)
     manifest: dict[str, Any] = {
         "schemaVersion": 2, "mediaType": base.media_type,
@@ -196,6 +237,8 @@ def build_record(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
         "baked_files": overlay.baked,
         "deleted": overlay.deleted,
         "identity_sha256": hashlib.sha256(overlay.identity_bytes).hexdigest(),
+        "tree": {"sha256": overlay.tree_sha256, "files": overlay.tree_files,
+                 "lineage": lineage.key},
         "labels": labels,
         "source_date_epoch": epoch,
         "writers": WRITERS,
@@ -242,7 +285,7 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
     t0 = time.monotonic()
     name = name or definitions.default_name(pipeline)
     defn = definitions.load(pipeline, name)
-    lin = pipeline.lineage(lineage)
+    lin = bind_lineage(defn, pipeline, lineage)
     if patched is None:
         from .patchset import patched_tree
 
@@ -272,7 +315,8 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
     rec = _cached(store, key)
     cached = rec is not None
     if rec is None:
-        overlay = build_overlay(defn, patched, lin, defn.base.name, base.manifest_digest)
+        tree = checked_base_tree(pipeline, defn, lin, base, store)
+        overlay = build_overlay(defn, patched, lin, defn.base.name, base.manifest_digest, tree)
         labels = image_labels(defn, lin, patched, base, epoch)
         created_by = (f"patchbake bake {defn.name}: overlay of {len(overlay.baked)} patched "
                       f"vLLM files + /opt/patchbake")

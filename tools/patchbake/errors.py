@@ -150,6 +150,13 @@ class EngineError(PatchbakeError):
     kind = "engine"
 
 
+class LineageError(ImageError):
+    """A base image's installed vLLM is not the lineage's pinned upstream."""
+
+    exit_code = 37
+    kind = "lineage"
+
+
 class SuiteError(PatchbakeError):
     """A fixture suite failed, collected nothing, or cannot run on this machine."""
 

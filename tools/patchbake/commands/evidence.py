@@ -10,7 +10,7 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..errors import EvidenceError, PatchbakeError
+from ..errors import EvidenceError, PatchbakeError, UsageError
 from ..evidence import settings
 from ..evidence.failures import reason_of
 from ..suites import image as imagemod
@@ -133,19 +133,34 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
 
 
 @evidence_group.command("verify")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", required=False, type=click.Path(path_type=Path))
 @click.option("--image", "image_ref", required=True, help="the image the evidence must be about")
+@click.option("--suite", "suite_name", default=None, metavar="SUITE",
+              help="instead of FILE: the committed evidence for SUITE of that image "
+                   "(<evidence_dir>/<manifest digest>/SUITE.dsse.json)")
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
               help="trust policy [default: signing.trust_policy from pipeline.yaml]")
 @pass_ctx
-def evidence_verify(ctx: Ctx, file: Path, image_ref: str, policy_path: Path | None) -> None:
-    """Verify signature, key trust, subject digest and predicate shape (fail-closed)."""
+def evidence_verify(ctx: Ctx, file: Path | None, image_ref: str, suite_name: str | None,
+                    policy_path: Path | None) -> None:
+    """Verify signature, key trust, subject digest and predicate shape (fail-closed).
+
+    FILE is an envelope; or name the suite with --suite and the image's own evidence file
+    is verified.
+    """
     from ..evidence import policy as policymod
     from ..evidence import records
 
-    pol = policymod.load(policy_path or _signing(ctx).trust_policy)
+    if (file is None) == (suite_name is None):
+        raise UsageError("give the evidence FILE or --suite SUITE (one of them)",
+                         hint="e.g. `patchbake evidence verify --suite dsv4-topk-gpu "
+                              "--image sm89-serving-offline`")
     ref = _image(ctx, image_ref)
-    v = records.verify_file(file, ref.digest, pol)
+    if suite_name is not None:
+        file = records.evidence_path(_signing(ctx).evidence_dir, ref.digest, suite_name)
+    assert file is not None
+    pol = policymod.load(policy_path or _signing(ctx).trust_policy)
+    v = records.verify_file(file, ref.digest, pol, suite_name)
     if ctx.as_json:
         ui.emit_json(_verified_json(v))
         return

@@ -124,13 +124,16 @@ def image_ls(ctx: Ctx, as_json: bool) -> None:
         except ImageError:
             digest = None
         rows.append({"definition": name, "file": ctx.pipeline.images[name],
-                     "latest": digest, "in_store": bool(digest and ctx.store.has(digest))})
+                     "latest": digest, "in_store": bool(digest and ctx.store.has(digest)),
+                     "superseded": sorted(record.superseded(ctx.pipeline.root, name))})
     named = {n: d.digest for n, d in layout.refs(ctx.store).items()}
     if as_json or ctx.as_json:
         ui.emit_json({"definitions": rows, "store": named})
         return
-    ui.table("image definitions", ["definition", "file", "latest bake", "in store"],
-             [(r["definition"], r["file"], r["latest"] or "-", r["in_store"]) for r in rows])
+    ui.table("image definitions", ["definition", "file", "latest bake", "in store",
+                                   "superseded"],
+             [(r["definition"], r["file"], r["latest"] or "-", r["in_store"],
+               len(r["superseded"])) for r in rows])
     ui.table(f"images in the store ({ctx.store.root})", ["name", "manifest digest"],
              sorted(named.items()))
 
@@ -149,7 +152,9 @@ def image_show(ctx: Ctx, name: str, as_json: bool) -> None:
               "base.digest": d.base.digest, "base.platform": d.base.platform,
               "base.platform_digest": d.base.platform_digest,
               "base.verified": d.base.verified, "site_packages": d.site_packages,
-              "mode": d.mode, "template": str(d.template.relative_to(ctx.pipeline.root)),
+              "mode": d.mode, "lineage": d.lineage or None,
+              "startup_allow": [f"{p} sha256:{h}" for p, h in d.startup_allow],
+              "template": str(d.template.relative_to(ctx.pipeline.root)),
               "torch_cuda_arch_list": d.torch_cuda_arch_list, "fingerprint": d.fingerprint}
     if as_json or ctx.as_json:
         ui.emit_json(fields)

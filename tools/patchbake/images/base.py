@@ -1,8 +1,9 @@
 """Base sources: where a definition's pinned base comes from, checked against its digest.
 
-Only the base's manifest and config are needed to append a layer; layers are copied when
-the source has them at hand (OCI layout, docker-archive, engine) and fetched from a
-registry only when asked (export, verify).
+A layer is appended to the base's manifest and config, but bake also reads the base's
+layers (its installed ``vllm/`` tree binds it to the lineage and fills the full tree
+manifest): they are copied from the source (OCI layout, docker-archive, engine) or pulled
+from the registry.
 """
 
 from __future__ import annotations
@@ -124,8 +125,9 @@ def registry_repo(name: str) -> str:
 def _from_registry(defn: Definition, store: Store) -> BaseImage:
     from ..oci import registry
 
+    # layers too: bake reads the base's vllm/ tree (lineage binding, full tree manifest)
     result = registry.pull(store, f"{registry_repo(defn.base.name)}@{defn.base.digest}",
-                           layers=False, platform=defn.base.platform)
+                           layers=True, platform=defn.base.platform)
     if result.index_digest:
         _check_platform(defn, result.digest)
     image = load_image(StoreBlobs(store), result.digest)

@@ -52,6 +52,9 @@ BASE_SCHEMA = Schema({
                       help="whether the digest was checked against the registry"),
     "variant": Field(str, default="plain", check=one_of("plain", "with-python"),
                      help="stand-in only: with-python adds the host's python3 (tests)"),
+    "has_vllm": Field(bool, default=True,
+                      help="false only for test bases that carry no vLLM at all: bake then "
+                           "requires an empty vllm/ tree there instead of the lineage's"),
     "note": Field(str, default=""),
 })
 
@@ -70,6 +73,10 @@ DEFINITION_SCHEMA = Schema({
                            help="where the base installs Python packages"),
     "site_packages_note": Field(str, default=""),
     "mode": Field(str, required=True, check=one_of(*MODES)),
+    "lineage": Field(str, default="", help="the pipeline.yaml lineage this image bakes; "
+                     "bake refuses another lineage and a base of another upstream"),
+    "startup_allow": Field(list, default=[],
+                           help="start-up hooks the in-image check accepts: {path, sha256}"),
     "source": Field(str, default="", help="org.opencontainers.image.source for this image"),
     "build": Field(dict, default={}),
     "labels": Field(dict, default={}),
@@ -86,6 +93,7 @@ class Base:
     path: Path | None
     verified: bool
     variant: str = "plain"
+    has_vllm: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,8 @@ class Definition:
     builder: str | None
     max_jobs: int
     labels: tuple[tuple[str, str], ...]
+    lineage: str
+    startup_allow: tuple[tuple[str, str], ...]  # (absolute path, sha256 hex)
     fingerprint: str  # sha256 of the validated definition (part of the bake key)
     repo_root: Path = Path(".")  # relative paths (base.path, upstream paths) resolve here
 
@@ -109,6 +119,21 @@ class Definition:
     def sp_rel(self) -> str:
         """site-packages as a layer path: 'usr/local/lib/python3.12/dist-packages'."""
         return self.site_packages.strip("/")
+
+
+def _startup_allow(items: list[Any], source: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for i, item in enumerate(items):
+        where = f"{source}: 'startup_allow[{i}]'"
+        if not isinstance(item, dict) or set(item) != {"path", "sha256"}:
+            raise ConfigError(f"{where} must be a mapping with exactly 'path' and 'sha256'")
+        problem = _abs_path_check(item["path"])
+        if problem:
+            raise ConfigError(f"{where}.path {problem}")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(item["sha256"])):
+            raise ConfigError(f"{where}.sha256 must be 64 lowercase hex digits")
+        out.append((str(item["path"]), str(item["sha256"])))
+    return tuple(sorted(out))
 
 
 def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
@@ -124,17 +149,19 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
     if top["mode"] == "build" and not build["builder"]:
         raise ConfigError(f"{source}: mode 'build' needs 'build.builder' (a devel image by "
                           "digest that has the CUDA compiler)")
+    allow = _startup_allow(top["startup_allow"], source)
     fingerprint = sha256_bytes(canonical_json({"top": {**top, "base": base, "build": build}}))
     return Definition(
         name=name, path=path, description=top["description"],
         base=Base(base["source"], base["name"], base["digest"], base["platform"],
                   base["platform_digest"], (root / base["path"]) if base["path"] else None,
-                  base["verified"], base["variant"]),
+                  base["verified"], base["variant"], base["has_vllm"]),
         site_packages=top["site_packages"], mode=top["mode"], source=top["source"],
         template=path.parent / build["template"],
         torch_cuda_arch_list=build["torch_cuda_arch_list"], builder=build["builder"],
         max_jobs=build["max_jobs"],
         labels=tuple(sorted((str(k), str(v)) for k, v in top["labels"].items())),
+        lineage=top["lineage"], startup_allow=allow,
         fingerprint=fingerprint, repo_root=root,
     )
 

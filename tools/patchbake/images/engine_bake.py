@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 
 
 def render(defn: Definition, mode: str, base_ref: str, overlay: Overlay,
-           labels: dict[str, str]) -> str:
+           labels: dict[str, str], base_config: dict[str, Any] | None = None) -> str:
+    from ..bake import wrapped_entrypoint
+
+    entrypoint, cmd = wrapped_entrypoint(base_config or {})
     if not defn.template.is_file():
         raise ImageError(f"{defn.path.name}: template {defn.template} does not exist")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
@@ -46,7 +49,8 @@ def render(defn: Definition, mode: str, base_ref: str, overlay: Overlay,
         return tmpl.render(mode=mode, base_ref=base_ref, builder=defn.builder,
                            torch_cuda_arch_list=defn.torch_cuda_arch_list,
                            max_jobs=defn.max_jobs, site_packages=defn.site_packages,
-                           deleted=overlay.deleted, labels=labels)
+                           deleted=overlay.deleted, labels=labels, entrypoint=entrypoint,
+                           cmd=cmd)
     except jinja2.TemplateError as exc:
         raise ImageError(f"{defn.template.name}: cannot render: {exc}") from None
 
@@ -109,7 +113,8 @@ def _ensure_in_engine(store: Store, rec: dict[str, object]) -> None:
 
 def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
                      store: Store, mode: str, warnings: list[str], epoch: int) -> BakeResult:
-    from ..bake import _cached, _result, bake_key, build_record, image_labels, save_cache
+    from ..bake import (_cached, _result, bake_key, build_record, checked_base_tree,
+                        image_labels, save_cache)
 
     t0 = time.monotonic()
     layout.ensure_layout(store)
@@ -118,12 +123,13 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
     rec = _cached(store, key)
     cached = rec is not None
     if rec is None:
-        overlay = build_overlay(defn, patched, lin, defn.base.name, base.manifest_digest)
+        base_ref = _engine_base(defn, base, store)  # (a registry base's layers come too)
+        tree = checked_base_tree(pipeline, defn, lin, base, store)
+        overlay = build_overlay(defn, patched, lin, defn.base.name, base.manifest_digest, tree)
         labels = image_labels(defn, lin, patched, base, epoch)
-        base_ref = _engine_base(defn, base, store)
         ctx = store.tmpdir("engine-ctx")
         try:
-            dockerfile = render(defn, mode, base_ref, overlay, labels)
+            dockerfile = render(defn, mode, base_ref, overlay, labels, base.image.config)
             _context(ctx, overlay, patched, mode, dockerfile)
             built = engine.build(ctx, f"patchbake/{defn.name}:engine-{key[:12]}")
             archive = engine.save(built.tag, ctx / "image.tar")

@@ -1,6 +1,8 @@
 """What the overlay layer holds: the patch's touched ``vllm/`` files under site-packages,
 whiteouts for files the patch deletes, ``/opt/patchbake/identity.json`` (the in-image
-identity record) and ``/opt/patchbake/verify.py`` (the stdlib-only verifier).
+identity record), ``/opt/patchbake/tree.json`` (the full ``vllm/`` tree as baked, named by
+sha256 in the identity record), ``/opt/patchbake/verify.py`` (the stdlib-only verifier)
+and ``/opt/patchbake/entrypoint.sh`` (the opt-in start-up check).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from ..errors import ImageError, IntegrityError
 from ..fsutil import canonical_json
 from ..oci.tarwriter import Entry, file_entry, whiteout_entry
 from .definition import Definition
+from .tree import TREE_PATH, BaseTree, full_tree, manifest_bytes
 
-IDENTITY_FORMAT = "patchbake-identity/1"
+IDENTITY_FORMAT = "patchbake-identity/2"
 IDENTITY_PATH = "/opt/patchbake/identity.json"
 VERIFIER_PATH = "/opt/patchbake/verify.py"
+ENTRYPOINT_PATH = "/opt/patchbake/entrypoint.sh"
 PACKAGE = "vllm/"
 _NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hip")
 _NATIVE_NAMES = ("CMakeLists.txt", "setup.py", "pyproject.toml", "build_rust.sh")
@@ -72,6 +76,10 @@ def verifier_bytes() -> bytes:
     return resources.files("patchbake").joinpath("data/verify.py").read_bytes()
 
 
+def entrypoint_bytes() -> bytes:
+    return resources.files("patchbake").joinpath("data/entrypoint.sh").read_bytes()
+
+
 @dataclass(frozen=True)
 class Overlay:
     entries: list[Entry]
@@ -79,12 +87,15 @@ class Overlay:
     identity_bytes: bytes
     baked: list[dict[str, Any]]  # path, mode, size, sha256 (absolute paths in the image)
     deleted: list[str]
+    tree_sha256: str  # of /opt/patchbake/tree.json, the full vllm/ tree as baked
+    tree_files: int
 
 
 def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
-                  base_name: str, base_digest: str) -> Overlay:
+                  base_name: str, base_digest: str, base_tree: BaseTree) -> Overlay:
     """``base_digest`` is the base's manifest digest; the definition's pin (which may name
-    an index or a config) is recorded beside it, so the image changes with its pin."""
+    an index or a config) is recorded beside it, so the image changes with its pin.
+    ``base_tree`` is the base's installed ``vllm/`` tree (for the full tree manifest)."""
     sp = defn.sp_rel
     entries: list[Entry] = []
     baked: list[dict[str, Any]] = []
@@ -102,10 +113,13 @@ def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
     deleted = [f"/{sp}/{p}" for p in sorted(patched.deleted) if p.startswith(PACKAGE)]
     entries += [whiteout_entry(d.lstrip("/")) for d in deleted]
     verifier = verifier_bytes()
+    tree = full_tree(base_tree, baked, deleted, defn.site_packages)
+    tree_data = manifest_bytes(tree, defn.site_packages)
     up = lineage.upstream
     identity = {
         "format": IDENTITY_FORMAT,
         "definition": defn.name,
+        "lineage": lineage.key,
         "upstream": {"package": up.package, "version": up.version, "pin": up.pin,
                      "tree_digest": patched.pristine_digest},
         "patch": {"name": lineage.name, "sha256": patched.patch_sha256},
@@ -117,8 +131,16 @@ def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
         "files": baked,
         "deleted": deleted,
         "verifier": {"path": VERIFIER_PATH, "sha256": hashlib.sha256(verifier).hexdigest()},
+        "tree": {"path": TREE_PATH, "sha256": hashlib.sha256(tree_data).hexdigest(),
+                 "files": len(tree)},
+        "startup_allow": [{"path": p, "sha256": h} for p, h in defn.startup_allow],
+        "entrypoint": ENTRYPOINT_PATH,
     }
     identity_bytes = canonical_json(identity) + b"\n"
     entries.append(file_entry(IDENTITY_PATH.lstrip("/"), data=identity_bytes))
+    entries.append(file_entry(TREE_PATH.lstrip("/"), data=tree_data))
     entries.append(file_entry(VERIFIER_PATH.lstrip("/"), data=verifier, executable=True))
-    return Overlay(entries, identity, identity_bytes, baked, deleted)
+    entries.append(file_entry(ENTRYPOINT_PATH.lstrip("/"), data=entrypoint_bytes(),
+                              executable=True))
+    return Overlay(entries, identity, identity_bytes, baked, deleted,
+                   hashlib.sha256(tree_data).hexdigest(), len(tree))

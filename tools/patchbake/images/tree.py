@@ -1,0 +1,199 @@
+"""The installed ``vllm/`` tree of an image: read from the base, checked against the
+lineage, and written as the full tree manifest the in-image verifier checks.
+
+``base_tree`` streams the base's layers (the same reader verify uses) for
+``<site-packages>/vllm/`` and the ``vllm-*.dist-info`` beside it. ``check_lineage`` binds
+the base to the lineage being baked (a base of another upstream is refused, with
+:class:`LineageError`):
+
+- a base without a vLLM dist-info (the stand-in) must hold exactly the lineage's pristine
+  ``vllm/`` tree: same paths, same bytes;
+- a base with one (a real vLLM image) must name the lineage's version in its METADATA
+  (a local label, ``0.25.1+cu129``, is allowed), its RECORD must match the installed
+  files, and every ``.py`` file both the base and the pristine sdist hold must be
+  identical (the wheel's Python sources are the sdist's).
+
+``manifest_bytes`` is the full tree as baked (base files, minus the patch's deletions,
+plus the baked files), as canonical JSON: ``{"format", "root", "files": [[path, kind,
+size, sha256, mode], ...]}`` sorted by path.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Lineage
+from ..errors import ImageError, LineageError
+from ..fsutil import canonical_json
+from ..oci.image import StoreBlobs
+from ..oci.scan import scan_image
+from ..store import Store
+from .base import BaseImage
+
+TREE_FORMAT = "patchbake-tree/1"
+TREE_PATH = "/opt/patchbake/tree.json"
+PACKAGE = "vllm/"
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    kind: str  # "file" | "symlink"
+    size: int
+    sha256: str  # content; for a symlink, of its target
+    mode: str  # "0644"
+
+
+@dataclass(frozen=True)
+class BaseTree:
+    files: dict[str, TreeFile]  # "vllm/x.py" -> file
+    dist_info: dict[str, bytes]  # "METADATA"/"RECORD" of vllm-*.dist-info, when present
+    dist_name: str | None
+
+
+def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
+    """The base image's installed ``vllm/`` tree (every layer read and digest-checked)."""
+    for d in base.image.layers:
+        if not store.has(d.digest):
+            raise ImageError(f"base {base.name} layer {d.digest} is not in the store; its "
+                             "vllm/ tree must be read to bind the base to the lineage",
+                             hint="give the base as an OCI layout or docker-archive with "
+                                  "its layers, or a registry that serves them")
+    tmp = store.tmpdir("base-dist-info")
+    try:
+        # only the dist-info is written out (its RECORD and METADATA are read below)
+        view = scan_image(base.image, StoreBlobs(store), (f"{sp_rel}/vllm/", f"{sp_rel}/vllm-"),
+                          write_root=tmp, write_prefix=f"{sp_rel}/vllm-")
+        dists = sorted({p.name for p in tmp.iterdir() if p.name.endswith(".dist-info")}) \
+            if tmp.is_dir() else []
+        if len(dists) > 1:
+            raise LineageError(f"base {base.name} has several vLLM dist-infos "
+                               f"({', '.join('vllm-' + d for d in dists)}): which vLLM is "
+                               "installed is ambiguous")
+        dist: dict[str, bytes] = {}
+        for name in ("METADATA", "RECORD"):
+            p = tmp / dists[0] / name if dists else None
+            if p is not None and p.is_file():
+                dist[name] = p.read_bytes()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    pre = f"{sp_rel}/"
+    files = {k[len(pre):]: TreeFile(v.kind, v.size, v.sha256, f"{v.mode & 0o7777:04o}")
+             for k, v in view.files.items() if k.startswith(f"{pre}{PACKAGE}")}
+    for k, v in files.items():
+        if v.kind not in ("file", "symlink"):
+            raise LineageError(f"base {base.name}: {pre}{k} is neither a file nor a symlink")
+    return BaseTree(files, dist, f"vllm-{dists[0]}" if dists else None)
+
+
+def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, str]:
+    """sha256 of every pristine ``vllm/`` file of the lineage's pin (the verified tree)."""
+    from ..sources import fetch
+    from ..sources.digest import MODE_LINK, digest_entries, tree_entries
+
+    fetched = fetch(lineage, store, base=root)
+    entries = tree_entries(fetched.root)
+    if digest_entries(entries) != fetched.tree_digest:
+        raise ImageError(f"the pristine tree at {fetched.root} does not hash to "
+                         f"{fetched.tree_digest}", hint="run `patchbake fetch --verify`")
+    pkg = PACKAGE.encode()
+    return {e.path.decode(): ("link:" if e.mode == MODE_LINK else "") + e.sha256
+            for e in entries if e.path.startswith(pkg)}
+
+
+def _version(metadata: bytes) -> str | None:
+    for line in metadata.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            break  # headers end at the first blank line
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "version":
+            return value.strip()
+    return None
+
+
+def _record_problems(tree: BaseTree) -> list[str]:
+    rows: dict[str, str] = {}
+    for line in tree.dist_info.get("RECORD", b"").decode("utf-8", "replace").splitlines():
+        path, _, rest = line.partition(",")
+        rows[path] = rest.partition(",")[0]
+    bad = []
+    for rel, f in sorted(tree.files.items()):
+        want = rows.get(rel)
+        if want is None:
+            if "/__pycache__/" not in f"/{rel}":
+                bad.append(f"{rel} is installed but not in RECORD")
+            continue
+        if want.startswith("sha256=") and f.kind == "file":
+            digest = base64.urlsafe_b64encode(bytes.fromhex(f.sha256)).rstrip(b"=").decode()
+            if want[7:] != digest:
+                bad.append(f"{rel} differs from its RECORD hash")
+    bad += [f"{p} is in RECORD but not installed" for p in sorted(rows)
+            if p.startswith(PACKAGE) and p not in tree.files]
+    return bad
+
+
+def check_lineage(tree: BaseTree, lineage: Lineage, pristine: dict[str, str],
+                  base_name: str, has_vllm: bool = True) -> None:
+    """Refuse a base whose installed vLLM is not the lineage's pin (LineageError). A
+    definition that declares ``base.has_vllm: false`` (test bases) needs no vLLM there."""
+    up = lineage.upstream
+    what = f"lineage {lineage.key} (vllm {up.version})"
+    if not has_vllm:
+        if tree.files or tree.dist_name:
+            raise LineageError(f"base {base_name} is declared without vLLM (base.has_vllm: "
+                               f"false) but installs {len(tree.files)} vllm/ file(s)"
+                               f"{' and ' + tree.dist_name if tree.dist_name else ''}")
+        return
+    if tree.dist_name is None:
+        have = {k: ("link:" if f.kind == "symlink" else "") + f.sha256
+                for k, f in tree.files.items()}
+        diff = sorted(k for k in {*have, *pristine} if have.get(k) != pristine.get(k))
+        if diff:
+            raise LineageError(f"base {base_name}'s vllm/ tree is not the pristine tree of "
+                               f"{what}: {len(diff)} of {len(pristine)} files differ (first: "
+                               f"{diff[0]})", hint="bake onto a base of the lineage's "
+                               "upstream pin, or name the right lineage")
+        return
+    version = _version(tree.dist_info.get("METADATA", b""))
+    if version is None or not (version == up.version or version.startswith(f"{up.version}+")):
+        raise LineageError(f"base {base_name} installs vllm {version or '(no METADATA version)'}"
+                           f" ({tree.dist_name}); the definition bakes {what}",
+                           hint="bake onto a base of the lineage's upstream pin")
+    if "RECORD" not in tree.dist_info:
+        raise LineageError(f"base {base_name}: {tree.dist_name} has no RECORD; the installed "
+                           "files cannot be tied to the pinned release")
+    bad = _record_problems(tree)
+    generated = set(up.generated)
+    bad += [f"{k} differs from the pinned sdist" for k in sorted(tree.files)
+            if k.endswith(".py") and k in pristine and k not in generated
+            and pristine[k] != tree.files[k].sha256]
+    if bad:
+        raise LineageError(f"base {base_name} (vllm {version}) is not an install of {what}: "
+                           f"{len(bad)} problem(s) (first: {bad[0]})")
+
+
+def full_tree(base: BaseTree, baked: list[dict[str, Any]], deleted: list[str],
+              sp: str) -> dict[str, TreeFile]:
+    """The ``vllm/`` tree as baked: base files, minus deletions, plus baked files."""
+    pre = f"/{sp.strip('/')}/"
+    files = dict(base.files)
+    for d in deleted:
+        files.pop(d.removeprefix(pre), None)
+    for b in baked:
+        files[b["path"].removeprefix(pre)] = TreeFile("file", b["size"], b["sha256"], b["mode"])
+    return files
+
+
+def manifest_bytes(files: dict[str, TreeFile], sp: str) -> bytes:
+    root = f"/{sp.strip('/')}/{PACKAGE}"
+    rows = [[k[len(PACKAGE):], f.kind, f.size, f.sha256, f.mode]
+            for k, f in sorted(files.items())]
+    return canonical_json({"format": TREE_FORMAT, "root": root, "files": rows}) + b"\n"
+
+
+def tree_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
