@@ -163,3 +163,24 @@ def test_short_steps_print_nothing_and_no_progress_silences(
         clock.now += 60
         p.advance(5)
     assert err.getvalue() == ""
+
+
+def test_evidence_verify_by_suite_finds_the_images_own_file(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    committed = sorted((REPO / "manifests" / "evidence").glob("*/dsv4-topk-gpu.dsse.json"))
+    assert committed, "the repository commits GPU evidence"
+    digest = "sha256:" + committed[0].parent.name
+    rc, out, err = run(capsys, "evidence", "verify", "--suite", "dsv4-topk-gpu",
+                       "--image", f"sm89-serving-offline@{digest}", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["path"].endswith(f"{digest[7:]}/dsv4-topk-gpu.dsse.json") and doc["verified"]
+    other = "sha256:" + "0" * 64
+    rc, _, err = run(capsys, "evidence", "verify", "--suite", "dsv4-topk-gpu",
+                     "--image", f"sm89-serving-offline@{other}")
+    assert rc == 50 and "does not exist" in err
+
+
+def test_evidence_verify_needs_file_or_suite(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(capsys, "evidence", "verify", "--image", "sm89-serving-offline")
+    assert rc == 2 and "give the evidence FILE or --suite SUITE" in err
