@@ -40,15 +40,15 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"digest": digest, "config": config}
 
 
-def _containers() -> list[str]:
-    return subprocess.run(["docker", "ps", "-a", "--filter", "name=patchbake-suite-", "-q"],
+def _containers(image: str) -> list[str]:
+    """Containers of this image (others' suites may run beside this test)."""
+    return subprocess.run(["docker", "ps", "-a", "--filter", f"ancestor={image}", "-q"],
                           capture_output=True, text=True, check=True).stdout.split()
 
 
 @pytest.mark.docker
 def test_image_without_python_is_a_requirement_error(
         world: dict[str, Any], docker_engine: str, capsys: pytest.CaptureFixture[str]) -> None:
-    before = _containers()
     try:
         rc = main(["fixtures", "run", "toy", "--image", "no-python"])
         err = capsys.readouterr().err
@@ -56,7 +56,7 @@ def test_image_without_python_is_a_requirement_error(
         assert err.startswith(f"patchbake: error: image no-python ({world['digest']}) has no "
                               "python3"), err
         assert "use `--runner host`" in err and err.count("\n") == 1
-        assert _containers() == before  # the probe's container is gone
+        assert _containers(world["config"]) == []  # the probe's container is gone
     finally:
         subprocess.run(["docker", "rmi", "-f", world["config"]], capture_output=True,
                        check=False)
