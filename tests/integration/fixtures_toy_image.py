@@ -38,3 +38,20 @@ def toy_image(store: Store, tree: Path, name: str = "toy") -> tuple[str, str]:
     layout.ensure_layout(store)
     layout.add_ref(store, name, Descriptor(OCI_MANIFEST, mdigest, msize))
     return mdigest, cdigest
+
+
+def define_toy(root: Path, pipeline: dict[str, object], digest: str, config_digest: str,
+               name: str = "toy") -> None:
+    """A definition and an image record for the toy image: where its vllm lives is read
+    from them (verify and materialise never take it from the image's own label)."""
+    import json
+
+    (root / "images").mkdir(exist_ok=True)
+    (root / "images" / f"{name}.yaml").write_text(
+        "version: 1\nbase:\n  source: standin\n  name: toy-base\n"
+        f"  digest: sha256:{'0' * 64}\nsite_packages: /{SITE}\nmode: overlay\n")
+    pipeline.setdefault("images", {})[name] = f"images/{name}.yaml"  # type: ignore[union-attr]
+    rec = root / "manifests" / "images" / name / f"{digest.removeprefix('sha256:')}.json"
+    rec.parent.mkdir(parents=True, exist_ok=True)
+    rec.write_text(json.dumps({"definition": name, "manifest_digest": digest,
+                               "config_digest": config_digest, "site_packages": f"/{SITE}"}))

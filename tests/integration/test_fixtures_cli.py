@@ -3,12 +3,13 @@ layers, the suite run by the host runner, signed, verified; every refusal's exit
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures_toy_image import toy_image
+from fixtures_toy_image import define_toy, toy_image
 from patchbake.cli import main
 from patchbake.store import Store
 
@@ -32,7 +33,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     store = Store.open(tmp_path / "store")
     monkeypatch.setenv("PATCHBAKE_HOME", str(store.root))
-    digest, _ = toy_image(store, SUITES / "trees" / "patched")
+    digest, config_digest = toy_image(store, SUITES / "trees" / "patched")
     pipeline = {
         "version": 1, "name": "t",
         "lineages": {"v1": {"name": "x", "patch": "p", "files": "f", "source_record": "s",
@@ -46,6 +47,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         "signing": {"trust_policy": "policy.yaml", "evidence_dir": "evidence",
                     "key": str(tmp_path / "keys" / "signing.key")},
     }
+    define_toy(tmp_path, pipeline, digest, config_digest, "toy-definition")
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
     monkeypatch.setenv("PATCHBAKE_PIPELINE", str(tmp_path / "pipeline.yaml"))
     return {"root": tmp_path, "digest": digest}
@@ -79,9 +81,20 @@ def test_run_sign_verify_summary(world: dict[str, Any], capsys: pytest.CaptureFi
     ev = Path(json.loads(out)["signed"][0]["evidence"])
     assert ev == root / "evidence" / digest.removeprefix("sha256:") / "toy.dsse.json"
 
+    # the real pytest JUnit the statement hashes is kept beside the envelope
+    junit = ev.with_name("toy.junit.xml")
+    assert hashlib.sha256(junit.read_bytes()).hexdigest() == result["junit_sha256"]
+    assert b"<testsuite" in junit.read_bytes()
     rc, out, err = cli(capsys, "--json", "evidence", "verify", str(ev), "--image", digest)
     assert rc == 0, err
     assert json.loads(out)["counts_as_evidence"] is True
+    assert json.loads(out)["junit"] == "matches"
+    kept = junit.read_bytes()
+    junit.chmod(0o644)
+    junit.write_bytes(kept.replace(b"<testsuite", b"<testsuite x=\"1\"", 1))
+    rc, out, err = cli(capsys, "evidence", "verify", str(ev), "--image", digest)
+    assert rc == 50 and "it is not the report of the signed run" in err
+    junit.write_bytes(kept)
 
     rc, out, err = cli(capsys, "evidence", "summary", "--image", digest, "--markdown",
                        "--no-verify-files")

@@ -54,6 +54,8 @@ def test_cpu_suite_runs_in_docker_inside_the_baked_image(
     pipeline = {"version": 1, "name": "ci", "lineages": repo_pipeline["lineages"],
                 "images": {"cpu-ci": "images/cpu-ci.yaml"},
                 "suites": {"dsv4-topk-cpu": repo_pipeline["suites"]["dsv4-topk-cpu"]}}
+    if "default_lineage" in repo_pipeline:  # the repository's default, not the newest
+        pipeline["default_lineage"] = repo_pipeline["default_lineage"]
     (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
     monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
     monkeypatch.chdir(root)

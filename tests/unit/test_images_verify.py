@@ -32,7 +32,8 @@ def baked(tmp_path: Path) -> tuple[Repo, str]:
 
 
 def verify(repo: Repo, ref: str):  # type: ignore[no-untyped-def]
-    return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched)
+    return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched,
+                        definition="offline")
 
 
 def test_verify_matches_fresh_apply(tmp_path: Path) -> None:
@@ -140,8 +141,9 @@ def test_later_layer_whiteout_is_seen(tmp_path: Path) -> None:
     hidden = _with_extra_layer(repo, digest, _layer([(f"{sp}/vllm/sub/.wh.topk.py", b"")]))
     res = verify(repo, hidden)
     assert not res.ok
-    assert [m["path"] for m in res.mismatched] == ["vllm/sub/topk.py"]
+    assert [m["path"] for m in res.mismatched] == ["vllm/sub/topk.py"] * 2
     assert res.mismatched[0]["why"] == "missing from the image"
+    assert res.mismatched[1]["why"] == "layer 3 (above the base) deletes it; the patch does not"
 
 
 def test_opaque_dir_and_hand_edit(tmp_path: Path) -> None:
@@ -153,18 +155,19 @@ def test_opaque_dir_and_hand_edit(tmp_path: Path) -> None:
     found = {m["path"]: m for m in res.mismatched}
     assert found["vllm/envs.py"]["found"] == hashlib.sha256(b"hand edit\n").hexdigest()
     assert "vllm/sub/topk.py" in found  # the opaque dir hid the lower layers
-    assert res.base_drift["counts"]["missing"] == 2
+    assert "deletes what is under it" in found["vllm"]["why"]
+    assert res.base_drift["counts"]["missing"] == 0  # a failure above the base, not drift
 
 
 def test_materialise_writes_verified_tree(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
-    dest = materialise(repo.store, digest, tmp_path / "mat")
+    dest = materialise(repo.store, digest, tmp_path / "mat", pipeline=repo.pipeline)
     got = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
     assert "vllm/scripts.py" not in got and "vllm/new_module.py" in got
     assert (dest / "vllm/sub/topk.py").read_bytes() == \
         (repo.patched.root / "vllm/sub/topk.py").read_bytes()
     with pytest.raises(ImageError, match="already exists"):
-        materialise(repo.store, digest, dest)
+        materialise(repo.store, digest, dest, pipeline=repo.pipeline)
 
 
 def test_tampered_materialise_writes_nothing(tmp_path: Path) -> None:
@@ -172,7 +175,7 @@ def test_tampered_materialise_writes_nothing(tmp_path: Path) -> None:
     manifest = json.loads(repo.store.read_blob(digest))
     _flip(repo.store.blob_path(manifest["layers"][-1]["digest"]), 700)
     with pytest.raises(IntegrityError):
-        materialise(repo.store, digest, tmp_path / "mat")
+        materialise(repo.store, digest, tmp_path / "mat", pipeline=repo.pipeline)
     assert not (tmp_path / "mat").exists()
     assert not list((repo.store.root / "tmp").iterdir())
 
@@ -366,7 +369,8 @@ def test_layer_ops_cache_still_hashes_every_byte(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
     cold = verify(repo, digest)
     cache = repo.store.root / "bakes" / "layer-ops"
-    assert cold.ok and len(list(cache.iterdir())) == 3
+    # one memo per layer for the tracked view, one for the layer above the base read whole
+    assert cold.ok and len(list(cache.iterdir())) == 4
     warm = verify(repo, digest)
     assert warm.ok and warm.to_json()["base_drift"] == cold.to_json()["base_drift"]
     assert (warm.matched, warm.total) == (cold.matched, cold.total)
@@ -390,8 +394,10 @@ def test_gzip_layer_digest_and_diff_id(tmp_path: Path) -> None:
                                "digest": f"sha256:{hexd}", "size": len(gz)})
     config["rootfs"]["diff_ids"].append("sha256:" + hashlib.sha256(tar).hexdigest())
     good = _rewrite(repo.store, manifest, config)
-    res = verify(repo, good)
-    assert res.ok and res.base_drift["extra"] == ["vllm/extra_file.py"]
+    res = verify(repo, good)  # digests fine; a file above the base outside the baked set
+    assert not res.ok and res.base_drift["extra"] == []
+    (m,) = res.mismatched
+    assert m["path"] == "vllm/extra_file.py" and "outside the baked set" in m["why"]
     config["rootfs"]["diff_ids"][-1] = "sha256:" + "9" * 64
     wrong = _rewrite(repo.store, manifest, config)
     with pytest.raises(IntegrityError, match="uncompressed tar hashes to"):

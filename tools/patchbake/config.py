@@ -41,6 +41,8 @@ UPSTREAM_SCHEMA = Schema({
     "commit": Field(str, check=_commit_check),
     "strip": Field(str, help="top-level directory inside the archive"),
     "generated": Field(list, default=[], help="paths generated at build time"),
+    "pins": Field(dict, default={}, help="what the release pins (e.g. torch: 2.14.0); suites "
+                                         "record it beside what they ran with"),
 })
 
 LINEAGE_SCHEMA = Schema({
@@ -77,6 +79,7 @@ class Upstream:
     commit: str | None
     strip: str | None
     generated: tuple[str, ...]
+    pins: tuple[tuple[str, str], ...] = ()
 
     @property
     def pin(self) -> str:
@@ -136,7 +139,16 @@ def _upstream(raw: dict[str, Any], where: str, source: str) -> Upstream:
         kind=u["kind"], package=u["package"], version=u["version"], filename=u["filename"],
         sha256=u["sha256"], url=u["url"], path=u["path"], repo=u["repo"], commit=u["commit"],
         strip=u["strip"], generated=tuple(u["generated"]),
+        pins=_pins(u["pins"], f"{where}.pins", source),
     )
+
+
+def _pins(raw: dict[Any, Any], where: str, source: str) -> tuple[tuple[str, str], ...]:
+    for k, v in raw.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ConfigError(f"{source}: '{where}' maps package names to version strings "
+                              f"(got {k!r}: {v!r})")
+    return tuple(sorted(raw.items()))
 
 
 def parse(data: Any, path: Path) -> Pipeline:

@@ -18,10 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import startup
+from .above_base import after_base, drift_before_overlay, stale_bytecode
 from .config import Lineage, Pipeline
 from .errors import ImageError, IntegrityError, VerifyError
+from .expected import (
+    expected_for,
+    label_checks,
+    record_checks,
+    site_packages_for,
+    wrapped,
+    wrapper_checks,
+)
 from .fsutil import atomic_write, canonical_json
-from .images import definition as definitions
 from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched
 from .images.refs import Resolved, resolve
 from .oci.scan import View, scan_image
@@ -62,19 +71,7 @@ class VerifyResult:
                 "config_digest": self.config_digest, "ref": self.ref, "kind": self.kind,
                 "problems": self.problems, "layers": self.layers, "ok": self.ok,
                 "bytes_read": self.bytes_read, "seconds": self.seconds,
-                "definition": self.definition}
-
-
-def _site_packages(res: Resolved, pipeline: Pipeline | None, given: str | None) -> str:
-    if given:
-        return given.strip("/")
-    label = res.image.labels.get("dev.patchbake.site-packages")
-    if label:
-        return label.strip("/")
-    if pipeline is not None and res.definition:
-        return definitions.load(pipeline, res.definition).sp_rel
-    raise ImageError(f"{res.ref} carries no dev.patchbake.site-packages label (not a patchbake "
-                     "image?)", hint="pass --site-packages /usr/local/lib/python3.12/dist-packages")
+                "definition": self.definition, **self.extra}
 
 
 def _pristine_hashes(root: Path, tree_digest: str, store: Store) -> dict[str, str]:
@@ -170,10 +167,13 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
 
 def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Lineage | None = None,
                  *, patched: Patched | None = None, pristine_root: Path | None = None,
-                 site_packages: str | None = None,
+                 site_packages: str | None = None, definition: str | None = None,
                  progress: Callable[[int], None] | None = None,
                  use_cache: bool = True) -> VerifyResult:
-    """Verify ``ref``; returns the result (check ``.ok``); raises on a tampered image."""
+    """Verify ``ref``; returns the result (check ``.ok``); raises on a tampered image.
+
+    Where to look (site-packages, which layers are the base, which start-up hooks are
+    allowed) comes from the image definition and record, never from the image's labels."""
     t0 = time.monotonic()
     lin = lineage if isinstance(lineage, Lineage) else pipeline.lineage(lineage)
     if patched is None:
@@ -190,17 +190,27 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
 
         pristine_digest = compute_digest(pristine_root)
     with resolve(store, ref, pipeline) as res:
-        sp = _site_packages(res, pipeline, site_packages)
-        view = scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}", "opt/patchbake/"),
-                          progress=progress, cache_dir=None if not use_cache
-                          else store.root / "bakes" / "layer-ops")
+        exp = expected_for(pipeline, store, res, definition, site_packages)
+        sp = exp.sp
+        env = startup.env_of(res.image.config)
+        where = startup.places(exp.definition.site_packages, env)
+        tracked = (f"{sp}/{PACKAGE}", "opt/patchbake/", *where.tracked())
+        view = scan_image(res.image, res.blobs, tracked, progress=progress,
+                          cache_dir=None if not use_cache else store.root / "bakes" / "layer-ops")
         identity, problems = _identity_checks(view, res)
-        # "our" layer is the one that wrote the identity record, not simply the last one
-        ours = view.files.get(IDENTITY_PATH.lstrip("/"))
-        last = ours.layer if identity is not None and ours is not None else None
+        problems = label_checks(res, exp) + problems
+        pristine = _pristine_hashes(pristine_root, pristine_digest, store)
+        after = after_base(res, exp, patched, pristine, None if not use_cache
+                            else store.root / "bakes" / "layer-ops")
+        after += stale_bytecode(view, sp, patched)
+        problems += record_checks(view, exp)
+        problems += startup.findings(view, where, sp, startup.allow_list(
+            exp.definition.startup_allow), env, exp.base_config, res.image.config,
+            wrapped(exp.base_config)) + wrapper_checks(view, res)
         matched, total, mismatched, drift = compare(
-            view, sp, patched, _pristine_hashes(pristine_root, pristine_digest, store),
-            lin.upstream.generated, last)
+            view, sp, patched, pristine, lin.upstream.generated, None)
+        mismatched += after
+        drift_before_overlay(drift, {m["path"] for m in after})
         baked_patch = (identity.get("patch") or {}).get("sha256") if identity else None
         if identity and baked_patch is None:
             problems.append(f"{IDENTITY_PATH} names no patch sha256: which patch was baked "
@@ -213,9 +223,19 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
             config_digest=res.image.config_desc.digest, matched=matched, total=total,
             mismatched=mismatched, base_drift=drift, problems=problems,
             layers=[{"digest": x.digest, "diff_id": x.diff_id, "size": x.size,
-                     "entries": x.entries} for x in view.layers],
+                     "entries": x.entries, "from": "base" if i < len(exp.base_diff_ids)
+                     else "after the base"} for i, x in enumerate(view.layers)],
             identity=identity, bytes_read=view.bytes_read,
-            seconds=round(time.monotonic() - t0, 3), definition=res.definition)
+            seconds=round(time.monotonic() - t0, 3), definition=exp.definition.name,
+            extra={"selected": res.chosen or _selected(res), "expected_from": exp.how})
+
+
+def _selected(res: Resolved) -> str:
+    return {"definition": "the definition's latest recorded bake",
+            "store": "the manifest named in the store",
+            "docker": "the image the engine saved",
+            "docker-archive": "the one image the archive's descriptions agree on",
+            "registry": "the manifest the registry served for the reference"}.get(res.kind, "")
 
 
 def _identity_checks(view: View, res: Resolved) -> tuple[dict[str, Any] | None, list[str]]:
@@ -255,7 +275,7 @@ def materialise(store: Store, ref: str, dest: Path, *, pipeline: Pipeline | None
         raise ImageError(f"{dest} already exists; materialise writes a fresh directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with resolve(store, ref, pipeline) as res:
-        sp = _site_packages(res, pipeline, site_packages)
+        sp = site_packages_for(res, pipeline, site_packages)
         staging = Path(store.tmpdir("materialise"))
         try:
             scan_image(res.image, res.blobs, (f"{sp}/{PACKAGE}",), write_root=staging,

@@ -23,6 +23,10 @@ from dsv4_topk_util import KNOB, NO_CUDA
 CANON_REL = "vllm/model_executor/layers/dsv4_topk_canon.py"
 ENVS_REL = "vllm/envs.py"
 INDEXER_REL = "vllm/model_executor/layers/sparse_attn_indexer.py"
+# vLLM 0.33.0 moved the decode selectors behind a backend class in this module;
+# its presence tells the two layouts apart (0.25.1 has no such file).
+INDEXER_TOPK_REL = "vllm/model_executor/layers/indexer_topk.py"
+SPARSE_MQA_LOGITS_REL = "vllm/model_executor/kernels/attention/dsa/sparse_mqa_logits.py"
 
 
 @pytest.fixture(scope="session")
@@ -90,6 +94,21 @@ def indexer_source(tree: Path) -> str:
     if not path.is_file():
         pytest.fail(f"{INDEXER_REL} is absent from {tree}")
     return path.read_text()
+
+
+@pytest.fixture(scope="session")
+def layout(tree: Path) -> str:
+    """'0.33': decode selectors in indexer_topk.SparseIndexerTopk; '0.25': inline."""
+    return "0.33" if (tree / INDEXER_TOPK_REL).is_file() else "0.25"
+
+
+@pytest.fixture(scope="session")
+def v033(tree: Path, layout: str) -> Path:
+    """The tree, when it has the 0.33.0 layout (the tests of its call sites)."""
+    if layout != "0.33":
+        pytest.skip(f"{INDEXER_TOPK_REL} is absent: a 0.25.1-layout tree has no "
+                    "SparseIndexerTopk backends")
+    return tree
 
 
 @pytest.fixture(scope="session")

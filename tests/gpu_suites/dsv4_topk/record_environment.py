@@ -23,6 +23,9 @@ SUITE_FILES = (
     "vllm/envs.py",
     "vllm/model_executor/layers/dsv4_topk_canon.py",
     "vllm/model_executor/layers/sparse_attn_indexer.py",
+    # vLLM 0.33.0 only (None on a 0.25.1 tree)
+    "vllm/model_executor/layers/indexer_topk.py",
+    "vllm/model_executor/kernels/attention/dsa/sparse_mqa_logits.py",
 )
 
 

@@ -120,8 +120,22 @@ def test_applied_after_prefill_selection(indexer_source: str) -> None:
                    f"envs.{KNOB} after top_k_per_row_prefill")
 
 
-def test_applied_where_decode_selectors_converge(indexer_source: str) -> None:
+def test_applied_where_decode_selectors_converge(indexer_source: str, layout: str) -> None:
     fn = _indexer_function(indexer_source)
+    if layout == "0.33":
+        # The selectors live in SparseIndexerTopk.forward (test_wiring_v033.py); here
+        # the DCP merge rewrites their output, so it must be canonicalised again.
+        merges = [n for n in ast.walk(fn) if isinstance(n, ast.If)
+                  and "global_seq_lens" in ast.unparse(n.test)
+                  and _calls_named(n, "_merge_dcp_topk_global")]
+        assert merges, "no decode DCP merge block (decode_metadata.global_seq_lens)"
+        merge = max(c.lineno for c in _calls_named(merges[0], "_merge_dcp_topk_global"))
+        after = [c for c in _knob_calls(merges[0]) if c.lineno > merge]
+        assert after, ("the decode DCP merge's output is not canonicalised with "
+                       f"envs.{KNOB}")
+        unpack = _calls_named(fn, "unpack_seq_triton")
+        assert unpack and min(c.lineno for c in after) < min(c.lineno for c in unpack)
+        return
     chains = [n for n in ast.walk(fn) if isinstance(n, ast.If)
               and _calls_named(n, "top_k_per_row_decode")
               and _calls_named(n, "persistent_topk")]

@@ -42,7 +42,9 @@ def _verified_json(v: records.Verified) -> dict[str, Any]:
     return {"path": str(v.path), "verified": True, "keyid": v.keyid, "signer": v.signer,
             "suite": s.suite, "result": s.result, "counts": s.counts, "runner": s.runner,
             "subject": {"name": s.subject_name, "digest": s.subject_digest},
-            "counts_as_evidence": v.counts_as_evidence, "envelope_sha256": v.envelope_sha256,
+            "counts_as_evidence": v.counts_as_evidence, "standing": v.standing,
+            "patch_shown": v.patch_shown, "junit": v.junit,
+            "envelope_sha256": v.envelope_sha256,
             "flags": statement.probe_flags(s.probes, s.predicate.get("suiteDeclaration"))}
 
 
@@ -122,6 +124,8 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
             records.check_pristine_probe(result, pinned_vllm_digest())
         path, written, stmt = records.sign_result(result, key, sig.evidence_dir)
         rows.append({"result": str(rp), "evidence": str(path), "written": written,
+                     "junit": str(records.junit_path(path)) if result.get("junit_b64")
+                     else None,
                      "suite": stmt["predicate"]["suite"], "outcome": stmt["predicate"]["result"],
                      "keyid": keymod.keyid_of(key.public_key())})
     if ctx.as_json:
@@ -169,7 +173,9 @@ def evidence_verify(ctx: Ctx, file: Path | None, image_ref: str, suite_name: str
                                 ("suite", s.suite), ("result", s.result),
                                 ("counts", " ".join(f"{k}={n}" for k, n in s.counts.items())),
                                 ("signed by", f"{v.signer} ({v.keyid[:16]})"),
-                                ("counts as evidence", "yes" if v.counts_as_evidence else "no")])
+                                ("JUnit beside it", v.junit),
+                                ("counts as evidence", "yes" if v.counts_as_evidence else
+                                 f"no ({v.standing})")])
 
 
 def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.ImageFacts:
@@ -214,7 +220,7 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
     else:
         ui.table(f"evidence for {ref.name} {ref.digest}", ["suite", "status", "detail"],
                  [(k, v.statement.result if isinstance(v, records.Verified) else reason_of(v),
-                   "counts" if isinstance(v, records.Verified) and v.counts_as_evidence
+                   v.standing if isinstance(v, records.Verified)
                    else (v.message if isinstance(v, PatchbakeError) else "does not count"))
                   for k, v in found.items()])
         ui.say(text)

@@ -113,7 +113,7 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
         img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
         sp = img.labels.get("dev.patchbake.site-packages")
     result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp),
-                       log=ui.step)
+                       log=ui.step, pins=ctx.lineage().upstream.pins)
     if results_out:
         atomic_write(results_out, pretty_json(result))
     if ctx.as_json:

@@ -57,14 +57,18 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str,
 @click.command("verify")
 @click.argument("ref")
 @click.option("--site-packages", default=None,
-              help="the image's site-packages (default: from its patchbake label)")
+              help="must agree with the definition's (where to look is never read from the "
+                   "image's labels)")
+@click.option("--definition", default=None,
+              help="the image definition REF is checked against (default: the definition "
+                   "REF names, or the one whose image record names REF's digest)")
 @click.option("--no-cache", is_flag=True,
               help="re-parse every layer (layer ops are otherwise memoised by layer digest; "
                    "every byte is hashed either way)")
 @_json_opt
 @pass_ctx
-def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
-               as_json: bool) -> None:
+def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | None,
+               no_cache: bool, as_json: bool) -> None:
     """Verify REF's vLLM files against a fresh strict apply of the patch.
 
     REF: a definition (its latest bake), sha256:<manifest>, an OCI layout dir, a
@@ -74,15 +78,18 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, no_cache: bool,
 
     with did_you_mean(ctx, ref, early=True), ui.progress("verify: layers read", None) as bar:
         res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
-                           site_packages=site_packages, use_cache=not no_cache,
-                           progress=bar.advance)
+                           site_packages=site_packages, definition=definition,
+                           use_cache=not no_cache, progress=bar.advance)
     if as_json or ctx.as_json:
         ui.emit_json(res.to_json())
     else:
         d = res.base_drift
         ui.kv(f"verify {ref}", [
             ("digest", res.digest), ("config digest", res.config_digest),
-            ("layers", f"{len(res.layers)} (each digest and diff_id checked to EOF)"),
+            ("checked", res.extra.get("selected") or res.kind),
+            ("against", res.extra.get("expected_from", "")),
+            ("layers", (f"{len(res.layers)} (each digest and diff_id checked to EOF; "
+                        f"{sum(x['from'] == 'base' for x in res.layers)} from the base)")),
             ("baked files", res.summary()),
             ("base drift", (f"{d['unchanged']} unchanged, {d['counts']['changed']} changed, "
                             f"{d['counts']['missing']} missing, {d['counts']['extra']} extra "

@@ -6,6 +6,6 @@ Public API (what the release gates use)::
     from patchbake.evidence import policy, records
     pol = policy.load(root / "manifests/trust-policy.yaml")
     v = records.verify_file(path, "sha256:...", pol, suite="dsv4-topk-gpu")
-    v.counts_as_evidence  # PASSED with every probe holding
+    v.counts_as_evidence  # PASSED, every probe holding, and shown to fail without the patch
     records.verify_suites(evidence_dir, digest, pol, ["dsv4-topk-gpu", ...])
 """

@@ -2,7 +2,7 @@
 
 The reason (``missing``, ``unreadable``, ``malformed``, ``payload-type``, ``unsigned``,
 ``bad-signature``, ``untrusted-key``, ``not-allowed``, ``wrong-subject``, ``bad-predicate``,
-``exists``) is machine-readable in ``--json`` output; the exit code stays EvidenceError's
+``exists``, ``junit-mismatch``, ``wrong-suite``) is machine-readable in ``--json`` output; the exit code stays EvidenceError's
 (50) so scripts need one code for "this evidence does not count".
 """
 
@@ -14,7 +14,7 @@ from ..errors import EvidenceError
 
 REASONS = ("missing", "unreadable", "malformed", "payload-type", "unsigned", "bad-signature",
            "untrusted-key", "not-allowed", "wrong-subject", "bad-predicate", "exists",
-           "policy", "flagged", "foreign-pristine")
+           "policy", "flagged", "foreign-pristine", "junit-mismatch", "wrong-suite")
 
 
 def fail(reason: str, message: str, *, hint: str | None = None) -> NoReturn:

@@ -7,6 +7,7 @@ are deterministic), anything else for the same image and suite is refused.
 
 from __future__ import annotations
 
+import base64
 import json
 import platform
 import re
@@ -18,13 +19,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
 from ..errors import EvidenceError
-from ..suites.machine import platform_line
 from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
+from ..suites.machine import platform_line
 from . import dsse, statement
 from .failures import fail, reason_of
 from .policy import Policy
 
 SUFFIX = ".dsse.json"
+JUNIT_SUFFIX = ".junit.xml"  # the JUnit bytes a statement's junitSha256 names, beside it
+NOT_SHOWN = "not shown to test the patch"
 _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -39,9 +42,25 @@ class Verified:
     statement: statement.Statement
     envelope_sha256: str
 
+    junit: str = "not committed"  # "matches" when <suite>.junit.xml sits beside it
+
+    @property
+    def patch_shown(self) -> bool:
+        """The suite proved it can fail: it failed on the pristine upstream tree."""
+        sens = self.statement.probes.get("patch_sensitivity") or {}
+        return isinstance(sens, dict) and sens.get("status") == "ok"
+
     @property
     def counts_as_evidence(self) -> bool:
-        return self.statement.result == "PASSED"
+        """Only a passing run of a suite shown to fail without the patch counts: a suite
+        that never proved it can fail says nothing about the patch."""
+        return self.statement.result == "PASSED" and self.patch_shown
+
+    @property
+    def standing(self) -> str:
+        if self.statement.result != "PASSED":
+            return self.statement.result
+        return "counts" if self.patch_shown else NOT_SHOWN
 
 
 def _digest_hex(digest: str) -> str:
@@ -106,13 +125,55 @@ def sign_result(result: dict[str, Any], key: Ed25519PrivateKey, evidence_dir: Pa
     env = dsse.sign(canonical_json(stmt), key)
     data = pretty_json(env.to_json())
     path = evidence_path(evidence_dir, result["image"]["digest"], result["suite"]["name"])
+    junit = _junit_bytes(result)
+    jp = junit_path(path)
+    if junit is not None and jp.exists() and jp.read_bytes() != junit:
+        fail("exists", f"{jp} already holds another JUnit report for this image and suite; "
+             "evidence is never overwritten")
     try:
         written = write_once(path, data)
+        if junit is not None:
+            write_once(jp, junit)
     except FileExistsError:
         fail("exists", f"{path} already holds different evidence for this image and suite; "
              "evidence is never overwritten", hint="a new run of the suite needs a new image "
              "or the old file removed deliberately in review")
     return path, written, stmt
+
+
+def junit_path(envelope: Path) -> Path:
+    return envelope.with_name(envelope.name.removesuffix(SUFFIX) + JUNIT_SUFFIX)
+
+
+def _junit_bytes(result: dict[str, Any]) -> bytes | None:
+    """The JUnit XML the result carries, checked against the sha256 it names."""
+    raw = result.get("junit_b64")
+    if raw is None:
+        return None
+    try:
+        data = base64.b64decode(str(raw), validate=True)
+    except ValueError:
+        fail("malformed", "the suite result's junit_b64 is not base64")
+    if sha256_bytes(data) != result.get("junit_sha256"):
+        fail("junit-mismatch", f"the suite result's JUnit XML hashes to {sha256_bytes(data)}, "
+             f"its junit_sha256 says {result.get('junit_sha256')}")
+    return data
+
+
+def _check_junit(path: Path, stmt: statement.Statement) -> str:
+    """``<suite>.junit.xml`` beside the envelope, when present, must be the signed one."""
+    jp = junit_path(path)
+    try:
+        data = jp.read_bytes()
+    except FileNotFoundError:
+        return "not committed"
+    except OSError as exc:
+        fail("unreadable", f"{jp} is unreadable: {exc.strerror}")
+    want = stmt.predicate.get("junitSha256")
+    if sha256_bytes(data) != want:
+        fail("junit-mismatch", f"{jp} hashes to {sha256_bytes(data)}; the signed statement "
+             f"names JUnit sha256 {want}: it is not the report of the signed run")
+    return "matches"
 
 
 def verify_bytes(data: bytes, where: str, image_digest: str, policy: Policy,
@@ -129,14 +190,17 @@ def verify_bytes(data: bytes, where: str, image_digest: str, policy: Policy,
         fail("wrong-subject", f"{where}: evidence is about image {stmt.subject_digest}, not "
              f"{image_digest}: it does not carry over to another image")
     if suite is not None and stmt.suite != suite:
-        fail("bad-predicate", f"{where}: the statement is about suite '{stmt.suite}', but "
+        fail("wrong-suite", f"{where}: the statement is about suite '{stmt.suite}', but "
              f"the file is stored as suite '{suite}'")
     return keyid, stmt
 
 
 def verify_file(path: Path, image_digest: str, policy: Policy,
                 suite: str | None = None) -> Verified:
-    """Verify one envelope file against an image digest; raise EvidenceError otherwise."""
+    """Verify one envelope file against an image digest; raise EvidenceError otherwise.
+
+    The suite a file stands for is its name, ``<suite>.dsse.json``: a statement about
+    another suite stored under that name is refused, as is a file not named so."""
     _digest_hex(image_digest)
     try:
         data = path.read_bytes()
@@ -147,8 +211,14 @@ def verify_file(path: Path, image_digest: str, policy: Policy,
         fail("unreadable", f"evidence {path} is a directory, not an envelope")
     except OSError as exc:
         fail("unreadable", f"evidence {path} is unreadable: {exc.strerror}")
+    if suite is None:
+        if not path.name.endswith(SUFFIX) or not _SUITE_NAME.match(path.name[:-len(SUFFIX)]):
+            fail("wrong-suite", f"evidence {path} is not named <suite>{SUFFIX}: which suite "
+                 "it stands for cannot be told")
+        suite = path.name[:-len(SUFFIX)]
     keyid, stmt = verify_bytes(data, str(path), image_digest, policy, suite)
-    return Verified(path, keyid, policy.keys[keyid].name, stmt, sha256_bytes(data))
+    junit = _check_junit(path, stmt)
+    return Verified(path, keyid, policy.keys[keyid].name, stmt, sha256_bytes(data), junit)
 
 
 def verify_suites(evidence_dir: Path, image_digest: str, policy: Policy,

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import EvidenceError
 from .failures import reason_of
-from .records import Verified
+from .records import NOT_SHOWN, Verified
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,10 @@ def paragraph(facts: ImageFacts, evidence: dict[str, Verified | EvidenceError]) 
             not_run.append(f"`{suite}` (no signed evidence for this image)")
         elif isinstance(v, EvidenceError):
             not_run.append(f"`{suite}` ({reason_of(v)}: {v.message})")
+        elif v.statement.result == "PASSED" and not v.patch_shown:
+            not_run.append(f"`{suite}` (passed {v.statement.counts['passed']} tests, but "
+                           f"{NOT_SHOWN}: it never failed on the pristine upstream tree, so "
+                           "it counts toward nothing)")
         elif not v.counts_as_evidence:
             not_run.append(f"`{suite}` (evidence present but {v.statement.result}; it does "
                            "not count)")

@@ -127,7 +127,9 @@ def _startup_allow(items: list[Any], source: str) -> tuple[tuple[str, str], ...]
         where = f"{source}: 'startup_allow[{i}]'"
         if not isinstance(item, dict) or set(item) != {"path", "sha256"}:
             raise ConfigError(f"{where} must be a mapping with exactly 'path' and 'sha256'")
-        problem = _abs_path_check(item["path"])
+        # env:NAME pins an image config variable (sha256 of NAME=VALUE): verify's checks
+        env = re.fullmatch(r"env:[A-Za-z_][A-Za-z0-9_]*", str(item["path"]))
+        problem = None if env else _abs_path_check(item["path"])
         if problem:
             raise ConfigError(f"{where}.path {problem}")
         if not re.fullmatch(r"[0-9a-f]{64}", str(item["sha256"])):

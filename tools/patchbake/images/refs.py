@@ -41,17 +41,12 @@ class Resolved:
     image: Image
     blobs: Blobs
     definition: str | None = None
+    chosen: str = ""  # which manifest REF stood for, and why (an index can name several)
 
 
-def _layout_manifest(root: Path, pinned: str | None) -> str:
-    if pinned:
-        return pinned
+def _layout_manifest(root: Path, select: str | None) -> layout.Chosen:
     index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json")
-    manifests = index.get("manifests") or []
-    if len(manifests) != 1:
-        raise ImageError(f"{root}/index.json lists {len(manifests)} manifests; name one as "
-                         f"{root}@sha256:<hex>")
-    return str(manifests[0]["digest"])
+    return layout.choose_manifest(DirBlobs(root), index, f"{root}/index.json", select=select)
 
 
 @contextmanager
@@ -94,8 +89,9 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
         if not (path / "oci-layout").is_file():
             raise ImageError(f"{path} is a directory but not an OCI image layout (no oci-layout)")
         blobs = DirBlobs(path)
-        digest = _layout_manifest(path, pin or None)
-        yield Resolved(ref, "oci-layout", load_image(blobs, digest), blobs)
+        chosen = _layout_manifest(path, pin or None)
+        yield Resolved(ref, "oci-layout", load_image(blobs, chosen.digest), blobs,
+                       chosen=chosen.why)
         return
     if path.is_file():
         from ..oci.archive import import_docker_archive

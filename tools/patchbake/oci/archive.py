@@ -19,14 +19,22 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ..errors import ImageError, IntegrityError
 from ..fsutil import atomic_writer, canonical_json
 from ..store import Store
 from . import layout
 from .image import Image, StoreBlobs, image_from_bytes, load_image, parse_json
-from .media import OCI_CONFIG, OCI_INDEX, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST, Descriptor
+from .media import (
+    INDEX_TYPES,
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_LAYER_GZIP,
+    OCI_LAYER_TAR,
+    OCI_MANIFEST,
+    Descriptor,
+)
 from .tarwriter import file_entry, with_parents, write_layer
 
 _READ = 1 << 20
@@ -91,11 +99,11 @@ def _hash_member(tf: tarfile.TarFile, name: str) -> tuple[str, str, int, bool]:
 
 
 def _member(tf: tarfile.TarFile, name: str) -> tarfile.TarInfo:
-    clean = name.lstrip("./")
-    try:
-        m = tf.getmember(clean)
-    except KeyError:
-        raise ImageError(f"archive has no member {name!r}") from None
+    clean = _norm(name)
+    found = [m for m in tf.getmembers() if _norm(m.name) == clean]
+    if not found:
+        raise ImageError(f"archive has no member {name!r}")
+    m = found[-1]
     if not m.isreg():
         raise ImageError(f"archive member {name!r} is not a regular file")
     return m
@@ -121,37 +129,138 @@ def import_docker_archive(store: Store, path: Path) -> Imported:
     except (OSError, tarfile.TarError) as exc:
         raise ImageError(f"{path} is not a readable docker-archive tar: {exc}") from None
     with tf:
-        for m in tf.getmembers():
-            parts = m.name.split("/")
-            if m.name.startswith("/") or ".." in parts or not (m.isreg() or m.isdir() or
-                                                               m.issym()):
-                from ..errors import UnsafeArchiveError
-
-                raise UnsafeArchiveError(f"{path}: unsafe archive entry {m.name!r}")
-        names = set(tf.getnames())
+        _check_members(tf, path)
+        _check_headers(tf, path)
+        names = {_norm(n) for n in tf.getnames()}
         if "index.json" in names:
-            return _import_oci(store, tf, path)
+            return _import_oci(store, tf, path, "manifest.json" in names)
         return _import_classic(store, tf, path)
 
 
-def _import_oci(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
+def _norm(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.rstrip("/")
+
+
+def _check_members(tf: tarfile.TarFile, path: Path) -> None:
+    """Refuse unsafe entries, and a name that appears twice: `docker load` extracts the
+    archive (the later copy wins), other readers take the first; which bytes were meant
+    cannot be told, so neither is trusted."""
+    from ..errors import UnsafeArchiveError
+
+    seen: set[str] = set()
+    for m in tf.getmembers():
+        parts = m.name.split("/")
+        if m.name.startswith("/") or ".." in parts or not (m.isreg() or m.isdir() or
+                                                           m.issym()):
+            raise UnsafeArchiveError(f"{path}: unsafe archive entry {m.name!r}")
+        name = _norm(m.name)
+        if name in seen and not m.isdir():
+            raise ImageError(f"{path}: archive entry {name!r} appears twice; which copy is the "
+                             "image cannot be told, nothing was stored")
+        seen.add(name)
+
+
+# PAX records that do not touch a member's name; anything else (path, linkpath, sparse
+# maps, charset tricks) is read differently by Python's tarfile and Go's archive/tar.
+_NAMELESS_PAX = frozenset({"size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"})
+
+
+def _check_headers(tf: tarfile.TarFile, path: Path) -> None:
+    """Refuse archive members whose name two tar readers could read differently.
+
+    `docker load` reads the archive with Go's archive/tar, this import with Python's
+    tarfile. They disagree on bytes 345-500 of a header with GNU magic (a ustar ``prefix``
+    to Python, GNU atime/ctime to Go), and on which of a PAX path and a GNU long name wins;
+    an archive that uses any of these for a name cannot be read the way the engine reads
+    it, so it is refused rather than interpreted."""
+    if tf.pax_headers:
+        raise ImageError(f"{path}: the archive carries global PAX headers; how they name its "
+                         "members differs between tar readers, refusing it")
+    fileobj = tf.fileobj
+    assert fileobj is not None
+    for m in tf.getmembers():
+        header_at = m.offset_data - 512  # the member's own header, after any extension
+        extended = header_at != m.offset
+        if extended and (not m.pax_headers or set(m.pax_headers) - _NAMELESS_PAX):
+            raise ImageError(f"{path}: member {m.name!r} is named by a PAX or GNU long-name "
+                             "header; tar readers disagree on such names, refusing the archive")
+        fileobj.seek(header_at)
+        block = fileobj.read(512)
+        if block[345:500].strip(b"\0"):
+            raise ImageError(f"{path}: member {m.name!r} has bytes in the ustar prefix / GNU "
+                             "time fields; tar readers disagree on its name, refusing the "
+                             "archive")
+
+
+def _import_oci(store: Store, tf: tarfile.TarFile, path: Path, with_docker: bool) -> Imported:
     index = parse_json(_read(tf, "index.json"), f"{path}:index.json")
     manifests = index.get("manifests") or []
     if len(manifests) != 1:
         raise ImageError(f"{path}: index.json lists {len(manifests)} manifests; expected one")
     desc = Descriptor.from_json(manifests[0], f"{path}:index.json")
+    if desc.media_type in INDEX_TYPES:
+        raise ImageError(f"{path}: index.json names a nested index ({desc.digest}), not one "
+                         "image; docker load would choose a platform itself, verify does not")
     mbytes = _read(tf, f"blobs/sha256/{desc.hex}")
+    if len(mbytes) != desc.size:
+        raise IntegrityError(f"{path}: manifest {desc.digest} is {len(mbytes)} bytes; "
+                             f"index.json says {desc.size}; nothing was stored")
     cdesc = Descriptor.from_json(parse_json(mbytes, "manifest").get("config"), "manifest")
     cbytes = _read(tf, f"blobs/sha256/{cdesc.hex}")
     image = image_from_bytes(mbytes, desc.digest, cbytes)
     for i, layer in enumerate(image.layers):
         digest, diff_id, size, _ = _hash_member(tf, f"blobs/sha256/{layer.hex}")
         _check_layer(i, layer, digest, size, diff_id, image.diff_ids[i])
+    if with_docker:
+        _same_image(tf, path, image)
     for layer in image.layers:
         _store_member(store, tf, f"blobs/sha256/{layer.hex}", layer.digest)
     store.put_bytes(cbytes, expected=cdesc.digest)
     store.put_bytes(mbytes, expected=desc.digest)
     return Imported(desc.digest, cdesc.digest, True)
+
+
+def _same_image(tf: tarfile.TarFile, path: Path, image: Image) -> None:
+    """manifest.json (what `docker load` reads) must name the config and layers, in order,
+    of the image index.json names (what OCI tools and verify read): compared by the bytes'
+    digests, so two paths holding the same bytes agree and one path cannot mean two."""
+    entry = _docker_entry(tf, path)
+    where = f"{path}: manifest.json (read by docker load) and index.json (read by OCI tools)"
+    cdigest = "sha256:" + hashlib.sha256(_read(tf, entry["Config"])).hexdigest()
+    if cdigest != image.config_desc.digest:
+        raise ImageError(f"{where} name different configs ({cdigest} vs "
+                         f"{image.config_desc.digest}); refusing an archive with two images")
+    if len(entry["Layers"]) != len(image.layers):
+        raise ImageError(f"{where} name {len(entry['Layers'])} vs {len(image.layers)} layers; "
+                         "refusing an archive with two images")
+    for i, (name, layer) in enumerate(zip(entry["Layers"], image.layers)):
+        own = _norm(name) == f"blobs/sha256/{layer.hex}"
+        digest = layer.digest if own else _hash_member(tf, name)[0]
+        if digest != layer.digest:
+            raise ImageError(f"{where} name different layers at {i} ({name} is {digest}, "
+                             f"index.json's is {layer.digest}); refusing an archive with two "
+                             "images")
+
+
+def _docker_entry(tf: tarfile.TarFile, path: Path) -> dict[str, Any]:
+    try:
+        entries = json.loads(_read(tf, "manifest.json"))
+    except ValueError as exc:
+        raise ImageError(f"{path}: manifest.json is not JSON: {exc}") from None
+    if not isinstance(entries, list) or len(entries) != 1:
+        raise ImageError(f"{path}: manifest.json must describe exactly one image")
+    entry = entries[0]
+    if not isinstance(entry, dict) or not isinstance(entry.get("Config"), str) \
+            or not isinstance(entry.get("Layers"), list) \
+            or not all(isinstance(x, str) for x in entry["Layers"]):
+        raise ImageError(f"{path}: manifest.json's entry needs 'Config' (a path) and "
+                         "'Layers' (a list of paths)")
+    if entry.get("LayerSources"):
+        raise ImageError(f"{path}: manifest.json names foreign layers (LayerSources) that "
+                         "are not in the archive; they cannot be checked")
+    return entry
 
 
 def _check_layer(i: int, layer: Descriptor, digest: str, size: int, diff_id: str,
@@ -165,18 +274,7 @@ def _check_layer(i: int, layer: Descriptor, digest: str, size: int, diff_id: str
 
 
 def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
-    try:
-        entries = json.loads(_read(tf, "manifest.json"))
-    except ValueError as exc:
-        raise ImageError(f"{path}: manifest.json is not JSON: {exc}") from None
-    if not isinstance(entries, list) or len(entries) != 1:
-        raise ImageError(f"{path}: manifest.json must describe exactly one image")
-    entry = entries[0]
-    if not isinstance(entry, dict) or not isinstance(entry.get("Config"), str) \
-            or not isinstance(entry.get("Layers"), list) \
-            or not all(isinstance(x, str) for x in entry["Layers"]):
-        raise ImageError(f"{path}: manifest.json's entry needs 'Config' (a path) and "
-                         "'Layers' (a list of paths)")
+    entry = _docker_entry(tf, path)
     cbytes = _read(tf, entry["Config"])
     cdigest = "sha256:" + hashlib.sha256(cbytes).hexdigest()
     stem = Path(entry["Config"]).name.removesuffix(".json")

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ImageError, IntegrityError, StoreError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
-from .media import OCI_INDEX, OCI_MANIFEST, Descriptor
+from .image import Blobs, parse_json, read_checked
+from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
 
 REF_NAME = "org.opencontainers.image.ref.name"
 LAYOUT_VERSION = b'{"imageLayoutVersion":"1.0.0"}'
@@ -127,3 +129,116 @@ def resolve(store: Store, ref: str) -> Descriptor:
         raise ImageError(f"no image named '{ref}' in the store at {store.root}",
                          hint="run `patchbake bake` first, or `patchbake image ls` to list names")
     return known[ref]
+
+
+# --- choosing the one image an OCI layout's index.json describes -------------------------
+
+DEFAULT_PLATFORM = "linux/amd64"
+_MAX_NESTING = 4
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The manifest a layout reference stands for, and why that one (shown by verify)."""
+
+    digest: str
+    why: str
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    digest: str
+    platform: str | None  # from the index descriptor; None: look in the config
+    name: str | None  # org.opencontainers.image.ref.name
+    via: str  # "index.json" or "index.json > sha256:..." for a nested index
+
+
+def _platform_text(plat: Any) -> str | None:
+    if not isinstance(plat, dict):
+        return None
+    parts = [str(plat.get("os", "")), str(plat.get("architecture", "")),
+             str(plat.get("variant", "") or "")]
+    return "/".join(p for p in parts if p)
+
+
+def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
+                inherited: str | None) -> list[_Candidate]:
+    if not isinstance(manifests, list):
+        raise ImageError(f"{where} has no 'manifests' list")
+    out: list[_Candidate] = []
+    for i, m in enumerate(manifests):
+        d = Descriptor.from_json(m, f"{where} manifests[{i}]")
+        name = dict(d.annotations).get(REF_NAME, inherited)
+        if d.media_type in INDEX_TYPES:
+            if depth >= _MAX_NESTING:
+                raise ImageError(f"{where}: indexes nested more than {_MAX_NESTING} deep; "
+                                 "refusing to guess which image is meant")
+            doc = parse_json(read_checked(blobs, d.digest, d.size, "index"), f"index {d.digest}")
+            out += _candidates(blobs, doc.get("manifests"), f"{where} > {d.digest}",
+                               depth + 1, name)
+        elif d.media_type in MANIFEST_TYPES or not d.media_type:
+            out.append(_Candidate(d.digest, _platform_text(m.get("platform")), name, where))
+        # any other media type (signatures, SBOMs, artifacts) is not an image to verify
+    return out
+
+
+def _config_platform(blobs: Blobs, digest: str) -> str:
+    """os/arch[/variant] from the manifest's config, for descriptors that carry none."""
+    mbytes = read_checked(blobs, digest, None, "manifest")
+    cdesc = Descriptor.from_json(parse_json(mbytes, f"manifest {digest}").get("config"),
+                                 f"manifest {digest} config")
+    config = parse_json(read_checked(blobs, cdesc.digest, cdesc.size, "config"),
+                        f"config {cdesc.digest}")
+    return _platform_text(config) or "unknown"
+
+
+def _matches(offered: str, want: str) -> bool:
+    o, w = offered.split("/"), want.split("/")
+    return o[:2] == w[:2] and (len(w) < 3 or (len(o) > 2 and o[2] == w[2]))
+
+
+def _listing(cands: list[_Candidate]) -> str:
+    return "; ".join(f"{c.digest[:19]} ({c.platform or '?'}"
+                     + (f", '{c.name}'" if c.name else "") + ")" for c in cands[:6]) \
+        + (f"; +{len(cands) - 6} more" if len(cands) > 6 else "")
+
+
+def choose_manifest(blobs: Blobs, index: dict[str, Any], where: str, *,
+                    select: str | None = None, platform: str | None = None) -> Chosen:
+    """The one image manifest ``index`` (an index.json) stands for, or a refusal.
+
+    ``select`` is what the user named after ``@``: a manifest digest, or a
+    ``org.opencontainers.image.ref.name``. Without it the index must name exactly one image
+    manifest (nested indexes followed); several are narrowed to ``platform`` (default
+    linux/amd64, the platform read from the index descriptor, else from the image's config),
+    and when more than one remains nothing is guessed.
+    """
+    cands = _candidates(blobs, index.get("manifests"), where, 0, None)
+    digests = list(dict.fromkeys(c.digest for c in cands))
+    if select and select.startswith("sha256:"):
+        if select in digests:
+            return Chosen(select, f"named by digest; {where} lists it")
+        raise ImageError(f"{where} does not list {select}; verify checks only an image the "
+                         f"layout's index names (it names: {_listing(cands) or 'nothing'})")
+    if select:
+        named = list(dict.fromkeys(c.digest for c in cands if c.name == select))
+        if len(named) == 1:
+            return Chosen(named[0], f"the manifest {where} names '{select}' "
+                                    "(org.opencontainers.image.ref.name)")
+        raise ImageError(f"{where} names {len(named)} different manifests '{select}'; name "
+                         f"one by digest (it lists: {_listing(cands) or 'nothing'})")
+    if len(digests) == 1:
+        return Chosen(digests[0], f"the only image manifest {cands[0].via} names")
+    if not digests:
+        raise ImageError(f"{where} names no image manifest")
+    want = platform or DEFAULT_PLATFORM
+    cands = [c if c.platform else _Candidate(c.digest, _config_platform(blobs, c.digest),
+                                             c.name, c.via) for c in cands]
+    fit = list(dict.fromkeys(c.digest for c in cands if _matches(c.platform or "", want)))
+    if len(fit) == 1:
+        via = next(c.via for c in cands if c.digest == fit[0])
+        return Chosen(fit[0], f"the only {want} image among {len(digests)} manifests "
+                              f"{via} names")
+    raise ImageError(f"{where} names {len(digests)} image manifests ({len(fit)} for {want}): "
+                     f"{_listing(cands)}; refusing to guess, name one as "
+                     "DIR@sha256:<hex> or DIR@<ref.name>")

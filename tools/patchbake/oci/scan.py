@@ -79,7 +79,13 @@ def _clean_name(name: str, layer: int) -> str:
 class _Scanner:
     def __init__(self, tracked: tuple[str, ...], write_root: Path | None,
                  write_prefix: str) -> None:
-        self.tracked = tracked
+        # "DIR/*SUFFIX" tracks the entries directly in DIR whose name ends so (``*.pth``)
+        self.named: dict[str, tuple[str, ...]] = {}
+        for t in tracked:
+            if "/*" in t:
+                d, suffix = t[:t.index("/*")], t[t.index("/*") + 2:]
+                self.named[d] = (*self.named.get(d, ()), suffix)
+        self.tracked = tuple(t for t in tracked if "/*" not in t)
         self.view = View()
         self.dirs: set[str] = set()
         self.ops: list[list[Any]] | None = None  # what this layer did, for the layer cache
@@ -91,7 +97,12 @@ class _Scanner:
                       for i in range(1, len(t.rstrip("/").split("/")) + 1)}
 
     def is_tracked(self, path: str) -> bool:
-        return path.startswith(self.tracked)
+        if path.startswith(self.tracked):
+            return True
+        if self.named:
+            parent, _, name = path.rpartition("/")
+            return name.endswith(self.named.get(parent, ()))
+        return False
 
     def _dest(self, path: str) -> Path | None:
         if self.write_root is None or not path.startswith(self.write_prefix):
@@ -362,3 +373,42 @@ def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff
     if got_diff != diff_id:
         raise IntegrityError(f"layer {i}: uncompressed tar hashes to {got_diff}; the config's "
                              f"diff_id is {diff_id} (layer swapped or config edited)")
+
+
+def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
+              cache_dir: Path | None = None) -> list[list[Any]]:
+    """What layer ``index`` alone does (the layer-cache "ops": files set in the tracked
+    region, every whiteout/opaque removal, directories replaced), after its digest and
+    diff_id were checked to EOF. Verify reads the layers above the base with it. With
+    ``cache_dir`` the ops are memoised like ``scan_image``'s (bytes still hashed)."""
+    desc = image.layers[index]
+    diff_id = image.diff_ids[index]
+    cache = _cache_file(cache_dir, desc.digest, tracked)
+    memo = _load_ops(cache, desc.digest, diff_id)
+    if memo is not None:
+        with blobs.open(desc.digest) as raw:
+            hashed = HashedBlob(raw, compression_of(desc.media_type))
+        _check_digests(hashed, desc.digest, desc.size, diff_id, index)
+        return list(memo["ops"])
+    scanner = _Scanner(tracked, None, "")
+    scanner.ops = []
+    count = 0
+    with blobs.open(desc.digest) as raw:
+        src = LayerBytes(raw, compression_of(desc.media_type))
+        try:
+            for m in members(src):
+                scanner.entry(src, m, index)
+                count += 1
+        except BaseException:
+            src.close()
+            raise
+        clean = src.drain()
+    _check_digests(src, desc.digest, desc.size, diff_id, index)
+    if not clean:
+        raise UnsafeArchiveError(f"layer {index} ({desc.digest}) has data after the end of "
+                                 "its tar archive")
+    if cache is not None:
+        atomic_write(cache, json.dumps({"format": CACHE_FORMAT, "digest": desc.digest,
+                                        "diff_id": diff_id, "entries": count,
+                                        "ops": scanner.ops}).encode())
+    return scanner.ops

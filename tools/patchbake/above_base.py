@@ -1,0 +1,89 @@
+"""The layers above the pinned base: what they may write, and bytecode beside baked files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .expected import Expected
+from .images.overlay import Patched
+from .images.refs import Resolved
+from .oci.scan import View, layer_ops
+
+PACKAGE = "vllm/"
+KEEP_DIR = "opt/patchbake/"
+
+
+def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[str, str],
+                cache_dir: Path | None) -> list[dict[str, Any]]:
+    """The base is pinned by digest; above it may only be written the baked files (or a
+    vllm file byte-identical to upstream), /opt/patchbake, directories, and whiteouts of
+    the files the patch deletes. Anything else -- under ``vllm/`` or anywhere else (the
+    interpreter, its standard library, the entrypoint's scripts) -- is a failure."""
+    pkg = f"{exp.sp}/{PACKAGE}"
+    touched = {f"{exp.sp}/{p}" for p in patched.files if p.startswith(PACKAGE)}
+    deleted = {f"{exp.sp}/{p}" for p in patched.deleted if p.startswith(PACKAGE)}
+    # directories a layer above the base may carry under vllm/: the baked files' parents
+    parents = {pkg[:-1]} | {q.rsplit("/", k)[0] for q in touched | deleted
+                            for k in range(1, q[len(pkg):].count("/") + 2)}
+    out: list[dict[str, Any]] = []
+
+    def bad(i: int, path: str, found: str | None, what: str) -> None:
+        shown = path[len(exp.sp) + 1:] if path.startswith(pkg) or path == pkg[:-1] \
+            else "/" + path
+        out.append({"path": shown, "expected": pristine.get(path[len(pkg):]) if
+                    path.startswith(pkg) else None, "found": found,
+                    "why": f"layer {i} (above the base) {what}"})
+
+    for i in range(len(exp.base_diff_ids), len(res.image.layers)):
+        for op in layer_ops(res.image, res.blobs, i, ("",), cache_dir):
+            path = op[1]
+            if op[0] == "f":
+                if path in touched or path.startswith(KEEP_DIR) or (
+                        path.startswith(pkg) and op[2] == "file"
+                        and pristine.get(path[len(pkg):]) == op[5]):
+                    continue
+                bad(i, path, op[5], "writes a file outside the baked set"
+                    if path.startswith(pkg) else "writes outside the baked set and "
+                    "/opt/patchbake")
+            elif op[0] == "r" and not (not op[2] and path in deleted):
+                bad(i, path, None, "deletes what is under it; the patch does not" if op[2]
+                    else "deletes it; the patch does not")
+            elif op[0] == "d" and (path + "/").startswith(pkg) and path not in parents:
+                # a directory where the base has a module makes it a namespace package
+                bad(i, path, None, "adds a directory outside the baked set")
+            elif op[0] == "x":
+                bad(i, path, None, "replaces this directory with a non-directory")
+    return out
+
+
+def stale_bytecode(view: View, sp: str, patched: Patched) -> list[dict[str, Any]]:
+    """Bytecode beside a baked or deleted file: Python may run it instead of the source
+    (an unchecked hash-based .pyc always wins; a sourceless .pyc imports with no .py), and
+    its header cannot be checked against a source it was not compiled from."""
+    owners: dict[tuple[str, str], str] = {}  # (folder, module) -> the baked/deleted file
+    for rel in {*patched.files, *patched.deleted}:
+        if rel.startswith(PACKAGE) and rel.endswith(".py"):
+            folder, _, name = rel.rpartition("/")
+            owners[(f"{sp}/{folder}", name[:-3])] = rel
+    out = []
+    for path in sorted(p for p in view.files if p.endswith(".pyc")):
+        folder, _, name = path.rpartition("/")
+        cached = folder.endswith("/__pycache__")
+        key = (folder.removesuffix("/__pycache__"), name.split(".", 1)[0]) if cached \
+            else (folder, name[:-4])
+        if key in owners:
+            out.append({"path": path[len(sp) + 1:], "expected": None,
+                        "found": view.files[path].sha256,
+                        "why": f"bytecode of {owners[key]} that the fresh apply did not produce"
+                        if cached else "sourceless bytecode of a baked/deleted module"})
+    return out
+
+
+def drift_before_overlay(drift: dict[str, Any], flagged: set[str]) -> None:
+    """Base drift is the base against pristine upstream: paths the layers above the base
+    changed are failures listed as mismatches, not drift."""
+    for kind in ("changed", "missing", "extra"):
+        drift[kind] = [p for p in drift[kind]
+                       if not any(p == f or p.startswith(f + "/") for f in flagged)]
+        drift["counts"][kind] = len(drift[kind])

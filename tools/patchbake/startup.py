@@ -1,0 +1,156 @@
+"""What can make the image's Python run code before (or instead of) the verified ``vllm/``.
+
+Verify must not be bypassable without touching ``vllm/``: Python imports ``sitecustomize``
+and ``usercustomize`` from anywhere on ``sys.path``, executes ``import`` lines of every
+``*.pth`` file in a site directory, imports the first ``vllm`` it finds on ``sys.path``,
+and obeys start-up environment variables (``PYTHONPATH``, ``PYTHONSTARTUP``, ``PYTHONHOME``,
+``PYTHONWARNINGS`` categories are imported, ``PYTHONPYCACHEPREFIX`` moves the bytecode it
+trusts, ``LD_PRELOAD`` loads native code into the interpreter). Where to look comes from the
+image definition (its site-packages: the interpreter's version and prefix) plus the
+standard locations of that version, never from the image under test.
+
+Every finding is a failure unless the definition's ``startup_allow`` names it with its
+content digest (a file: sha256 of its bytes; an environment variable: sha256 of
+``NAME=VALUE``, keyed ``env:NAME``). A hook that is a symlink is refused: what it points
+at is not a checked file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .oci.scan import View
+
+_VERSION = re.compile(r"(?:^|/)python(3\.\d+)(?:/|$)")
+HOOK_MODULES = ("sitecustomize", "usercustomize")
+STARTUP_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE",
+               "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTHONWARNINGS", "PYTHONINSPECT",
+               "PYTHONEXECUTABLE", "PYTHONBREAKPOINT", "LD_PRELOAD", "LD_AUDIT")
+# CUDA bases set these themselves: a failure only when the image differs from its base
+BASE_ENV = ("LD_LIBRARY_PATH",)
+_CONFIG_KEYS = ("Entrypoint", "Cmd", "User", "WorkingDir", "Shell", "Healthcheck", "OnBuild")
+OTHER_VERSIONS = tuple(f"3.{n}" for n in range(6, 16))
+
+
+@dataclass(frozen=True)
+class Places:
+    """Layer paths (no leading '/') where the image's Python looks at start-up."""
+
+    site_dirs: tuple[str, ...]  # *.pth files are read here
+    path_dirs: tuple[str, ...]  # on sys.path: modules import from here (site dirs included)
+    zips: tuple[str, ...]  # pythonXY.zip: on sys.path when present
+
+    def tracked(self) -> tuple[str, ...]:
+        """Scan prefixes/patterns (see ``oci.scan``) covering every start-up hook."""
+        out = [f"{d}/*.pth" for d in self.site_dirs]
+        out += [f"{d}/{m}" for d in self.path_dirs for m in (*HOOK_MODULES, "vllm")]
+        return tuple(dict.fromkeys([*out, *self.zips]))
+
+
+def places(site_packages: str, env: dict[str, str]) -> Places:
+    """Where Python of the definition's version looks, under the usual prefixes."""
+    sp = site_packages.strip("/")
+    m = _VERSION.search(sp)
+    # the definition's version first, then every other CPython 3 an image may also carry
+    versions = list(dict.fromkeys([*([m.group(1)] if m else []), *OTHER_VERSIONS]))
+    prefix = sp.split("/lib/python")[0] if "/lib/python" in sp else ""
+    prefixes = list(dict.fromkeys(p for p in (prefix, "usr", "usr/local") if p))
+    site = [sp]
+    stdlib: list[str] = []
+    zips: list[str] = []
+    for p in prefixes:
+        site.append(f"{p}/lib/python3/dist-packages")
+        for v in versions:
+            site += [f"{p}/lib/python{v}/site-packages", f"{p}/lib/python{v}/dist-packages",
+                     f"{p}/lib64/python{v}/site-packages"]
+            stdlib += [f"{p}/lib/python{v}", f"{p}/lib/python{v}/lib-dynload"]
+            zips.append(f"{p}/lib/python{v.replace('.', '')}.zip")
+    for home in ("root", "home"):  # user site: ~/.local/lib/pythonX.Y/site-packages
+        for v in versions:
+            site.append(f"{home}/.local/lib/python{v}/site-packages")
+    extra = [d.strip("/") for d in env.get("PYTHONPATH", "").split(":") if d.strip("/")]
+    site = list(dict.fromkeys(site))
+    return Places(tuple(site), tuple(dict.fromkeys([*extra, *stdlib, *site])), tuple(zips))
+
+
+def env_of(config: dict[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in (config.get("config") or {}).get("Env") or []:
+        k, _, v = str(item).partition("=")
+        env[k] = v
+    return env
+
+
+def env_digest(name: str, value: str) -> str:
+    return hashlib.sha256(f"{name}={value}".encode()).hexdigest()
+
+
+def _is_hook(path: str, pl: Places, sp: str, dirs: frozenset[str]) -> str | None:
+    """Why ``path`` (in the view) changes what Python runs at start-up, or None."""
+    if path.startswith(f"{sp}/vllm/"):
+        return None  # the verified package itself
+    parent, _, name = path.rpartition("/")
+    if name.endswith(".pth") and parent in pl.site_dirs:
+        return "a .pth file in a site directory (its import lines run at start-up)"
+    if path in pl.zips:
+        return "a zip on sys.path (modules in it are importable)"
+    parts = path.split("/")
+    for k in range(1, len(parts)):
+        if "/".join(parts[:k]) not in dirs:
+            continue
+        head = parts[k]
+        mod = head.split(".", 1)[0]
+        if mod in HOOK_MODULES:
+            return f"{mod} (imported by site at every start-up)"
+        if mod == "vllm" and not head.endswith((".dist-info", ".egg-info")):
+            return "a second 'vllm' on sys.path (it may shadow the verified package)"
+    return None
+
+
+def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[str, str],
+             base_config: dict[str, Any] | None, config: dict[str, Any],
+             wrapped: dict[str, Any] | None = None) -> list[str]:
+    """One line per start-up change that the definition does not allow-list. ``wrapped``
+    is the base config as bake rewrites it (the start-up check wrapper in front of the
+    base's entrypoint): the image's entrypoint and cmd may be the base's or that."""
+    out: list[str] = []
+    dirs = frozenset(pl.path_dirs)
+    for path in sorted(view.files):
+        why = _is_hook(path, pl, sp, dirs)
+        if why is None:
+            continue
+        info = view.files[path]
+        shown = "/" + path
+        if info.kind != "file":  # a symlink's target (or a device) is not a checked file
+            out.append(f"{shown}: {why}; it is a {info.kind} whose content cannot be checked")
+        elif allow.get(shown) != info.sha256:
+            out.append(f"{shown}: {why}; not allow-listed by the definition"
+                       + (" (allow-list names another sha256)" if shown in allow else "")
+                       + f" [sha256:{info.sha256}]")
+    for name in STARTUP_ENV:
+        if name in env and allow.get(f"env:{name}") != env_digest(name, env[name]):
+            out.append(f"image config Env {name}={env[name]!r} changes what Python runs at "
+                       "start-up; not allow-listed by the definition")
+    if base_config is not None:
+        base_env = env_of(base_config)
+        for name in BASE_ENV:
+            if env.get(name) != base_env.get(name) and \
+                    allow.get(f"env:{name}") != env_digest(name, env.get(name, "")):
+                out.append(f"image config Env {name}={env.get(name)!r} differs from the "
+                           f"base's {base_env.get(name)!r}: other native libraries load")
+        mine, base = config.get("config") or {}, base_config.get("config") or {}
+        baked = (wrapped or {}).get("config") or base
+        for key in _CONFIG_KEYS:  # an engine writes "" or null where a base has nothing
+            if (mine.get(key) or None) not in ((base.get(key) or None),
+                                               (baked.get(key) or None)):
+                out.append(f"image config {key} {mine.get(key)!r} differs from the base's "
+                           f"{base.get(key)!r}: the image runs something else at start")
+    return out
+
+
+def allow_list(entries: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {k: v.removeprefix("sha256:") for k, v in entries}
