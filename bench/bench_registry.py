@@ -130,14 +130,31 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> None:
         raise RuntimeError(f"{argv[0]} {argv[1]} failed: {r.stderr[-500:]}")
 
 
+def one_blob_at_a_time(fn: Callable[[], object]) -> Callable[[], object]:
+    """The library call with concurrent blob transfer off: what concurrency buys."""
+    def go() -> object:
+        old = os.environ.get("PATCHBAKE_REGISTRY_CONCURRENCY")
+        os.environ["PATCHBAKE_REGISTRY_CONCURRENCY"] = "1"
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop("PATCHBAKE_REGISTRY_CONCURRENCY", None)
+            else:
+                os.environ["PATCHBAKE_REGISTRY_CONCURRENCY"] = old
+    return go
+
+
 def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, float]:
     env = {**os.environ, "PATCHBAKE_NO_PROGRESS": "1", "PATCHBAKE_HOME": str(store.root)}
     skopeo = ["skopeo", "--insecure-policy", "copy", "--quiet"]
     t: dict[str, float] = {}
     with fresh_registry(work) as r_lib, fresh_registry(work) as r_cli, \
-            fresh_registry(work) as r_sko:
+            fresh_registry(work) as r_sko, fresh_registry(work) as r_one:
         pushes: list[tuple[str, Callable[[], object]]] = [
             ("push_lib", lambda: RegistryClient(r_lib).push(store, digest, f"{r_lib}/b/img:v1")),
+            ("push_serial", one_blob_at_a_time(
+                lambda: RegistryClient(r_one).push(store, digest, f"{r_one}/b/img:v1"))),
             ("push_cli", lambda: run([sys.executable, "-m", "patchbake", "push", digest,
                                       f"{r_cli}/b/img:v1", "--json"], env)),
             ("push_skopeo", lambda: run([*skopeo, "--dest-tls-verify=false",
@@ -155,6 +172,9 @@ def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, floa
         pulls: list[tuple[str, Callable[[], object]]] = [
             ("pull_lib", lambda: RegistryClient(r_lib).pull(Store.open(dest / "lib"),
                                                             f"{r_lib}/b/img:v1")),
+            ("pull_serial", one_blob_at_a_time(
+                lambda: RegistryClient(r_lib).pull(Store.open(dest / "one"),
+                                                   f"{r_lib}/b/img:v1"))),
             ("pull_cli", lambda: run([sys.executable, "-m", "patchbake", "pull",
                                       f"{r_lib}/b/img:v1", "--json"],
                                      {**env, "PATCHBAKE_HOME": str(dest / "cli")})),
@@ -182,10 +202,10 @@ def bench_size(work: Path, total_mb: int, layers: int, rounds: int) -> dict[str,
     print(f"{'op':<5} {'tool':<26} {'median s':>9} {'MB/s':>8} {'vs skopeo':>10}")
     for op in ("push", "pull"):
         anchor = med[f"{op}_skopeo"]
-        for who in ("lib", "cli", "skopeo"):
+        for who in ("lib", "serial", "cli", "skopeo"):
             sec = med[f"{op}_{who}"]
             label = {"lib": "patchbake (library call)", "cli": "patchbake (CLI process)",
-                     "skopeo": "skopeo copy"}[who]
+                     "serial": "library, 1 blob at a time", "skopeo": "skopeo copy"}[who]
             print(f"{op:<5} {label:<26} {sec:>9.3f} {mb / sec:>8.1f} {anchor / sec:>9.2f}x")
     print(f"CLI start-up alone (python3 -m patchbake --version): {med['startup_cli']:.3f} s")
     return {"image_digest": digest, "image_bytes": nbytes, "layers": layers,
