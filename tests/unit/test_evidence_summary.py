@@ -82,3 +82,16 @@ def test_repeats_without_output_digests_are_not_called_bit_identical(tmp_path: P
     text = summary.paragraph(summary.ImageFacts("img", DIGEST, None, 70, 70), {"toy-gpu": v})
     assert "3 repeats agreed test by test (no output digests recorded)" in text
     assert "bit-identical" not in text
+
+
+def test_a_run_on_another_torch_than_the_upstream_pin_says_so(tmp_path: Path) -> None:
+    from test_evidence_sign_verify import make_result
+
+    env = {**make_result()["environment"], "torch": "2.11.0+cu130",
+           "upstream_pins": {"torch": "2.14.0"}, "pins_differ": ["torch"]}
+    facts = summary.ImageFacts("img", DIGEST, None, 5, 5)
+    text = summary.paragraph(facts, {"toy-gpu": _verified(tmp_path, environment=env)})
+    assert "it ran with torch 2.11.0+cu130 where the upstream pins 2.14.0" in text
+    same = {**env, "torch": "2.14.0+cu130", "pins_differ": []}
+    text = summary.paragraph(facts, {"toy-gpu": _verified(tmp_path / "b", environment=same)})
+    assert "upstream pins" not in text

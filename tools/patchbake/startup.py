@@ -33,7 +33,7 @@ STARTUP_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE",
 # CUDA bases set these themselves: a failure only when the image differs from its base
 BASE_ENV = ("LD_LIBRARY_PATH",)
 _CONFIG_KEYS = ("Entrypoint", "Cmd", "User", "WorkingDir", "Shell", "Healthcheck", "OnBuild")
-OTHER_VERSIONS = tuple(f"3.{n}" for n in range(6, 16))
+OTHER_VERSIONS = tuple(f"3.{n}" for n in range(8, 15))  # 3.8 .. 3.14
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,8 @@ def places(site_packages: str, env: dict[str, str]) -> Places:
                      f"{p}/lib64/python{v}/site-packages"]
             stdlib += [f"{p}/lib/python{v}", f"{p}/lib/python{v}/lib-dynload"]
             zips.append(f"{p}/lib/python{v.replace('.', '')}.zip")
-    for home in ("root", "home"):  # user site: ~/.local/lib/pythonX.Y/site-packages
-        for v in versions:
-            site.append(f"{home}/.local/lib/python{v}/site-packages")
+    for v in versions:  # root's user site (other users' homes are not looked through)
+        site.append(f"root/.local/lib/python{v}/site-packages")
     extra = [d.strip("/") for d in env.get("PYTHONPATH", "").split(":") if d.strip("/")]
     site = list(dict.fromkeys(site))
     return Places(tuple(site), tuple(dict.fromkeys([*extra, *stdlib, *site])), tuple(zips))

@@ -65,6 +65,11 @@ def _suite_sentence(v: Verified) -> str:
                       "recorded)")
     if probes:
         text += "; " + "; ".join(probes)
+    pins = env.get("upstream_pins") or {}
+    differ = [k for k in env.get("pins_differ") or [] if k in pins]
+    if differ:
+        text += "; it ran with " + ", ".join(
+            f"{k} {env.get(k) or 'absent'} where the upstream pins {pins[k]}" for k in differ)
     return text + "."
 
 
