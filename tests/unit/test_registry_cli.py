@@ -116,8 +116,6 @@ def test_pull_missing_manifest_exit_31(home: Path, fake: FakeRegistry,
 def test_push_definition_means_its_latest_bake(home: Path, fake: FakeRegistry,
                                                capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchbake import bake
-
     img = make_image()
     store_image(Store.open(home), img)
     asked: list[str] = []
@@ -126,7 +124,7 @@ def test_push_definition_means_its_latest_bake(home: Path, fake: FakeRegistry,
         asked.append(name)
         return img.digest if name == "sm89-serving-offline" else None
 
-    monkeypatch.setattr(bake, "latest_digest", latest)
+    monkeypatch.setattr(cmd, "_latest_bake", latest)
     rc, out, err = run(capsys, "push", "sm89-serving-offline",
                        f"{HOST}/vllm-sm89:0.25.1-dsv4", "--json")
     assert rc == 0, err
@@ -136,7 +134,6 @@ def test_push_definition_means_its_latest_bake(home: Path, fake: FakeRegistry,
 def test_push_definition_prefers_the_record_over_the_store_name(
         home: Path, fake: FakeRegistry, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchbake import bake
     from patchbake.oci import layout
     from patchbake.oci.media import Descriptor
 
@@ -148,7 +145,7 @@ def test_push_definition_prefers_the_record_over_the_store_name(
     layout.add_ref(store, "sm89-serving-offline",  # the store names another bake of it
                    Descriptor("application/vnd.oci.image.manifest.v1+json", other.digest,
                               len(other.manifest)))
-    monkeypatch.setattr(bake, "latest_digest", lambda ctx, name: recorded.digest
+    monkeypatch.setattr(cmd, "_latest_bake", lambda ctx, name: recorded.digest
                         if name == "sm89-serving-offline" else None)
     rc, out, err = run(capsys, "push", "sm89-serving-offline", f"{HOST}/app:1", "--json")
     assert rc == 0, err

@@ -16,22 +16,20 @@ from ..oci.media import Descriptor
 from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient, parse_pull_ref
 from ..oci.registry_ref import parse_ref
 from ..store import Store
+from .names import did_you_mean
 
 PUSH_JSON_VERSION = 1
 
 
 def _latest_bake(ctx: Ctx, name: str) -> str | None:
-    """The manifest digest of the latest recorded bake of definition ``name``, if the
-    images stage knows the definition; None when it does not."""
-    try:
-        from .. import bake  # the images stage; absent in a partial checkout
-    except ImportError:
+    """The manifest digest of the latest recorded bake of definition ``name``; None when
+    it is not a definition. (Reads the record only: importing the images stage would cost
+    every push its start-up.)"""
+    if name not in ctx.pipeline.images:
         return None
-    finder = getattr(bake, "latest_digest", None)
-    if finder is None:
-        return None
-    digest = finder(ctx, name)
-    return str(digest) if digest else None
+    from ..images import record
+
+    return str(record.latest(ctx.pipeline.root, name)["manifest_digest"])
 
 
 def resolve_source(ctx: Ctx, store: Store, source: str) -> str:
@@ -88,7 +86,8 @@ def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...],
     to another digest is never moved (exit 32)."""
     ref = parse_ref(dest)
     store = ctx.store
-    digest = resolve_source(ctx, store, source)
+    with did_you_mean(ctx, source):
+        digest = resolve_source(ctx, store, source)
     client = RegistryClient(ref.host)
     if not (ctx.as_json or as_json):
         ui.step(f"pushing {digest} to {ref}")
