@@ -1,36 +1,79 @@
 # patchbake — the two commands a fresh machine needs are `make demo` and `make test`.
-PY ?= python3
+#
+# Python: an active virtual environment ($VIRTUAL_ENV) is used as it is; otherwise the
+# Makefile makes its own in .venv/ with the python3 it finds (PYTHON=...), so a stock
+# Debian /usr/bin/python3 (externally managed, PEP 668) works unchanged.
+PYTHON ?= python3
+VENV ?= .venv
+ifdef VIRTUAL_ENV
+PY ?= $(VIRTUAL_ENV)/bin/python
+VENV_STAMP :=
+else
+PY ?= $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.made
+endif
 PIP ?= $(PY) -m pip
+APT_GET = DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 export PATCHBAKE_NO_PROGRESS ?=
 
-.PHONY: setup setup-python setup-suite setup-system services demo test unit integration bench lint check clean reliability
+.PHONY: setup setup-python setup-suite setup-system setup-bench services services-stop demo test unit \
+        integration bench lint dist check clean venv reliability guard ci-gates
 
 setup: setup-system setup-python
 
+# Debian packages the tests use (root + apt only); waits for another apt's dpkg lock.
+# umoci: the tar differential test's second unpacker; chromium: the release report's test.
+SYSTEM_PACKAGES = dockerd:docker.io docker-registry:docker-registry busybox:busybox-static \
+                  curl:curl umoci:umoci chromium:chromium
 setup-system:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
-	  command -v dockerd >/dev/null || missing="$$missing docker.io"; \
-	  command -v docker-registry >/dev/null || missing="$$missing docker-registry"; \
-	  command -v busybox >/dev/null || missing="$$missing busybox-static"; \
-	  command -v curl >/dev/null || missing="$$missing curl"; \
-	  command -v umoci >/dev/null || missing="$$missing umoci"; \
+	  for pair in $(SYSTEM_PACKAGES); do \
+	    command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair#*:}"; \
+	  done; \
+	  $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	  if [ -n "$$missing" ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    echo "apt-get install:$$missing"; \
+	    $(APT_GET) update -qq && \
+	    $(APT_GET) install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  fi; \
-	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, umoci yourself"; fi
+	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, curl, umoci, chromium and python3-venv yourself"; fi
 
-setup-python:
+# The benchmark's anchors also need skopeo.
+setup-bench:
+	@$(MAKE) --no-print-directory setup-system SYSTEM_PACKAGES="$(SYSTEM_PACKAGES) skopeo:skopeo"
+
+venv: $(VENV_STAMP)
+$(VENV)/.made:
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+	  echo "$(PYTHON) cannot make a virtual environment: install Debian's python3-venv" \
+	       "(as root: make setup-system), or activate a virtual environment first"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	@touch $@
+
+setup-python: $(VENV_STAMP)
 	$(PIP) install -q -e '.[test]'
 
-# The payload's fixture suite needs torch; its CPU part runs in CI. 2.13.0 is the CPU
-# build this machine kind keeps on disk (any torch already installed is kept).
+# The payload's fixture suite needs torch (CPU build) and numpy; its CPU part runs in CI.
+# torch comes from the index pip is configured with; to take CPU wheels from another index,
+# put it in pip's configuration (`pip config set patchbake.torch-index-url URL`, read here)
+# or pass TORCH_INDEX=URL. 2.13.0 is the CPU build this machine kind keeps on disk.
 TORCH_SPEC ?= torch==2.13.0
-setup-suite:
-	@$(PY) -c 'import torch' 2>/dev/null || $(PIP) install -q '$(TORCH_SPEC)'
+TORCH_INDEX ?= $(shell $(PIP) config get patchbake.torch-index-url 2>/dev/null)
+setup-suite: $(VENV_STAMP)
+	@$(PY) -c 'import torch' 2>/dev/null || { \
+	  echo "installing $(TORCH_SPEC) (CPU build, about 200 MB; progress below)"; \
+	  $(PIP) install --progress-bar on $(if $(TORCH_INDEX),--extra-index-url '$(TORCH_INDEX)') \
+	    '$(TORCH_SPEC)'; }
+	$(PIP) install -q -e '.[suite]'
 
+# A Docker engine (no bridge network) and a registry on 127.0.0.1:5000; their state, logs and
+# pid files live in $PATCHBAKE_SERVICES_DIR (default /var/tmp/patchbake-services).
 services: setup-system
 	./ci/services.sh
+
+services-stop:
+	./ci/services.sh stop
 
 # The main job, end to end on the embedded defaults.
 demo: setup-python
@@ -45,7 +88,7 @@ test: setup setup-suite services
 unit: setup-python
 	$(PY) -m pytest -q tests/unit
 
-bench: setup services
+bench: setup setup-bench services
 	PYTHONPATH=tools $(PY) bench/run.py
 
 # Hostile inputs, a fault proxy before the real registry, seeded kill -9/SIGTERM trials and
@@ -53,10 +96,25 @@ bench: setup services
 reliability: setup services
 	PYTHONPATH=tools $(PY) tests/reliability/run.py
 
-lint:
+# The lost-line guard with only Python and git (patch <=> FILES.txt; the pull-request gate).
+guard:
+	$(PYTHON) tools/check_patch_files.py
+
+# Every channel's release gates for the offline image (ci/gates.sh; CI runs the same).
+ci-gates: setup-python
+	PY=$(PY) ./ci/gates.sh
+
+lint: $(VENV_STAMP)
 	$(PIP) install -q -e '.[lint]'
-	ruff check tools tests bench
-	mypy  # files and strictness: [tool.mypy] in pyproject.toml (the package and the tests)
+	$(PY) -m ruff check tools tests bench
+	$(PY) -m mypy  # files and strictness: [tool.mypy] in pyproject.toml (package and tests)
+
+# sdist + wheel with the standard builder, checked with twine (as CI does).
+dist: $(VENV_STAMP)
+	$(PIP) install -q build twine
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""The patchset stage on the real vLLM 0.25.1 tree with a seed-scale synthetic patch.
+"""The patchset stage on the real vLLM 0.25.1 tree with synthetic patches at two scales.
 
 A workspace is made, ~70 files are edited deterministically (about +3,900 / -770 lines:
-modified files, new files, a deletion, a mode change), committed and exported. Then, in
-one run, each of ours is timed against its git anchor on the same patch (median of RUNS,
-after a warm-up, alternating):
+modified files, new files, a deletion, a mode change), committed and exported: the seed
+scale. The 10x scale (BENCH_SCALES, default "1,10") edits ten times as many files the same
+way (~700 files, ~+39,000 / -7,700 lines); check and export are timed at every scale, apply
+and build at the seed scale only. Each of ours is timed against its git anchor on the same
+patch (median of RUNS, after a warm-up):
 
   check   `patchbake patch check` (CLI process, Python start-up included) and
           `python3 -I tools/check_patch_files.py` vs `git apply --check`
@@ -65,28 +67,28 @@ lineages:
 """
 
 
-def sh(argv: list[str], cwd: Path | None = None, stdout: object = subprocess.DEVNULL) -> None:
-    subprocess.run(argv, cwd=cwd, check=True, stdout=stdout, stderr=subprocess.PIPE)
-
-
-def synth_edits(ws: Path) -> None:
-    """Deterministic seed-scale edits: 63 modified, 5 new, 1 deleted, 1 mode change."""
+def synth_edits(ws: Path, scale: int = 1) -> None:
+    """Deterministic edits: 63 modified, 5 new, 1 deleted, 1 mode change, times ``scale``."""
     rng = random.Random(SEED)
     pyfiles = sorted(p for p in (ws / "vllm").rglob("*.py")
                      if 400 < p.stat().st_size and len(p.read_text().splitlines()) > 120)
-    chosen = rng.sample(pyfiles, 64)
+    chosen = rng.sample(pyfiles, 64 * scale)
     small = sorted(p for p in (ws / "vllm").rglob("*.py")
-                   if 10 <= len(p.read_text().splitlines()) <= 16)
-    for n, path in enumerate(chosen[:63]):
+                   if 10 <= len(p.read_text().splitlines()) <= 16
+                   and p not in set(chosen))
+    modified = chosen[:63 * scale]
+    for n, path in enumerate(modified):
         lines = path.read_text().splitlines(keepends=True)
         for k in range(3):  # three hunks, far apart
             at = (k + 1) * len(lines) // 4
             del lines[at:at + 4]
             lines[at:at] = [f"# patchbake bench: edit {n}.{k} line {i}\n" for i in range(18)]
         path.write_text("".join(lines))
-    rng.choice(small).unlink()
-    chosen[63].chmod(0o755)
-    for n in range(5):
+    for gone in rng.sample(small, scale):
+        gone.unlink()
+    for path in chosen[63 * scale:]:
+        path.chmod(0o755)
+    for n in range(5 * scale):
         body = "".join(f"VALUE_{i} = {i}  # synthetic\n" for i in range(100))
         (ws / "vllm" / f"patchbake_bench_{n}.py").write_text(f'"""bench {n}"""\n' + body)
 
@@ -101,152 +103,183 @@ def timed(fn: Callable[[], object]) -> float:
     return statistics.median(samples)
 
 
+SCALES = [int(x) for x in os.environ.get("BENCH_SCALES", "1,10").split(",") if x.strip()]
+GOALS = {  # (step, scale) -> ratio goal against the anchor
+    ("check", 1): 10.0, ("check", 10): 3.0, ("export", 1): 3.0, ("export", 10): 1.5,
+    ("apply", 1): 3.0, ("build", 1): 3.0,
+}
+
+
+def sh(argv: list[str], cwd: Path | None = None, stdout: object = subprocess.DEVNULL) -> None:
+    subprocess.run(argv, cwd=cwd, check=True, stdout=stdout, stderr=subprocess.PIPE)
+
+
+def one_scale(work: Path, scale: int, env: dict[str, str]) -> dict[str, object]:
+    repo = work / f"repo{scale}"
+    (repo / "patch").mkdir(parents=True)
+    (repo / "pipeline.yaml").write_text(PIPELINE)
+    lin = config.load(repo / "pipeline.yaml").lineage()
+    store = Store.open()
+    pristine = fetch(lin, store).root
+    ws = work / f"ws{scale}"
+    t = time.perf_counter()
+    create_workspace(lin, store, ws)
+    t_ws = time.perf_counter() - t
+    synth_edits(ws, scale)
+    subprocess.run(["git", "add", "-A"], cwd=ws, env=env, check=True)
+    subprocess.run(["git", "commit", "-qm", "bench"], cwd=ws, env=env, check=True)
+    ex = export(lin, store, str(ws))
+    patch_file = lin.patch
+    patch_size = len(patch_file.read_bytes())
+    patch = parse_patch(patch_file.read_bytes())
+    cli = [sys.executable, "-m", "patchbake", "--pipeline", str(repo / "pipeline.yaml")]
+
+    def run(argv: list[str], cwd: Path | None = None) -> Callable[[], None]:
+        return lambda: sh(argv, cwd)
+
+    res: dict[str, float] = {}
+    res["check_cli"] = timed(run([*cli, "patch", "check"]))
+    res["check_bare"] = timed(run([sys.executable, "-I", str(REPO / "tools" /
+                                  "check_patch_files.py"), "--repo", str(repo),
+                                   "--tree", str(pristine)]))
+    res["python_start"] = timed(run([sys.executable, "-I", "-c", "pass"]))
+    res["git_apply_check"] = timed(run(["git", "apply", "--check", str(patch_file)],
+                                       pristine))
+    pristine_commit = subprocess.run(["git", "rev-parse", "refs/patchbake/pristine"],
+                                     cwd=ws, capture_output=True, text=True,
+                                     check=True).stdout.strip()
+    res["export_cli"] = timed(run([*cli, "patch", "export", "--from", str(ws)]))
+    res["export_lib"] = timed(lambda: export(lin, store, str(ws)))
+    res["git_diff"] = timed(lambda: sh(["git", "diff", "--full-index", "--binary",
+                                        pristine_commit, "HEAD"], ws))
+    if scale == 1:
+        res.update(apply_and_build(work, cli, store, pristine, patch_file, patch))
+    return {"scale": scale, "files": ex.files, "added": ex.added, "removed": ex.removed,
+            "bytes": patch_size, "workspace_s": t_ws, "res": res}
+
+
+def apply_and_build(work: Path, cli: list[str], store: Store, pristine: Path,
+                    patch_file: Path, patch: object) -> dict[str, float]:
+    res: dict[str, float] = {}
+    n = [0]
+
+    def ours_apply() -> None:
+        n[0] += 1
+        sh([*cli, "patch", "apply", "--to", str(work / f"ours{n[0]}")])
+        shutil.rmtree(work / f"ours{n[0]}")
+
+    def git_apply() -> None:
+        n[0] += 1
+        d = work / f"git{n[0]}"
+        sh(["cp", "-a", str(pristine), str(d)])
+        sh(["git", "apply", str(patch_file)], d)
+        shutil.rmtree(d)
+
+    res["apply_cli"] = timed(ours_apply)
+    res["cp_git_apply"] = timed(git_apply)
+    # Apply only: both start from an already copied tree.
+    base = work / "base"
+    copy_tree(pristine, base)
+
+    def fresh() -> Path:
+        n[0] += 1
+        d = work / f"only{n[0]}"
+        sh(["cp", "-a", str(base), str(d)])
+        return d
+
+    only_ours, only_git = [], []
+    for _ in range(RUNS + 1):
+        d = fresh()
+        t = time.perf_counter()
+        outcomes = apply_in_memory(patch, d)  # type: ignore[arg-type]
+        write_outcomes(d, outcomes.values())
+        _verify_on_disk(d, outcomes)
+        only_ours.append(time.perf_counter() - t)
+        shutil.rmtree(d)
+        d = fresh()
+        t = time.perf_counter()
+        sh(["git", "apply", str(patch_file)], d)
+        only_git.append(time.perf_counter() - t)
+        shutil.rmtree(d)
+    res["apply_only_lib"] = statistics.median(only_ours[1:])
+    res["git_apply_only"] = statistics.median(only_git[1:])
+
+    # patched_tree()'s build: strict apply into a staging dir in the store (beside
+    # the pristine tree), untouched files hard-linked.
+    def build() -> None:
+        staging = store.tmpdir("bench")
+        try:
+            build_tree(patch, pristine, staging / "tree", link=True)  # type: ignore[arg-type]
+        finally:
+            shutil.rmtree(staging)
+
+    res["build_link"] = timed(build)
+    return res
+
+
+def rows_of(scale: int, res: dict[str, float]) -> list[tuple[str, str, float, str, float]]:
+    rows = [
+        ("check", "patchbake patch check (CLI)", res["check_cli"], "git apply --check",
+         res["git_apply_check"]),
+        ("check", "check_patch_files.py (python3 -I)", res["check_bare"], "git apply --check",
+         res["git_apply_check"]),
+        ("(ref)", "python3 -I -c pass (start-up alone)", res["python_start"],
+         "git apply --check", res["git_apply_check"]),
+        ("export", "patchbake patch export (CLI)", res["export_cli"], "git diff",
+         res["git_diff"]),
+        ("export", "export() in-process", res["export_lib"], "git diff", res["git_diff"]),
+    ]
+    if scale == 1:
+        rows += [
+            ("apply", "patchbake patch apply --to (CLI)", res["apply_cli"],
+             "cp -a + git apply", res["cp_git_apply"]),
+            ("apply", "apply only, in-process", res["apply_only_lib"],
+             "git apply (tree copied)", res["git_apply_only"]),
+            ("build", "patched_tree build, hard links", res["build_link"],
+             "cp -a + git apply", res["cp_git_apply"]),
+        ]
+    return rows
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-patch."))
     env = {**os.environ, "PATCHBAKE_NO_PROGRESS": "1",
            "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@localhost",
            "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@localhost"}
+    os.environ.update(PATCHBAKE_NO_PROGRESS="1")
     try:
-        repo = work / "repo"
-        (repo / "patch").mkdir(parents=True)
-        (repo / "pipeline.yaml").write_text(PIPELINE)
-        lin = config.load(repo / "pipeline.yaml").lineage()
-        store = Store.open()
-        pristine = fetch(lin, store).root
-        ws = work / "ws"
-        t = time.perf_counter()
-        create_workspace(lin, store, ws)
-        t_ws = time.perf_counter() - t
-        synth_edits(ws)
-        subprocess.run(["git", "add", "-A"], cwd=ws, env=env, check=True)
-        subprocess.run(["git", "commit", "-qm", "bench"], cwd=ws, env=env, check=True)
-        ex = export(lin, store, str(ws))
-        patch_file = lin.patch
-        patch_size = len(patch_file.read_bytes())
-        patch = parse_patch(patch_file.read_bytes())
-        pipe = ["--pipeline", str(repo / "pipeline.yaml")]
-        cli = [sys.executable, "-m", "patchbake", *pipe]
-        os.environ.update(PATCHBAKE_NO_PROGRESS="1")
-
-        def run(argv: list[str], cwd: Path | None = None) -> Callable[[], None]:
-            return lambda: sh(argv, cwd)
-
-        res: dict[str, float] = {}
-        res["check_cli"] = timed(run([*cli, "patch", "check"]))
-        res["check_bare"] = timed(run([sys.executable, "-I", str(REPO / "tools" /
-                                      "check_patch_files.py"), "--repo", str(repo),
-                                       "--tree", str(pristine)]))
-        res["check_bare_S"] = timed(run([sys.executable, "-I", "-S", str(REPO / "tools" /
-                                        "check_patch_files.py"), "--repo", str(repo),
-                                         "--tree", str(pristine)]))
-        res["python_start"] = timed(run([sys.executable, "-I", "-c", "pass"]))
-        res["git_apply_check"] = timed(run(["git", "apply", "--check", str(patch_file)],
-                                           pristine))
-        pristine_commit = subprocess.run(["git", "rev-parse", "refs/patchbake/pristine"],
-                                         cwd=ws, capture_output=True, text=True,
-                                         check=True).stdout.strip()
-        res["export_cli"] = timed(run([*cli, "patch", "export", "--from", str(ws)]))
-        res["export_lib"] = timed(lambda: export(lin, store, str(ws)))
-        res["git_diff"] = timed(lambda: sh(["git", "diff", "--full-index", "--binary",
-                                            pristine_commit, "HEAD"], ws))
-        n = [0]
-
-        def ours_apply() -> None:
-            n[0] += 1
-            sh([*cli, "patch", "apply", "--to", str(work / f"ours{n[0]}")])
-            shutil.rmtree(work / f"ours{n[0]}")
-
-        def git_apply() -> None:
-            n[0] += 1
-            d = work / f"git{n[0]}"
-            sh(["cp", "-a", str(pristine), str(d)])
-            sh(["git", "apply", str(patch_file)], d)
-            shutil.rmtree(d)
-
-        res["apply_cli"] = timed(ours_apply)
-        res["cp_git_apply"] = timed(git_apply)
-        # Apply only: both start from an already copied tree.
-        base = work / "base"
-        copy_tree(pristine, base)
-
-        def fresh() -> Path:
-            n[0] += 1
-            d = work / f"only{n[0]}"
-            sh(["cp", "-a", str(base), str(d)])
-            return d
-
-        only_ours, only_git = [], []
-        for _ in range(RUNS + 1):
-            d = fresh()
-            t = time.perf_counter()
-            outcomes = apply_in_memory(patch, d)
-            write_outcomes(d, outcomes.values())
-            _verify_on_disk(d, outcomes)
-            only_ours.append(time.perf_counter() - t)
-            shutil.rmtree(d)
-            d = fresh()
-            t = time.perf_counter()
-            sh(["git", "apply", str(patch_file)], d)
-            only_git.append(time.perf_counter() - t)
-            shutil.rmtree(d)
-        res["apply_only_lib"] = statistics.median(only_ours[1:])
-        res["git_apply_only"] = statistics.median(only_git[1:])
-
-        # patched_tree()'s build: strict apply into a staging dir in the store (beside
-        # the pristine tree), untouched files hard-linked (now) or copied (before).
-        def build(link: bool) -> Callable[[], None]:
-            def go() -> None:
-                staging = store.tmpdir("bench")
-                try:
-                    build_tree(patch, pristine, staging / "tree", link=link)
-                finally:
-                    shutil.rmtree(staging)
-            return go
-
-        res["build_link"] = timed(build(True))
-        res["build_copy"] = timed(build(False))
+        scales = [one_scale(work, sc, env) for sc in SCALES]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-    rows = [
-        ("check", "patchbake patch check (CLI)", res["check_cli"], "git apply --check",
-         res["git_apply_check"], 5.0),
-        ("check", "check_patch_files.py (python3 -I)", res["check_bare"], "git apply --check",
-         res["git_apply_check"], 5.0),
-        ("check", "check_patch_files.py (python3 -I -S)", res["check_bare_S"],
-         "git apply --check", res["git_apply_check"], 5.0),
-        ("(ref)", "python3 -I -c pass (start-up alone)", res["python_start"],
-         "git apply --check", res["git_apply_check"], 5.0),
-        ("export", "patchbake patch export (CLI)", res["export_cli"], "git diff",
-         res["git_diff"], 1.5),
-        ("export", "export() in-process", res["export_lib"], "git diff", res["git_diff"], 1.5),
-        ("apply", "patchbake patch apply --to (CLI)", res["apply_cli"], "cp -a + git apply",
-         res["cp_git_apply"], 3.0),
-        ("apply", "apply only, in-process", res["apply_only_lib"], "git apply (tree copied)",
-         res["git_apply_only"], 3.0),
-        ("build", "patched_tree build, hard links", res["build_link"], "cp -a + git apply",
-         res["cp_git_apply"], 3.0),
-        ("build", "patched_tree build, copying", res["build_copy"], "cp -a + git apply",
-         res["cp_git_apply"], 3.0),
-    ]
-    print(f"patch: {ex.files} files +{ex.added} -{ex.removed}, {patch_size} "
-          f"bytes; workspace made in {t_ws:.1f}s; median of {RUNS}")
-    print(f"{'step':7} {'ours':38} {'s':>7}  {'anchor':24} {'s':>7}  {'ratio':>6}  goal")
-    out_rows = []
-    for step, ours, a, anchor, b, goal in rows:
-        ratio = a / b if b else float("inf")
-        print(f"{step:7} {ours:38} {a:7.3f}  {anchor:24} {b:7.3f}  {ratio:6.2f}  <= {goal}x "
-              f"{'met' if ratio <= goal else 'MISSED'}")
-        out_rows.append({"step": step, "ours": ours, "ours_s": round(a, 4), "anchor": anchor,
-                         "anchor_s": round(b, 4), "ratio": round(ratio, 2), "goal": goal,
-                         "met": ratio <= goal})
+    out_scales = []
+    for sc in scales:
+        scale, res = int(sc["scale"]), sc["res"]  # type: ignore[call-overload]
+        print(f"\nscale {scale}x: {sc['files']} files +{sc['added']} -{sc['removed']}, "
+              f"{sc['bytes']} bytes; workspace made in {sc['workspace_s']:.1f}s; "
+              f"median of {RUNS}")
+        print(f"{'step':7} {'ours':38} {'s':>7}  {'anchor':24} {'s':>7}  {'ratio':>6}  goal")
+        out_rows = []
+        for step, ours, a, anchor, b in rows_of(scale, res):  # type: ignore[arg-type]
+            ratio = a / b if b else float("inf")
+            goal = GOALS.get((step, scale))
+            verdict = "" if goal is None else (f"<= {goal}x " +
+                                               ("met" if ratio <= goal else "MISSED"))
+            print(f"{step:7} {ours:38} {a:7.3f}  {anchor:24} {b:7.3f}  {ratio:6.2f}  {verdict}")
+            out_rows.append({"step": step, "ours": ours, "ours_s": round(a, 4),
+                             "anchor": anchor, "anchor_s": round(b, 4),
+                             "ratio": round(ratio, 2), "goal": goal,
+                             "met": None if goal is None else ratio <= goal})
+        out_scales.append({"scale": scale, "patch": {k: sc[k] for k in
+                                                     ("files", "added", "removed", "bytes")},
+                           "workspace_s": round(float(sc["workspace_s"]), 2),  # type: ignore[arg-type]
+                           "results": out_rows})
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "patch.json").write_text(json.dumps({
-        "patch": {"files": ex.files, "added": ex.added, "removed": ex.removed,
-                  "bytes": patch_size},
         "runs": RUNS, "machine": {"python": platform.python_version(),
                                   "cpus": os.cpu_count(), "platform": platform.platform()},
-        "workspace_s": round(t_ws, 2), "results": out_rows}, indent=2) + "\n")
+        "command": f"BENCH_RUNS={RUNS} BENCH_SCALES={','.join(map(str, SCALES))} "
+                   "python3 bench/bench_patch.py",
+        "load_average": os.getloadavg(), "scales": out_scales}, indent=2) + "\n")
     return 0
 
 

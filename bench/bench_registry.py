@@ -2,13 +2,15 @@
 """Push/pull benchmark: patchbake's registry client against `skopeo copy`, same image,
 same machine, same run.
 
-The image is generated deterministically: one gzip layer of ~36 MB (incompressible
-filler, like the already-compressed layers of a real base) plus config and OCI manifest.
-Every push goes to a FRESH distribution registry (its own data dir and port), so neither
-tool can skip or mount a blob it saw in an earlier round. Pulls go into empty stores /
-layouts. Medians over --rounds rounds; the order of the two tools alternates per round.
+Images are generated deterministically: gzip layers of incompressible filler (like the
+already-compressed layers of a real base) plus config and OCI manifest, at two sizes by
+default: 36 MB in one layer, and 1 GB in 8 layers of 128 MB (a serving image has many
+layers; independent blobs are what concurrent transfer can overlap). Every push goes to a
+FRESH distribution registry (its own data dir and port), so neither tool can skip or mount
+a blob it saw in an earlier round. Pulls go into empty stores / layouts. Medians over the
+rounds; the order of the tools alternates per round.
 
-  python3 bench/bench_registry.py [--rounds 9] [--layer-mb 36]
+  python3 bench/bench_registry.py [--sizes 36x1:9,1024x8:3]   (MBxLAYERS:ROUNDS, ...)
 
 Prints a table and writes bench/out/registry.json.
 """
@@ -47,33 +49,40 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def make_image(store: Store, layer_mb: int) -> tuple[str, int]:
+def make_image(store: Store, total_mb: int, layers: int = 1) -> tuple[str, int]:
     """Deterministic image in ``store``; returns (manifest digest, total blob bytes)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        per_file = 1 << 20
-        for i in range(layer_mb):
-            seed = f"bench-{i}".encode()
-            data = b"".join(hashlib.sha256(seed + n.to_bytes(4, "big")).digest()
-                            for n in range(per_file // 32))
-            ti = tarfile.TarInfo(f"opt/bench/file{i:04d}.bin")
-            ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
-            tf.addfile(ti, io.BytesIO(data))
-    tar = buf.getvalue()
-    layer = gzip.compress(tar, compresslevel=1, mtime=0)
+    import random
+
+    blobs, diff_ids = [], []
+    per_layer = max(1, total_mb // layers)
+    for n in range(layers):
+        rng = random.Random(f"bench-{total_mb}-{n}")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for i in range(per_layer):
+                data = rng.randbytes(1 << 20)
+                ti = tarfile.TarInfo(f"opt/bench/l{n}/file{i:04d}.bin")
+                ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
+                tf.addfile(ti, io.BytesIO(data))
+        tar = buf.getvalue()
+        # incompressible filler: deflate's stored blocks, a valid gzip made fast
+        layer = gzip.compress(tar, compresslevel=0 if total_mb > 100 else 1, mtime=0)
+        diff_ids.append(sha(tar))
+        blobs.append(layer)
+        store.put_bytes(layer)
     cfg = canonical_json({"architecture": "amd64", "os": "linux",
-                          "rootfs": {"type": "layers", "diff_ids": [sha(tar)]}})
+                          "rootfs": {"type": "layers", "diff_ids": diff_ids}})
     man = canonical_json({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
                    "digest": sha(cfg), "size": len(cfg)},
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                    "digest": sha(layer), "size": len(layer)}]})
-    for blob in (layer, cfg, man):
+                    "digest": sha(b), "size": len(b)} for b in blobs]})
+    for blob in (cfg, man):
         store.put_bytes(blob)
     layout.add_ref(store, "bench", Descriptor(
         "application/vnd.oci.image.manifest.v1+json", sha(man), len(man)))
-    return sha(man), len(layer) + len(cfg) + len(man)
+    return sha(man), sum(map(len, blobs)) + len(cfg) + len(man)
 
 
 def free_port() -> int:
@@ -121,14 +130,31 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> None:
         raise RuntimeError(f"{argv[0]} {argv[1]} failed: {r.stderr[-500:]}")
 
 
+def one_blob_at_a_time(fn: Callable[[], object]) -> Callable[[], object]:
+    """The library call with concurrent blob transfer off: what concurrency buys."""
+    def go() -> object:
+        old = os.environ.get("PATCHBAKE_REGISTRY_CONCURRENCY")
+        os.environ["PATCHBAKE_REGISTRY_CONCURRENCY"] = "1"
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop("PATCHBAKE_REGISTRY_CONCURRENCY", None)
+            else:
+                os.environ["PATCHBAKE_REGISTRY_CONCURRENCY"] = old
+    return go
+
+
 def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, float]:
     env = {**os.environ, "PATCHBAKE_NO_PROGRESS": "1", "PATCHBAKE_HOME": str(store.root)}
     skopeo = ["skopeo", "--insecure-policy", "copy", "--quiet"]
     t: dict[str, float] = {}
     with fresh_registry(work) as r_lib, fresh_registry(work) as r_cli, \
-            fresh_registry(work) as r_sko:
+            fresh_registry(work) as r_sko, fresh_registry(work) as r_one:
         pushes: list[tuple[str, Callable[[], object]]] = [
             ("push_lib", lambda: RegistryClient(r_lib).push(store, digest, f"{r_lib}/b/img:v1")),
+            ("push_serial", one_blob_at_a_time(
+                lambda: RegistryClient(r_one).push(store, digest, f"{r_one}/b/img:v1"))),
             ("push_cli", lambda: run([sys.executable, "-m", "patchbake", "push", digest,
                                       f"{r_cli}/b/img:v1", "--json"], env)),
             ("push_skopeo", lambda: run([*skopeo, "--dest-tls-verify=false",
@@ -146,6 +172,9 @@ def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, floa
         pulls: list[tuple[str, Callable[[], object]]] = [
             ("pull_lib", lambda: RegistryClient(r_lib).pull(Store.open(dest / "lib"),
                                                             f"{r_lib}/b/img:v1")),
+            ("pull_serial", one_blob_at_a_time(
+                lambda: RegistryClient(r_lib).pull(Store.open(dest / "one"),
+                                                   f"{r_lib}/b/img:v1"))),
             ("pull_cli", lambda: run([sys.executable, "-m", "patchbake", "pull",
                                       f"{r_lib}/b/img:v1", "--json"],
                                      {**env, "PATCHBAKE_HOME": str(dest / "cli")})),
@@ -161,43 +190,55 @@ def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, floa
     return t
 
 
+def bench_size(work: Path, total_mb: int, layers: int, rounds: int) -> dict[str, object]:
+    store = Store.open(work / f"store-{total_mb}")
+    digest, nbytes = make_image(store, total_mb, layers)
+    runs = [one_round(work, store, digest, i) for i in range(rounds)]
+    shutil.rmtree(store.root, ignore_errors=True)
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    mb = nbytes / 1e6
+    print(f"\nimage {digest}: {mb:.1f} MB in {layers} layer(s) + config; {rounds} rounds, "
+          "medians")
+    print(f"{'op':<5} {'tool':<26} {'median s':>9} {'MB/s':>8} {'vs skopeo':>10}")
+    for op in ("push", "pull"):
+        anchor = med[f"{op}_skopeo"]
+        for who in ("lib", "serial", "cli", "skopeo"):
+            sec = med[f"{op}_{who}"]
+            label = {"lib": "patchbake (library call)", "cli": "patchbake (CLI process)",
+                     "serial": "library, 1 blob at a time", "skopeo": "skopeo copy"}[who]
+            print(f"{op:<5} {label:<26} {sec:>9.3f} {mb / sec:>8.1f} {anchor / sec:>9.2f}x")
+    print(f"CLI start-up alone (python3 -m patchbake --version): {med['startup_cli']:.3f} s")
+    return {"image_digest": digest, "image_bytes": nbytes, "layers": layers,
+            "rounds": runs, "median_s": med}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--layer-mb", type=int, default=36)
+    ap.add_argument("--sizes", default="36x1:9,1024x8:3",
+                    help="MBxLAYERS:ROUNDS, comma-separated")
     args = ap.parse_args()
     for tool in ("skopeo", "docker-registry"):
         if not shutil.which(tool):
             print(f"bench_registry: {tool} is not installed; skipping", file=sys.stderr)
             return 0
+    sizes = []
+    for part in args.sizes.split(","):
+        size, _, rounds = part.partition(":")
+        mb, _, layers = size.partition("x")
+        sizes.append((int(mb), int(layers or 1), int(rounds or 3)))
     work = Path(tempfile.mkdtemp(prefix="bench-registry."))
     try:
-        store = Store.open(work / "store")
-        digest, nbytes = make_image(store, args.layer_mb)
-        rounds = [one_round(work, store, digest, i) for i in range(args.rounds)]
+        results = {f"{mb}MBx{layers}": bench_size(work, mb, layers, rounds)
+                   for mb, layers, rounds in sizes}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    mb = nbytes / 1e6
-    rows = []
-    for op in ("push", "pull"):
-        anchor = med[f"{op}_skopeo"]
-        for who in ("lib", "cli", "skopeo"):
-            s = med[f"{op}_{who}"]
-            rows.append((op, {"lib": "patchbake (library call)", "cli": "patchbake (CLI process)",
-                              "skopeo": "skopeo copy"}[who], s, mb / s, anchor / s))
-    print(f"image {digest}: {mb:.1f} MB in 3 blobs; {args.rounds} rounds, medians")
-    print(f"{'op':<5} {'tool':<26} {'median s':>9} {'MB/s':>8} {'vs skopeo':>10}")
-    for op, who, s, rate, ratio in rows:
-        print(f"{op:<5} {who:<26} {s:>9.3f} {rate:>8.1f} {ratio:>9.2f}x")
-    print(f"CLI start-up alone (python3 -m patchbake --version): {med['startup_cli']:.3f} s")
     out = REPO / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "registry.json").write_text(json.dumps({
-        "version": 1, "image_digest": digest, "image_bytes": nbytes, "rounds": rounds,
-        "median_s": med, "command": "python3 bench/bench_registry.py "
-        f"--rounds {args.rounds} --layer-mb {args.layer_mb}",
-        "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+        "version": 2, "sizes": results,
+        "command": f"python3 bench/bench_registry.py --sizes {args.sizes}",
+        "python": sys.executable, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+        "concurrency": os.environ.get("PATCHBAKE_REGISTRY_CONCURRENCY", "default (4)"),
         "skopeo": subprocess.run(["skopeo", "--version"], capture_output=True, check=False,
                                  text=True).stdout.strip(),
     }, indent=2, sort_keys=True) + "\n")

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check_patch_files: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
     if args.json:
-        print(json.dumps(report.as_json(), indent=2, sort_keys=True))
+        # the same document, and format version, as `patchbake patch check --json`
+        print(json.dumps({"format_version": 1, **report.as_json()}, indent=2, sort_keys=True))
     else:
         print(f"{'ok' if report.ok else 'FAILED'}: {report.files} files "
               f"+{report.added} -{report.removed}, patch sha256 {report.patch_sha256}")

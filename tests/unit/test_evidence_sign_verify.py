@@ -298,3 +298,40 @@ def test_pristine_probe_must_have_run_on_the_pinned_tree() -> None:
            _with_probe(status="ok", vllm_tree_digest="sha256:" + "2" * 64), pinned)
     expect("foreign-pristine", "does not record which vLLM tree", records.check_pristine_probe,
            _with_probe(status="ok"), pinned)
+
+
+def _urlsafe_unpadded(text: str) -> str:
+    return base64.urlsafe_b64encode(base64.b64decode(text)).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda e: e["signatures"][0].pop("keyid"),
+    lambda e: e["signatures"][0].update(keyid=""),
+    lambda e: e.update(payload=_urlsafe_unpadded(e["payload"])),
+    lambda e: e["signatures"][0].update(sig=_urlsafe_unpadded(e["signatures"][0]["sig"])),
+], ids=["no-keyid", "empty-keyid", "urlsafe-payload", "urlsafe-sig"])
+def test_dsse_forms_the_spec_allows_are_accepted(signer: dict[str, Any], mutate: Any) -> None:
+    """DSSE: keyid is optional (the policy's keys are tried) and base64 may be URL-safe
+    and unpadded; what we write stays standard, padded and keyed."""
+    path = signed(signer)
+    written = json.loads(path.read_text())
+    assert written["signatures"][0]["keyid"] == signer["keyid"]
+    assert "=" in written["payload"] or len(written["payload"]) % 4 == 0
+    _tamper(path, mutate)
+    v = records.verify_file(path, DIGEST, signer["policy"], "toy-gpu")
+    assert v.keyid == signer["keyid"] and v.counts_as_evidence
+
+
+def test_keyless_signature_that_no_trusted_key_verifies_fails_closed(
+        signer: dict[str, Any]) -> None:
+    path = signed(signer)
+    _tamper(path, lambda e: (e["signatures"][0].pop("keyid"), _flip_payload(e)))
+    expect("untrusted-key", "without keyid verified with none", records.verify_file, path,
+           DIGEST, signer["policy"])
+
+
+@pytest.mark.parametrize("value", ["ab+_", "a b=", "abc==="])
+def test_mixed_or_broken_base64_is_malformed(signer: dict[str, Any], value: str) -> None:
+    path = signed(signer)
+    _tamper(path, lambda e: e.update(payload=value))
+    expect("malformed", "not valid base64", records.verify_file, path, DIGEST, signer["policy"])

@@ -38,7 +38,8 @@ def test_check_json_passes(repo: Path, capsys: pytest.CaptureFixture[str]) -> No
     rc, out, _ = cli(capsys, "patch", "check", "--no-tree", "--json")
     doc = json.loads(out)
     assert rc == 0 and doc["ok"] is True and doc["files"] == 6
-    assert sorted(doc) == ["added", "files", "ok", "patch_sha256", "problems", "removed"]
+    assert sorted(doc) == ["added", "files", "format_version", "ok", "patch_sha256", "problems",
+                           "removed"]
 
 
 def test_check_reports_dropped_work(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -171,8 +172,11 @@ def test_check_tamper_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[
     rc, out, err = cli(capsys, "patch", "check", "--no-tree", "--json")
     assert rc == 21
     assert json.loads(out)["problems"][0]["kind"] == kind
-    assert err.count("\n") == 1 and err.startswith("patchbake: error: ")
-    assert message in err
+    # under --json the error is one JSON document on stderr too
+    assert err.count("\n") == 1
+    error = json.loads(err)["error"]
+    assert error["class"] == "GuardError" and error["code"] == 21
+    assert message in error["message"]
 
 
 def _pin_tree(repo: Path, tree: Path) -> None:

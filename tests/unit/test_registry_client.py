@@ -22,7 +22,10 @@ def store(tmp_path: Path) -> Store:
 
 
 @pytest.fixture
-def sleeps() -> list[float]:
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    # one blob at a time: these tests script failures by request order (concurrent blob
+    # transfer has its own tests in test_registry_concurrency.py)
+    monkeypatch.setenv("PATCHBAKE_REGISTRY_CONCURRENCY", "1")
     return []
 
 

@@ -54,8 +54,8 @@ def test_fetch_json_and_table(tmp_path: Path, home: Path, capsys: pytest.Capture
     rc, out, err = run(["--pipeline", str(p), "fetch", "--json"], capsys)
     assert rc == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"lineage", "pin", "kind", "archive_sha256", "tree_digest", "files",
-                        "store_path"}
+    assert set(doc) == {"format_version", "lineage", "pin", "kind", "archive_sha256",
+                        "tree_digest", "files", "store_path"}
     assert doc["archive_sha256"] == sha and doc["files"] == 2 and doc["lineage"] == "v1.0"
     assert Path(doc["store_path"]).is_relative_to(home)
     rc, out, _ = run(["--pipeline", str(p), "fetch", "--verify"], capsys)
@@ -95,7 +95,7 @@ def test_fetch_all_lineages(tmp_path: Path, home: Path,
         "kind: path, version: '0.9', path: tree").replace("patch/", "patch/v0.9/"))
     rc, out, err = run(["--pipeline", str(p), "fetch", "--all", "--json"], capsys)
     assert rc == 0, err
-    doc = json.loads(out)
+    doc = json.loads(out)["lineages"]
     assert [d["lineage"] for d in doc] == ["v0.9", "v1.0"]
     assert doc[0]["archive_sha256"] is None and doc[0]["files"] == 1
     rc, out, _ = run(["--pipeline", str(p), "--lineage", "v0.9", "fetch"], capsys)

@@ -37,6 +37,7 @@ from .images.recipe import (
     checked_base_tree,
     image_labels,
     iso,
+    revision,
     save_cache,
     wrapped_entrypoint,
 )
@@ -108,8 +109,11 @@ def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str],
 def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
                lineage: str | None = None, patched: Patched | None = None,
                epoch: int | None = None, backend: str = "embedded",
-               docker_archive: Path | None = None) -> BakeResult:
-    """Bake definition ``name`` (default: the offline one); see the module docstring."""
+               docker_archive: Path | None = None, record: bool = True) -> BakeResult:
+    """Bake definition ``name`` (default: the offline one); see the module docstring.
+
+    ``record=False`` writes nothing into the repository or the store's refs (the release
+    gates' second, independent bake compares digests only)."""
     t0 = time.monotonic()
     name = name or definitions.default_name(pipeline)
     defn = definitions.load(pipeline, name)
@@ -125,7 +129,8 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
 
         result = bake_with_engine(pipeline, defn, lin, patched, store, mode, warnings, epoch)
     else:
-        result = _bake_embedded(pipeline, defn, lin, patched, store, warnings, epoch, t0)
+        result = _bake_embedded(pipeline, defn, lin, patched, store, warnings, epoch, t0,
+                                record)
     if docker_archive is not None:
         from .oci.archive import export_docker_archive
 
@@ -136,10 +141,11 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
 
 
 def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
-                   store: Store, warnings: list[str], epoch: int, t0: float) -> BakeResult:
+                   store: Store, warnings: list[str], epoch: int, t0: float,
+                   record: bool = True) -> BakeResult:
     layout.ensure_layout(store)
     base = resolve_base(defn, store, lin)
-    key = bake_key(defn, base, patched, epoch, "embedded")
+    key = bake_key(defn, base, patched, epoch, "embedded", revision(lin, patched))
     rec = recipe.cached(store, key)
     cached = rec is not None
     if rec is None:
@@ -155,6 +161,8 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
                            [*base.image.diff_ids, layer.digest], layers, overlay, labels,
                            epoch, "embedded", "overlay")
         save_cache(store.root / "bakes" / f"{key}.json", rec, warnings)
+    if not record:
+        return recipe.result(rec, "", cached, warnings, t0)
     path = records.write_record(pipeline.root, rec)
     desc = Descriptor(rec["manifest_media_type"], rec["manifest_digest"],
                       store.blob_path(rec["manifest_digest"]).stat().st_size)
@@ -162,4 +170,4 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
     return recipe.result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
 
 
-__all__ = ["BakeResult", "bake_image", "latest_digest"]
+__all__ = ["BakeResult", "bake_image", "bake_key", "latest_digest"]

@@ -5,18 +5,20 @@ Each stage's commands live in ``patchbake.commands.<stage>`` and register themse
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
-from .config import Lineage, Pipeline, load
 from .errors import PatchbakeError, UsageError
-from .store import Store
+
+if TYPE_CHECKING:  # imported on first use: --help, --version and push need neither yaml
+    from .config import Lineage, Pipeline
+    from .store import Store
 
 
 @dataclass
@@ -31,12 +33,16 @@ class Ctx:
     @property
     def pipeline(self) -> Pipeline:
         if self._pipeline is None:
+            from .config import load
+
             self._pipeline = load(self.pipeline_path)
         return self._pipeline
 
     @property
     def store(self) -> Store:
         if self._store is None:
+            from .store import Store
+
             self._store = Store.open()
         return self._store
 
@@ -45,6 +51,7 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+_JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -52,7 +59,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
               help="pipeline.yaml to use (default: nearest one above the working directory)")
 @click.option("--lineage", "lineage_key", default=None,
               help="lineage (upstream pin) to act on; default: the newest")
-@click.option("--json", "as_json", is_flag=True, help="print results as JSON on stdout")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @click.option("--debug", is_flag=True, help="show tracebacks for expected failures")
 @click.version_option(__version__, prog_name="patchbake")
 @click.pass_context
@@ -69,7 +76,8 @@ COMMAND_MODULES = {
     "fetch": "fetch", "patch": "patch", "series": "patch", "bake": "image",
     "verify": "image", "image": "image", "push": "registry", "pull": "registry",
     "run": "run", "keys": "evidence", "evidence": "evidence", "fixtures": "fixtures",
-    "store": "store",
+    "store": "store", "release": "release", "ledger": "release", "report": "release",
+    "port": "port",
 }
 _loaded: set[str] = set()
 
@@ -85,6 +93,21 @@ def _load(module: str) -> None:
     reg = getattr(importlib.import_module(f"{commands.__name__}.{module}"), "register", None)
     if reg:
         reg(main_group)
+        for cmd in main_group.commands.values():
+            _show_json_option(cmd)
+
+
+
+def _show_json_option(cmd: click.Command) -> None:
+    """Every command's --help lists --json. The flag itself is read once, globally
+    (``_hoist_json`` moves it before the command name), so the option added here only
+    documents it and passes nothing to the command."""
+    if not any("--json" in getattr(p, "opts", ()) for p in cmd.params):
+        cmd.params.append(click.Option(["--json"], is_flag=True, expose_value=False,
+                                       help=_JSON_HELP))
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _show_json_option(sub)
 
 
 def _load_all() -> None:
@@ -109,6 +132,11 @@ class _LazyGroup(click.Group):
 
 
 main_group.__class__ = _LazyGroup
+
+
+def _register() -> None:
+    """Import every command module (tests and docs use this to see all commands)."""
+    _load_all()
 
 
 def _hoist_json(args: list[str]) -> list[str]:
@@ -138,15 +166,34 @@ def _on_sigterm(signum: int, _frame: Any) -> None:
         raise Terminated()
 
 
+def _fail(exc: PatchbakeError | None, as_json: bool, *, cls: str = "", code: int = 1,
+          message: str = "") -> int:
+    """One line on stderr for people; under --json the error as JSON on stderr."""
+    if exc is not None:
+        cls, code, message = type(exc).__name__, exc.exit_code, exc.message
+    hint = exc.hint if exc is not None else None
+    if as_json:
+        from .ui import FORMAT_VERSION
+
+        doc = {"format_version": FORMAT_VERSION, "error": {
+            "class": cls, "code": code, "message": " ".join(message.split()), "hint": hint}}
+        sys.stderr.write(json.dumps(doc, sort_keys=True) + "\n")
+    else:
+        line = exc.one_line() if exc is not None else " ".join(message.split())
+        print(f"patchbake: error: {line}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _hoist_json(list(sys.argv[1:] if argv is None else argv))
     debug = "--debug" in args or bool(os.environ.get("PATCHBAKE_DEBUG"))
+    as_json = bool(args) and args[0] == "--json"
     import signal
 
     if argv is None:  # the real process, not a test calling main() in-process
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return _main(args, debug)
+        return _main(args, debug, as_json)
     except OSError as exc:
         from .store import write_failure
 
@@ -154,31 +201,34 @@ def main(argv: list[str] | None = None) -> int:
         if err is None:
             raise
         if debug:
+            import traceback
+
             traceback.print_exc()
-        print(f"patchbake: error: {err.one_line()}", file=sys.stderr)
-        return err.exit_code
+        return _fail(err, as_json)
 
 
-def _main(args: list[str], debug: bool) -> int:
+def _main(args: list[str], debug: bool, as_json: bool) -> int:
     try:
         main_group.main(args=args, prog_name="patchbake", standalone_mode=False)
         return 0
     except PatchbakeError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
-        print(f"patchbake: error: {exc.one_line()}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(exc, as_json)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
-        print(f"patchbake: error: {exc.format_message()}", file=sys.stderr)
-        return UsageError.exit_code
+        hint = None
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            hint = f"see `{exc.ctx.command_path} --help`"
+        return _fail(UsageError(exc.format_message(), hint=hint), as_json)
     except click.exceptions.Abort:
         if _terminated:
-            print("patchbake: error: terminated (SIGTERM); partial work removed", file=sys.stderr)
-            return 143
-        print("patchbake: error: aborted", file=sys.stderr)
-        return 130
+            return _fail(None, as_json, cls="Terminated", code=143,
+                         message="terminated (SIGTERM); partial work removed")
+        return _fail(None, as_json, cls="Aborted", code=130, message="aborted")
     except KeyboardInterrupt:
         return 143 if _terminated else 130
 

@@ -192,6 +192,9 @@ def parse(data: Any, path: Path) -> Pipeline:
 
     parse_suites(top["suites"], root, source)
     parse_signing(top["signing"], root, source)
+    from .release.channels import parse as parse_channels
+
+    parse_channels(top["channels"], top["suites"], source)
     return Pipeline(path=path.resolve(), root=root, name=top["name"], lineages=lineages,
                     default_lineage=default, images=top["images"], suites=top["suites"],
                     channels=top["channels"], signing=top["signing"])

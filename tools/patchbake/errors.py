@@ -150,6 +150,27 @@ class SeriesError(PatchbakeError):
     kind = "series"
 
 
+class PortError(PatchbakeError):
+    """A port cannot start: bad version or lineage key, pin unresolvable, workspace taken."""
+
+    exit_code = 25
+    kind = "port"
+
+
+class PortUnresolvedError(PortError):
+    """A port left hunks to resolve by hand (conflicts, vanished targets)."""
+
+    exit_code = 26
+    kind = "port-unresolved"
+
+
+class SeriesDependencyError(SeriesError):
+    """A series patch does not apply alone to the pristine tree (it depends on another)."""
+
+    exit_code = 27
+    kind = "series-dependency"
+
+
 class ImageError(PatchbakeError):
     """An image definition, layout or archive is invalid."""
 
@@ -225,6 +246,13 @@ class LedgerError(PatchbakeError):
 
     exit_code = 61
     kind = "ledger"
+
+
+class ReleaseError(PatchbakeError):
+    """A release record or export bundle is missing, damaged or does not match."""
+
+    exit_code = 62
+    kind = "release"
 
 
 def all_error_classes() -> list[type[PatchbakeError]]:

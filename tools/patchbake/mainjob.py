@@ -22,9 +22,11 @@ class JobResult:
     lineage: str
     steps: list[dict[str, Any]] = field(default_factory=list)
     identity: dict[str, Any] = field(default_factory=dict)
+    gates: Any = None  # the first channel's gate table for the built image (release.gates)
 
     def to_json(self) -> dict[str, Any]:
-        return {"lineage": self.lineage, "steps": self.steps, "identity": self.identity}
+        return {"lineage": self.lineage, "steps": self.steps, "identity": self.identity,
+                "gates": self.gates.to_json() if self.gates is not None else None}
 
 
 def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None,
@@ -90,4 +92,10 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
         "verified": verified.summary(),
         "base_drift": verified.base_drift.get("counts", {}),
     }
+    first = next(iter(pipeline.channels), None)
+    if first is not None:  # the job ends with the candidate gate table (no registry needed)
+        from .release.create import gates
+
+        job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first, baked.digest,
+                                                         lin.key, verified=verified)[0])
     return job

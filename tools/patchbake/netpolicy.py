@@ -22,6 +22,7 @@ The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
 from __future__ import annotations
 
 import email.utils
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,8 +103,21 @@ class Budget:
     sleep: Callable[[float], None] = time.sleep
     max_requests: int = 0
     requests: int = 0
-    depth: int = 0  # nesting of retrying() loops
     started: float = 0.0
+    # Blobs move on several threads at once: the request count is shared (under a lock),
+    # the nesting of retrying() loops is each thread's own (one thread's outer loop must
+    # not stop another thread's loop from retrying).
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _local: threading.local = field(default_factory=threading.local, repr=False,
+                                    compare=False)
+
+    @property
+    def depth(self) -> int:
+        return int(getattr(self._local, "depth", 0))
+
+    @depth.setter
+    def depth(self, value: int) -> None:
+        self._local.depth = value
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -131,10 +145,11 @@ class Budget:
     def charge(self) -> tuple[float, float]:
         """Account for one request about to be sent; its (connect, read) timeouts."""
         self.check()
-        if self.requests >= self.max_requests:
-            raise self._over(f"used its budget of {self.max_requests} requests "
-                             f"(retries included)")
-        self.requests += 1
+        with self._lock:
+            if self.requests >= self.max_requests:
+                raise self._over(f"used its budget of {self.max_requests} requests "
+                                 f"(retries included)")
+            self.requests += 1
         left = max(0.1, self.left_s())
         return (min(self.policy.connect_timeout_s, left), min(self.policy.read_timeout_s, left))
 

@@ -10,10 +10,11 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..errors import EvidenceError, PatchbakeError
+from ..errors import EvidenceError, PatchbakeError, UsageError
 from ..evidence import settings
 from ..evidence.failures import reason_of
 from ..suites import image as imagemod
+from .names import did_you_mean
 
 if TYPE_CHECKING:
     from ..evidence import records, summary
@@ -29,8 +30,9 @@ def _signing(ctx: Ctx) -> settings.Signing:
 
 def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
     # A reference carrying its digest verifies with no store at all (CI, reviewers).
-    return imagemod.digest_only(ref, ctx.pipeline) or imagemod.resolve(ctx.store, ref,
-                                                                       ctx.pipeline)
+    with did_you_mean(ctx, ref):
+        return imagemod.digest_only(ref, ctx.pipeline) or imagemod.resolve(ctx.store, ref,
+                                                                           ctx.pipeline)
 
 
 def _verified_json(v: records.Verified) -> dict[str, Any]:
@@ -75,7 +77,7 @@ def keys_generate(ctx: Ctx, out: Path | None, name: str, suites: str) -> None:
     ui.kv("signing key", [("keyid", made.keyid), ("private key (keep out of git)",
                                                   made.private_path),
                           ("public key", made.public_path)])
-    ui.out.print("add under 'keys:' in the trust policy:\n" + entry.rstrip(), markup=False)
+    ui.say("add under 'keys:' in the trust policy:\n" + entry.rstrip())
 
 
 @click.group("evidence")
@@ -139,19 +141,34 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
 
 
 @evidence_group.command("verify")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", required=False, type=click.Path(path_type=Path))
 @click.option("--image", "image_ref", required=True, help="the image the evidence must be about")
+@click.option("--suite", "suite_name", default=None, metavar="SUITE",
+              help="instead of FILE: the committed evidence for SUITE of that image "
+                   "(<evidence_dir>/<manifest digest>/SUITE.dsse.json)")
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
               help="trust policy [default: signing.trust_policy from pipeline.yaml]")
 @pass_ctx
-def evidence_verify(ctx: Ctx, file: Path, image_ref: str, policy_path: Path | None) -> None:
-    """Verify signature, key trust, subject digest and predicate shape (fail-closed)."""
+def evidence_verify(ctx: Ctx, file: Path | None, image_ref: str, suite_name: str | None,
+                    policy_path: Path | None) -> None:
+    """Verify signature, key trust, subject digest and predicate shape (fail-closed).
+
+    FILE is an envelope; or name the suite with --suite and the image's own evidence file
+    is verified.
+    """
     from ..evidence import policy as policymod
     from ..evidence import records
 
-    pol = policymod.load(policy_path or _signing(ctx).trust_policy)
+    if (file is None) == (suite_name is None):
+        raise UsageError("give the evidence FILE or --suite SUITE (one of them)",
+                         hint="e.g. `patchbake evidence verify --suite dsv4-topk-gpu "
+                              "--image sm89-serving-offline`")
     ref = _image(ctx, image_ref)
-    v = records.verify_file(file, ref.digest, pol)
+    if suite_name is not None:
+        file = records.evidence_path(_signing(ctx).evidence_dir, ref.digest, suite_name)
+    assert file is not None
+    pol = policymod.load(policy_path or _signing(ctx).trust_policy)
+    v = records.verify_file(file, ref.digest, pol, suite_name)
     if ctx.as_json:
         ui.emit_json(_verified_json(v))
         return
@@ -176,7 +193,9 @@ def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.Imag
 
 
 @evidence_group.command("summary")
-@click.option("--image", "image_ref", required=True)
+@click.option("--image", "image_ref", required=True, metavar="IMAGE",
+              help="the image to summarise: a definition (its latest recorded bake), a "
+                   "store name, sha256:DIGEST or NAME@sha256:DIGEST")
 @click.option("--markdown", is_flag=True, help="print the reviewer paragraph as Markdown")
 @click.option("--no-verify-files", is_flag=True,
               help="skip re-verifying the baked files (the paragraph then omits N/N)")
@@ -202,14 +221,14 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
                                      else records.describe_failure(v))
                                  for k, v in found.items()}})
     elif markdown:
-        ui.out.print(text, markup=False, highlight=False)
+        ui.say(text)
     else:
         ui.table(f"evidence for {ref.name} {ref.digest}", ["suite", "status", "detail"],
                  [(k, v.statement.result if isinstance(v, records.Verified) else reason_of(v),
                    v.standing if isinstance(v, records.Verified)
                    else (v.message if isinstance(v, PatchbakeError) else "does not count"))
                   for k, v in found.items()])
-        ui.out.print(text, markup=False, highlight=False)
+        ui.say(text)
 
 
 def register(group: click.Group) -> None:

@@ -24,7 +24,7 @@ def summary(lineage_key: str, f: Fetched) -> dict[str, Any]:
 def register(group: click.Group) -> None:
     @group.command("fetch")
     @click.option("--all", "all_lineages", is_flag=True,
-                  help="fetch every lineage in pipeline.yaml (JSON: a list)")
+                  help="fetch every lineage in pipeline.yaml (JSON: a 'lineages' list)")
     @click.option("--verify", is_flag=True,
                   help="re-hash a cached tree and fail if it no longer matches its digest")
     @pass_ctx
@@ -38,7 +38,7 @@ def register(group: click.Group) -> None:
                       base=pipeline.root, verify=verify)
             rows.append(summary(key, f))
         if ctx.as_json:
-            ui.emit_json(rows if all_lineages else rows[0])
+            ui.emit_json({"lineages": rows} if all_lineages else rows[0])
             return
         for row in rows:
             ui.kv(f"upstream of lineage {row['lineage']}",

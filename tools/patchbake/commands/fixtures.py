@@ -12,10 +12,11 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
+from ..fsutil import atomic_write, pretty_json
 from ..suites import image as imagemod
 from ..suites import spec as suitesmod
 from ..suites.run import run_suite
-from ..fsutil import atomic_write, pretty_json
+from .names import did_you_mean
 
 
 def _suites(ctx: Ctx) -> dict[str, suitesmod.Suite]:
@@ -93,7 +94,8 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     """Run SUITE against the exact image; exit 40 unless it passed and its probes hold."""
     p = ctx.pipeline
     suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
-    ref = imagemod.resolve(ctx.store, image_ref, p)
+    with did_you_mean(ctx, image_ref):
+        ref = imagemod.resolve(ctx.store, image_ref, p)
     from ..expected import bind_lineage
 
     # the pristine probe and the recorded pins are the image's own lineage's
@@ -156,8 +158,11 @@ def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     network and no registry; each blob is re-hashed on the way in."""
     from ..suites.bundle import bundle
 
-    made = bundle(ctx.store, [imagemod.resolve(ctx.store, i, ctx.pipeline) for i in images],
-                  out)
+    refs = []
+    for i in images:
+        with did_you_mean(ctx, i):
+            refs.append(imagemod.resolve(ctx.store, i, ctx.pipeline))
+    made = bundle(ctx.store, refs, out)
     if ctx.as_json:
         ui.emit_json(made)
     else:

@@ -11,6 +11,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
+from .names import did_you_mean
 
 
 @click.command("bake")
@@ -33,7 +34,7 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str) ->
         ui.emit_json(res.to_json())
         return
     for w in res.warnings:
-        ui.err.print(f"warning: {w}")
+        ui.warn(f"warning: {w}")
     ui.kv(f"{res.image}: {'cached (nothing changed)' if res.cached else 'baked'}", [
         ("manifest digest", res.digest), ("config digest (Image ID)", res.config_digest),
         ("layers", len(res.layers)), ("our layer", res.layers[-1]),
@@ -64,9 +65,10 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | 
     """
     from ..identity import raise_on_failure, verify_image
 
-    res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
-                       site_packages=site_packages, definition=definition,
-                       use_cache=not no_cache)
+    with did_you_mean(ctx, ref, early=True), ui.progress("verify: layers read", None) as bar:
+        res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
+                           site_packages=site_packages, definition=definition,
+                           use_cache=not no_cache, progress=bar.advance)
     if ctx.as_json:
         ui.emit_json(res.to_json())
     else:
@@ -87,14 +89,14 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | 
                                           "why"],
                      [(m["path"], m["expected"], m["found"], m["why"]) for m in res.mismatched])
         for p in res.problems:
-            ui.err.print(f"problem: {p}")
+            ui.warn(f"problem: {p}")
         for kind in ("changed", "missing", "extra"):
             paths = d[kind]
             if paths:
-                ui.err.print(f"base drift, {kind}: {', '.join(paths[:10])}"
+                ui.warn(f"base drift, {kind}: {', '.join(paths[:10])}"
                              + (f" (+{len(paths) - 10} more)" if len(paths) > 10 else ""))
         if res.ok:
-            ui.out.print(res.summary())
+            ui.say(res.summary())
     raise_on_failure(res)
 
 
@@ -190,13 +192,13 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
     from ..images.refs import resolve
     from ..oci.archive import export_docker_archive
 
-    with resolve(ctx.store, ref, ctx.pipeline) as res:
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
         if res.kind not in ("definition", "store"):
             raise ImageError(f"export reads images from the store; {ref} is a {res.kind}")
         digest = res.image.manifest_digest
     export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
                                                     f":{digest[7:19]}"])
-    ui.out.print(f"{dest}: {digest}")
+    ui.say(f"{dest}: {digest}")
 
 
 @image_group.command("materialise")
@@ -207,8 +209,9 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
     """Write REF's verified vLLM tree (all layers, whiteouts applied) to DEST/vllm."""
     from ..identity import materialise
 
-    out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
-    ui.out.print(str(out / "vllm"))
+    with did_you_mean(ctx, ref):
+        out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
+    ui.say(str(out / "vllm"))
 
 
 def register(group: click.Group) -> None:

@@ -9,7 +9,7 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..errors import GuardError, UsageError
+from ..errors import GuardError, SeriesDependencyError, UsageError
 
 
 def _default_workspace(ctx: Ctx) -> Path:
@@ -30,6 +30,29 @@ def run_check(ctx: Ctx, *, tree: bool = True, reexport: bool = True) -> Any:
     return check_lineage(ctx.lineage(), pristine_root=fetched.root if fetched else None,
                          tree_digest=fetched.tree_digest if fetched else None,
                          reexport=reexport)
+
+
+def _verify_independent(ctx: Ctx) -> None:
+    from ..patchset.seriesdeps import verify_independent
+
+    r = verify_independent(ctx.lineage(), ctx.store)
+    if ctx.as_json:
+        ui.emit_json(r.as_json())
+    else:
+        ui.table("series slices", ["#", "patch", "applies alone", "needs", "files"],
+                 [(i, s.name, "yes" if s.alone else "no", ", ".join(s.needs) or "-",
+                   len(s.files)) for i, s in enumerate(r.slices, 1)])
+        ui.kv("series verify --independent", [("series digest", r.series_digest),
+                                              ("canonical digest", r.canonical_digest),
+                                              ("independent", r.independent)])
+    dependent = [s for s in r.slices if not s.alone]
+    if dependent:
+        first = dependent[0]
+        raise SeriesDependencyError(
+            f"{len(dependent)} slice(s) do not apply alone to the pristine tree; first: "
+            f"{first.name} needs {', '.join(first.needs) or 'the slices before it'} "
+            f"({first.why})",
+            hint="move the shared change into the slice it depends on, or merge the slices")
 
 
 def register(group: click.Group) -> None:
@@ -69,10 +92,18 @@ def register(group: click.Group) -> None:
         if reason and not force:
             raise UsageError("--reason goes with --force")
         spec = from_spec or str(_default_workspace(ctx))
-        ex = export(ctx.lineage(), ctx.store, spec, force=force, reason=reason)
+        lin = ctx.lineage()
+        ex = export(lin, ctx.store, spec, force=force, reason=reason)
         row = {"patch": str(ex.patch_path), "patch_sha256": ex.patch_sha256,
                "files": ex.files, "added": ex.added, "removed": ex.removed,
                "commit": ex.commit, "changed": ex.changed}
+        # A new lineage (made by `port`) gets its series on its first export: one patch
+        # per workspace commit; later, `series split` rewrites it when the user asks.
+        if lin.series is not None and not (lin.series / "series").exists() \
+                and Path(spec).is_dir():
+            from ..patchset.series import split_series
+
+            row["series"] = split_series(lin, ctx.store, Path(spec))
         if ctx.as_json:
             ui.emit_json(row)
         else:
@@ -123,11 +154,17 @@ def register(group: click.Group) -> None:
         """Split series: verify it reproduces the canonical patch, or write it from commits."""
 
     @series_group.command("verify")
+    @click.option("--independent", is_flag=True,
+                  help="also require each series patch to apply alone to the pristine tree "
+                       "(and report which slices depend on which)")
     @pass_ctx
-    def series_verify_cmd(ctx: Ctx) -> None:
+    def series_verify_cmd(ctx: Ctx, independent: bool) -> None:
         """Apply the series in order; its tree digest must equal the canonical patch's."""
         from ..patchset.series import verify_series
 
+        if independent:
+            _verify_independent(ctx)
+            return
         r = verify_series(ctx.lineage(), ctx.store)
         row = {"patches": len(r.patches), "paths": r.paths, "series_digest": r.series_digest,
                "canonical_digest": r.canonical_digest, "ok": True}

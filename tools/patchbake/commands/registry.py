@@ -16,6 +16,7 @@ from ..oci.media import Descriptor
 from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient, parse_pull_ref
 from ..oci.registry_ref import parse_ref
 from ..store import Store
+from .names import did_you_mean
 
 PUSH_JSON_VERSION = 1
 
@@ -70,7 +71,8 @@ def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...]) -> N
     to another digest is never moved (exit 32)."""
     ref = parse_ref(dest)
     store = ctx.store
-    digest = resolve_source(ctx, store, source)
+    with did_you_mean(ctx, source):
+        digest = resolve_source(ctx, store, source)
     client = RegistryClient(ref.host)
     if not ctx.as_json:
         ui.step(f"pushing {digest} to {ref}")

@@ -43,4 +43,8 @@ def register(group: click.Group) -> None:
         touched = f"{ident['patch_files']} (+{ident['patch_added']} -{ident['patch_removed']})"
         rows[6] = ("files touched", touched)
         ui.kv(f"identity chain of lineage {job.lineage}", rows)
-        ui.out.print(f"image {ident['image']} = {ident['manifest_digest']}")
+        ui.say(f"image {ident['image']} = {ident['manifest_digest']}")
+        if job.gates is not None:
+            from .release import print_table
+
+            print_table(job.gates)

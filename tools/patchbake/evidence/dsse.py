@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Signature:
-    keyid: str
+    keyid: str | None  # optional in DSSE: None means "try every trusted key"
     sig: bytes
 
 
@@ -44,7 +45,7 @@ class Envelope:
         return {
             "payloadType": self.payload_type,
             "payload": base64.b64encode(self.payload).decode("ascii"),
-            "signatures": [{"keyid": s.keyid, "sig": base64.b64encode(s.sig).decode("ascii")}
+            "signatures": [{"keyid": s.keyid or "", "sig": base64.b64encode(s.sig).decode("ascii")}
                            for s in self.signatures],
         }
 
@@ -54,11 +55,24 @@ def sign(payload: bytes, key: Ed25519PrivateKey, payload_type: str = PAYLOAD_TYP
     return Envelope(payload_type, payload, (Signature(keyid_of(key.public_key()), sig),))
 
 
+_STD_B64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_URL_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+
+
 def _b64(value: Any, what: str, where: str) -> bytes:
+    """DSSE allows standard or URL-safe base64, padded or not (we write standard, padded);
+    one alphabet per value, nothing else tolerated."""
     if not isinstance(value, str):
         fail("malformed", f"{where}: {what} must be a base64 string")
+    if _STD_B64.fullmatch(value):
+        altchars = None
+    elif _URL_B64.fullmatch(value):
+        altchars = b"-_"
+    else:
+        fail("malformed", f"{where}: {what} is not valid base64")
+    bare = value.rstrip("=")
     try:
-        return base64.b64decode(value, validate=True)
+        return base64.b64decode(bare + "=" * (-len(bare) % 4), altchars, validate=True)
     except (binascii.Error, ValueError):
         fail("malformed", f"{where}: {what} is not valid base64")
 
@@ -88,9 +102,12 @@ def parse(data: bytes, where: str) -> Envelope:
         fail("malformed", f"{where}: signatures must be a list")
     parsed = []
     for i, s in enumerate(sigs):
-        if not isinstance(s, dict) or not isinstance(s.get("keyid"), str):
-            fail("malformed", f"{where}: signature {i} has no keyid")
-        parsed.append(Signature(s["keyid"], _b64(s.get("sig"), f"signature {i}", where)))
+        if not isinstance(s, dict):
+            fail("malformed", f"{where}: signature {i} is not an object")
+        keyid = s.get("keyid")
+        if keyid is not None and not isinstance(keyid, str):
+            fail("malformed", f"{where}: signature {i}'s keyid must be a string")
+        parsed.append(Signature(keyid or None, _b64(s.get("sig"), f"signature {i}", where)))
     return Envelope(ptype, payload, tuple(parsed))
 
 
@@ -99,10 +116,20 @@ def verify(env: Envelope, trusted: dict[str, Ed25519PublicKey], where: str) -> s
 
     A signature whose keyid is not trusted is skipped; a trusted keyid whose signature
     does not verify fails at once (a tampered payload or signature must not be masked
-    by another signature). No trusted signature at all fails as untrusted.
+    by another signature). A signature without keyid (optional in DSSE) is tried against
+    every trusted key; one that none of them verifies is skipped, as it cannot be told
+    apart from another signer's. No trusted signature at all fails as untrusted.
     """
     message = pae(env.payload_type, env.payload)
     for s in env.signatures:
+        if s.keyid is None:
+            for keyid, candidate in sorted(trusted.items()):
+                try:
+                    candidate.verify(s.sig, message)
+                except InvalidSignature:
+                    continue
+                return keyid
+            continue
         key = trusted.get(s.keyid)
         if key is None:
             continue
@@ -112,6 +139,9 @@ def verify(env: Envelope, trusted: dict[str, Ed25519PublicKey], where: str) -> s
             fail("bad-signature", f"{where}: the signature by key {s.keyid[:16]} does not "
                  "verify: the payload or the signature was altered after signing")
         return s.keyid
-    ids = ", ".join(s.keyid[:16] for s in env.signatures)
+    ids = ", ".join((s.keyid or "(no keyid)")[:16] for s in env.signatures)
     fail("untrusted-key", f"{where}: signed by key(s) {ids}, none of which the trust "
-         "policy allows", hint="add the public key to the trust policy only if you trust it")
+         "policy allows (a signature without keyid verified with none of its keys)"
+         if any(s.keyid is None for s in env.signatures) else
+         f"{where}: signed by key(s) {ids}, none of which the trust policy allows",
+         hint="add the public key to the trust policy only if you trust it")

@@ -15,8 +15,15 @@ A committed YAML file (``signing.trust_policy`` in pipeline.yaml, by default
           - predicate_type: https://in-toto.io/attestation/test-result/v0.1
             suites: ["dsv4-topk-*"]      # fnmatch patterns
 
-A keyid that does not match its PEM is a policy error, never silently recomputed.
-Verification is fail-closed: a missing or invalid policy trusts nobody.
+Version 2 adds ``roles`` to a key (version 1 files still load, their keys having no role)::
+
+        roles: [release]                 # may sign release VSAs and ledger entries
+        roles: [approver]                # may sign approvals ...
+        channels: ["sm89-stable"]        # ... for these channels (fnmatch; default all)
+
+``allow`` (evidence grants) is optional in version 2; a key with neither grants nor roles
+is an error. A keyid that does not match its PEM is a policy error, never silently
+recomputed. Verification is fail-closed: a missing or invalid policy trusts nobody.
 """
 
 from __future__ import annotations
@@ -29,19 +36,24 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import ConfigError, EvidenceError
-from ..schema import Field, Schema, sha256_check, validate
+from ..schema import Field, Schema, sha256_check, suggest, validate
 from .failures import fail
 from .keys import keyid_of, parse_public
 
+VERSIONS = (1, 2)
+ROLES = ("release", "approver")
 POLICY_SCHEMA = Schema({
-    "version": Field(int, required=True, check=lambda v: None if v == 1 else "must be 1"),
+    "version": Field(int, required=True,
+                     check=lambda v: None if v in VERSIONS else "must be 1 or 2"),
     "keys": Field(dict, required=True, help="name -> key entry"),
 })
 KEY_SCHEMA = Schema({
     "keyid": Field(str, required=True, check=sha256_check),
     "public_key": Field(str, required=True, help="the PEM public key"),
     "owner": Field(str, default=""),
-    "allow": Field(list, required=True, help="list of {predicate_type, suites}"),
+    "allow": Field(list, default=None, help="list of {predicate_type, suites}"),
+    "roles": Field(list, default=[], help="version 2: release and/or approver"),
+    "channels": Field(list, default=["*"], help="version 2: channels an approver may approve"),
 })
 ALLOW_SCHEMA = Schema({
     "predicate_type": Field(str, required=True),
@@ -66,12 +78,24 @@ class TrustedKey:
     key: Ed25519PublicKey
     owner: str
     grants: tuple[Grant, ...]
+    roles: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ("*",)
+
+    def approves(self, channel: str) -> bool:
+        return "approver" in self.roles and any(
+            fnmatch.fnmatchcase(channel, pat) for pat in self.channels)
 
 
 @dataclass(frozen=True)
 class Policy:
     path: Path
     keys: dict[str, TrustedKey]  # by keyid
+    version: int = 1
+
+    def with_role(self, role: str) -> dict[str, Ed25519PublicKey]:
+        """The public keys that hold ``role`` (what a VSA, ledger entry or approval may
+        be signed by); empty when none does, so verification fails closed."""
+        return {k: t.key for k, t in self.keys.items() if role in t.roles}
 
     def public_keys(self) -> dict[str, Ed25519PublicKey]:
         return {k: t.key for k, t in self.keys.items()}
@@ -99,15 +123,36 @@ def parse(data: Any, path: Path) -> Policy:
         if keyid_of(pub) != entry["keyid"]:
             raise ConfigError(f"{src}: '{where}.keyid' is {entry['keyid'][:16]}..., but the "
                               f"public key's id is {keyid_of(pub)[:16]}...")
+        roles = _roles(entry, top["version"], where, src)
         grants = []
-        for i, g in enumerate(entry["allow"]):
+        for i, g in enumerate(entry["allow"] or []):
             a = validate(g, ALLOW_SCHEMA, f"{where}.allow[{i}]", src)
             if not all(isinstance(s, str) for s in a["suites"]):
                 raise ConfigError(f"{src}: '{where}.allow[{i}].suites' must list strings")
             grants.append(Grant(a["predicate_type"], tuple(a["suites"])))
         keys[entry["keyid"]] = TrustedKey(str(name), entry["keyid"], pub, entry["owner"],
-                                          tuple(grants))
-    return Policy(path, keys)
+                                          tuple(grants), roles, tuple(entry["channels"]))
+    return Policy(path, keys, top["version"])
+
+
+def _roles(entry: dict[str, Any], version: int, where: str, src: str) -> tuple[str, ...]:
+    if version == 1:
+        if entry["roles"] or entry["channels"] != ["*"]:
+            raise ConfigError(f"{src}: '{where}.roles' and '.channels' need 'version: 2'")
+        if entry["allow"] is None:
+            raise ConfigError(f"{src}: missing required key '{where}.allow' "
+                              "(list of {predicate_type, suites})")
+        return ()
+    for r in entry["roles"]:
+        if r not in ROLES:
+            raise ConfigError(f"{src}: '{where}.roles' names {r!r}, not one of "
+                              f"{', '.join(ROLES)}{suggest(str(r), list(ROLES))}")
+    if not all(isinstance(c, str) for c in entry["channels"]):
+        raise ConfigError(f"{src}: '{where}.channels' must list strings")
+    if entry["allow"] is None and not entry["roles"]:
+        raise ConfigError(f"{src}: '{where}' has neither 'allow' nor 'roles': it can sign "
+                          "nothing")
+    return tuple(entry["roles"])
 
 
 def load(path: Path) -> Policy:

@@ -132,7 +132,9 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
 
 
 def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
-             backend: str) -> str:
+             backend: str, revision: str | None = None) -> str:
+    # ``revision`` (the SOURCE record's fork commit) is baked into a label, so it keys the
+    # cache too: without it a cached bake could differ from a fresh one of the same inputs
     return sha256_bytes(canonical_json({
         "format": BAKE_FORMAT, "writers": WRITERS, "definition": defn.fingerprint,
         # the name is in the image's labels and its record: two definitions with the same
@@ -144,6 +146,7 @@ def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
         "verifier": hashlib.sha256(verifier_bytes()).hexdigest(),
         "entrypoint": hashlib.sha256(entrypoint_bytes()).hexdigest(),
         "lineage": defn.lineage,
+        **({"revision": revision} if revision is not None else {}),
     }))
 
 

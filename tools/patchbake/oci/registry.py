@@ -87,6 +87,12 @@ class _PushTally:
     skipped: list[str] = field(default_factory=list)
     nbytes: int = 0
 
+    def merge(self, other: _PushTally) -> None:
+        self.uploaded += other.uploaded
+        self.mounted += other.mounted
+        self.skipped += other.skipped
+        self.nbytes += other.nbytes
+
 
 class RegistryClient:
     """A client for one registry host (``127.0.0.1:5000`` or ``https://host``)."""
@@ -293,8 +299,14 @@ class RegistryClient:
         tag_existed = self._check_tag(r, manifest_digest) if r.tag else False
         tally = _PushTally()
         wanted = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
-        for desc in wanted.values():
-            self._push_blob(store, r.repo, desc, mount_from, tally, progress)
+
+        def one(desc: Descriptor) -> _PushTally:  # blobs are independent: sent concurrently
+            part = _PushTally()
+            self._push_blob(store, r.repo, desc, list(mount_from), part, progress)
+            return part
+
+        for part in blobs.each_concurrently(one, list(wanted.values())):
+            tally.merge(part)
         put = [d for d, data, m in plan if self._put_manifest(r.repo, d, data, m.media_type)]
         if r.tag and not tag_existed:
             # Re-check just before tagging: another pusher may have taken the tag meanwhile.
@@ -340,15 +352,18 @@ class RegistryClient:
             if m.is_index:
                 raise RegistryError(f"{child.digest} in index {index_digest} is another index")
         self.http.budget.allow_blobs(len(m.blobs))
-        fetched, present, nbytes = [], [], 0
+        present: list[str] = []
+        wanted = []
         for desc in (m.blobs if layers else m.blobs[:1]):
             if desc.urls:
                 continue  # foreign layers are fetched from their own URLs by engines
             if store.has(desc.digest):
                 present.append(desc.digest)
                 continue
-            nbytes += blobs.fetch_blob(self.http, store, r.repo, desc, progress)
-            fetched.append(desc.digest)
+            wanted.append(desc)
+        nbytes = sum(blobs.each_concurrently(
+            lambda d: blobs.fetch_blob(self.http, store, r.repo, d, progress), wanted))
+        fetched = [d.digest for d in wanted]
         store.put_bytes(data, expected=digest)
         if index_digest:
             store.put_bytes(index_data, expected=index_digest)

@@ -1,10 +1,12 @@
 """Registry credentials and the ``WWW-Authenticate`` challenge.
 
 Credentials come from ``PATCHBAKE_REGISTRY_USER``/``PATCHBAKE_REGISTRY_PASSWORD`` (checked
-first, so CI can override) or from the ``auths`` section of Docker's ``config.json``
-(``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``). Docker credential helpers
-(``credsStore``/``credHelpers``) are not run: that would start processes holding secrets
-on the user's behalf; log in with the environment variables instead.
+first, so CI can override), else from Docker's ``config.json`` (``$DOCKER_CONFIG/config.json``,
+else ``~/.docker/config.json``) as the Docker CLI reads it: the host's credential helper
+(``credHelpers``), else the default credential store (``credsStore``), else the ``auths``
+entry. A helper is the program ``docker-credential-<name>``, asked with ``get`` and the
+server address on stdin (Docker Hub's is ``https://index.docker.io/v1/``); it is run only
+when a registry asks for credentials.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import binascii
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import RegistryError
+from ..errors import PatchbakeError, RegistryError
+from .registry_ref import DOCKER_HUB_HOSTS, DOCKER_HUB_SERVER
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,88 @@ def _config_path(env: Mapping[str, str]) -> Path:
 def _auth_key_host(key: str) -> str:
     # Docker writes keys as "host", "https://host" or "https://host/v1/"; compare hosts only.
     key = re.sub(r"^[a-z]+://", "", key.strip())
-    return key.split("/", 1)[0].lower()
+    host = key.split("/", 1)[0].lower()
+    return "docker.io" if host in DOCKER_HUB_HOSTS else host
 
 
-def credentials_for(host: str, env: Mapping[str, str] | None = None) -> Credentials | None:
+def _same_host(key: str, host: str) -> bool:
+    return _auth_key_host(key) == _auth_key_host(host)
+
+
+# (helper name, server address) -> (username, secret), or None when it holds nothing
+HelperRunner = Callable[[str, str], "tuple[str, str] | None"]
+
+
+def run_helper(name: str, server: str) -> tuple[str, str] | None:
+    """``docker-credential-<name> get`` (the Docker credential-helper protocol)."""
+    from .. import proc
+
+    exe = f"docker-credential-{name}"
+    try:
+        r = proc.run([exe, "get"], input=server.encode(), check=False, timeout=60)
+    except PatchbakeError as exc:
+        raise RegistryError(f"Docker's config names the credential helper '{name}', but "
+                            f"{exc.message}", hint=f"install {exe}, or set "
+                            "PATCHBAKE_REGISTRY_USER and PATCHBAKE_REGISTRY_PASSWORD") from exc
+    out = r.text.strip()
+    if r.returncode != 0:
+        if "credentials not found" in (out + r.stderr.decode("utf-8", "replace")).lower():
+            return None
+        raise RegistryError(f"{exe} get {server} exited {r.returncode}: "
+                            f"{(out or r.stderr.decode('utf-8', 'replace')).strip()[:200]}")
+    try:
+        doc = json.loads(out)
+        user, secret = doc["Username"], doc["Secret"]
+    except (ValueError, KeyError, TypeError):
+        raise RegistryError(f"{exe} get {server} answered something other than "
+                            '{"Username": .., "Secret": ..}') from None
+    if not isinstance(user, str) or not isinstance(secret, str):
+        raise RegistryError(f"{exe} get {server}: Username and Secret must be strings")
+    return user, secret
+
+
+def _server_address(host: str) -> str:
+    return DOCKER_HUB_SERVER if _auth_key_host(host) == "docker.io" else host
+
+
+def _from_helpers(doc: dict[str, object], host: str,
+                  helper: HelperRunner) -> Credentials | None:
+    helpers = doc.get("credHelpers")
+    name = None
+    if isinstance(helpers, dict):
+        name = next((v for k, v in helpers.items() if _same_host(k, host)), None)
+    if name is None:
+        name = doc.get("credsStore")
+    if not isinstance(name, str) or not name:
+        return None
+    got = helper(name, _server_address(host))
+    return Credentials(*got) if got else None
+
+
+def _from_auths(doc: dict[str, object], host: str, path: Path) -> Credentials | None:
+    auths = doc.get("auths")
+    if not isinstance(auths, dict):
+        return None
+    for key, entry in auths.items():
+        if not _same_host(key, host) or not isinstance(entry, dict):
+            continue
+        if entry.get("username") and entry.get("password") is not None:
+            return Credentials(str(entry["username"]), str(entry["password"]))
+        encoded = entry.get("auth")
+        if isinstance(encoded, str) and encoded:
+            try:
+                decoded = base64.b64decode(encoded, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError) as exc:
+                raise RegistryError(f"the 'auth' entry for {key} in {path} is not base64") from exc
+            name, sep, secret = decoded.partition(":")
+            if not sep:
+                raise RegistryError(f"the 'auth' entry for {key} in {path} is not user:password")
+            return Credentials(name, secret)
+    return None
+
+
+def credentials_for(host: str, env: Mapping[str, str] | None = None, *,
+                    helper: HelperRunner | None = None) -> Credentials | None:
     """Credentials for ``host`` (``HOST[:PORT]``), or None if none are configured."""
     env = os.environ if env is None else env
     user, password = env.get("PATCHBAKE_REGISTRY_USER"), env.get("PATCHBAKE_REGISTRY_PASSWORD")
@@ -80,22 +161,6 @@ def credentials_for(host: str, env: Mapping[str, str] | None = None) -> Credenti
         return None
     except (OSError, ValueError) as exc:
         raise RegistryError(f"cannot read Docker credentials from {path}: {exc}") from exc
-    auths = doc.get("auths") if isinstance(doc, dict) else None
-    if not isinstance(auths, dict):
+    if not isinstance(doc, dict):
         return None
-    for key, entry in auths.items():
-        if _auth_key_host(key) != host.lower() or not isinstance(entry, dict):
-            continue
-        if entry.get("username") and entry.get("password") is not None:
-            return Credentials(str(entry["username"]), str(entry["password"]))
-        encoded = entry.get("auth")
-        if isinstance(encoded, str) and encoded:
-            try:
-                decoded = base64.b64decode(encoded, validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError) as exc:
-                raise RegistryError(f"the 'auth' entry for {key} in {path} is not base64") from exc
-            name, sep, secret = decoded.partition(":")
-            if not sep:
-                raise RegistryError(f"the 'auth' entry for {key} in {path} is not user:password")
-            return Credentials(name, secret)
-    return None
+    return _from_helpers(doc, host, helper or run_helper) or _from_auths(doc, host, path)

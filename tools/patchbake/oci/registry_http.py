@@ -21,6 +21,7 @@ from ..netpolicy import Budget, RetryPolicy, is_retry_status, retry_after_second
 from ..netpolicy import Retryable as RetryableError
 from .registry_auth import Credentials, parse_challenge
 from .registry_ref import check_url_allowed
+from .unreachable import nothing_listens
 
 __all__ = ["Budget", "RetryPolicy", "RetryableError", "Transport", "is_retry_status",
            "retry_after_seconds"]
@@ -160,6 +161,9 @@ class Transport:
                                             stream=stream, timeout=timeout,
                                             allow_redirects=False)
             except TRANSPORT_ERRORS as exc:
+                refused = nothing_listens(url, exc)
+                if refused is not None:  # loopback, connection refused: not transient
+                    raise refused from exc
                 raise RetryableError(f"{method} {urlsplit(url).path}: {exc}") from exc
             finally:
                 close = getattr(data, "close", None)

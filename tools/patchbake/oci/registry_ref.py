@@ -53,6 +53,21 @@ class RegistryRef:
         return s
 
 
+# Docker Hub, as the Docker CLI names it: references say docker.io (or index.docker.io),
+# its registry API answers on DOCKER_HUB_API, and one-component names live under library/.
+DOCKER_HUB_HOSTS = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
+DOCKER_HUB_API = "registry-1.docker.io"
+DOCKER_HUB_SERVER = "https://index.docker.io/v1/"  # the key Docker's config and helpers use
+
+
+def _docker_hub(host: str, rest: str) -> tuple[str, str]:
+    """``docker.io/NAME`` -> (the Hub's API host, ``library/NAME`` for a one-part name)."""
+    if host.lower() not in DOCKER_HUB_HOSTS:
+        return host, rest
+    # a tag never holds "/", so a one-part name is one with no "/" before any digest
+    return DOCKER_HUB_API, rest if "/" in rest.split("@", 1)[0] else f"library/{rest}"
+
+
 def _looks_like_host(part: str) -> bool:
     return "." in part or ":" in part or part == "localhost" or part.startswith("[")
 
@@ -83,6 +98,7 @@ def parse_ref(text: str, *, need_tag_or_digest: bool = True,
             else f"library/{raw}"
     if not _HOST_RE.match(host):
         raise UsageError(f"'{host}' in registry reference '{text}' is not a host[:port]")
+    host, rest = _docker_hub(host, rest)
     digest = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)

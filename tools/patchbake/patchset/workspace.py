@@ -60,14 +60,19 @@ def _check_dest(dest: Path) -> None:
                           hint="give a new directory for the workspace")
 
 
-def create_workspace(lineage: Any, store: Store, dest: Path) -> Workspace:
-    """Build the workspace in a sibling staging directory, then rename it into place."""
+def create_workspace(lineage: Any, store: Store, dest: Path, *,
+                     with_patch: bool = True) -> Workspace:
+    """Build the workspace in a sibling staging directory, then rename it into place.
+
+    ``with_patch=False``: the pristine tree only, even if the lineage has a patch (port
+    writes its own result on top)."""
     from ..sources import fetch
 
     dest = Path(dest).absolute()
     _check_dest(dest)
     fetched = fetch(lineage, store)
-    lp = read_lineage_patch(lineage.patch, lineage.files) if lineage.patch.exists() else None
+    lp = read_lineage_patch(lineage.patch, lineage.files) \
+        if with_patch and lineage.patch.exists() else None
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging.", dir=dest.parent))
     try:

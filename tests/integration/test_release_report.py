@@ -1,0 +1,75 @@
+"""`patchbake report` in a real browser: Debian's chromium, headless, renders the page
+(--dump-dom) and takes a screenshot; the assertions are on what a person sees. The
+screenshot is kept as a test artifact (tests/artifacts/, or $PATCHBAKE_TEST_ARTIFACTS)."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from patchbake.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from release_support import make_release, make_repo
+
+pytestmark = pytest.mark.integration
+
+DIGEST = "sha256:" + "5e" * 32
+ARTIFACTS = Path(os.environ.get("PATCHBAKE_TEST_ARTIFACTS",
+                                Path(__file__).resolve().parents[1] / "artifacts"))
+
+
+def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("chromium")
+    if not exe:
+        pytest.skip("chromium is not installed (make setup installs Debian's chromium)")
+    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
+    return subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", *args],
+        capture_output=True, text=True, timeout=120, check=False)
+
+
+def visible_text(dom: str) -> str:
+    body = re.sub(r"(?s)<(style|script)[^>]*>.*?</\1>", " ", dom)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+
+
+def test_report_shows_the_digest_and_the_blocked_gate_with_its_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "repo"
+    k = make_repo(root, tmp_path / "keys")
+    rel = make_release(root, k, DIGEST, channel="validated", capability="9.0")
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
+    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
+    out = tmp_path / "report"
+    assert main(["report", rel.id, "--out", str(out)]) == 0
+    page = out / "index.html"
+    source = page.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", source), "external asset"
+    assert "<script" not in source
+
+    dom = chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-1000:]
+    text = visible_text(dom.stdout)
+    assert DIGEST in text and rel.id in text
+    assert "Next channel 'sm89-stable' is BLOCKED" in text
+    assert "capability : missing input: no passing GPU evidence from a compute capability " \
+           "8.9 device (sm89 evidence)" in text
+    assert "dsv4-topk-gpu NVIDIA H200 9.0" in text  # the evidence matrix row
+    assert "<svg" in dom.stdout and 'id="bench-chart"' in dom.stdout
+    assert "fused_us[15x512]" in text
+
+    shot = tmp_path / "report.png"
+    got = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri())
+    assert got.returncode == 0 and shot.stat().st_size > 10_000, got.stderr[-1000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, ARTIFACTS / "release-report.png")

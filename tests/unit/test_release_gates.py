@@ -1,0 +1,196 @@
+"""Gates on signed inputs (evidence, capability, benchmark, approval), hermetic: each one
+passes on good input and fails closed, with its reason, on each kind of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from patchbake import config
+from patchbake.release import attest, channels, create, gates
+from patchbake.release.channels import Benchmark, Gate
+from release_support import (
+    FIGURES,
+    Keys,
+    make_repo,
+    sign_all,
+    sign_result,
+    suite_result,
+    write_policy,
+)
+
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = "sm89-serving-offline"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, Keys]:
+    root = tmp_path / "repo"
+    k = make_repo(root, tmp_path / "keys")
+    return root, k
+
+
+def evaluation(root: Path) -> gates.Evaluation:
+    p = config.load(root / "pipeline.yaml")
+    return create.evaluation(p, None, f"{IMAGE}@{DIGEST}")
+
+
+def run(root: Path, channel: str) -> gates.Table:
+    p = config.load(root / "pipeline.yaml")
+    ch = channels.parse(p.channels, p.suites)[channel]
+    return gates.evaluate(evaluation(root), ch)
+
+
+def status(table: gates.Table, gate: str) -> tuple[str, str]:
+    d = next(d for d in table.decisions if d.gate == gate)
+    return d.status, d.reason
+
+
+def test_signed_inputs_pass_every_signed_gate(repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    table = run(root, "sm89-stable")
+    for gate in ("evidence", "capability", "benchmark", "approval"):
+        assert status(table, gate)[0] == "pass", status(table, gate)
+    assert "first release of 'sm89-stable'" in status(table, "benchmark")[1]
+    assert status(table, "approval")[1] == "approved by approver"
+
+
+def test_gates_needing_the_store_error_without_one_and_block(repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    table = run(root, "sm89-stable")
+    assert status(table, "verify")[0] == "error"
+    assert "needs the local store" in status(table, "verify")[1]
+    assert not table.passed and table.verdict().startswith("'sm89-stable' is BLOCKED")
+
+
+def test_evidence_gate_applies_the_pipelines_declaration_not_the_evidences(
+        repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    result = suite_result(root, "dsv4-topk-gpu", IMAGE, DIGEST, capability="9.0")
+    result["probes"]["determinism"].update(repeats=1, digests=0)
+    result["suite"]["repeats"] = 1  # the run declared fewer repeats than pipeline.yaml
+    sign_result(root, k.evidence, result)
+    sign_result(root, k.evidence, suite_result(root, "dsv4-topk-cpu", IMAGE, DIGEST))
+    st, reason = status(run(root, "validated"), "evidence")
+    assert st == "fail" and "repeats not shown bit-identical" in reason, reason
+
+
+def test_missing_evidence_fails_with_its_reason(repo: tuple[Path, Keys]) -> None:
+    root, _ = repo
+    st, reason = status(run(root, "validated"), "evidence")
+    assert st == "fail" and reason.startswith("suite 'dsv4-topk-gpu': missing:")
+
+
+@pytest.mark.parametrize("change, expect", [
+    ({"passed": 3}, "fewer than its minimum 30"),
+    ({"sensitivity": "flagged"}, "its evidence says WARNED"),
+    ({"determinism": "flagged"}, "its evidence says WARNED"),
+])
+def test_evidence_below_the_declaration_fails(repo: tuple[Path, Keys], change: dict[str, object],
+                                              expect: str) -> None:
+    root, k = repo
+    result = suite_result(root, "dsv4-topk-gpu", IMAGE, DIGEST, capability="9.0", **change)
+    sign_result(root, k.evidence, result)
+    sign_result(root, k.evidence, suite_result(root, "dsv4-topk-cpu", IMAGE, DIGEST))
+    st, reason = status(run(root, "validated"), "evidence")
+    assert st == "fail" and expect in reason, reason
+
+
+def test_evidence_by_a_key_outside_the_policy_fails(repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_result(root, k.outsider, suite_result(root, "dsv4-topk-gpu", IMAGE, DIGEST,
+                                               capability="9.0"))
+    st, reason = status(run(root, "validated"), "evidence")
+    assert st == "fail" and "untrusted-key" in reason
+
+
+def test_evidence_about_another_image_fails(repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    other = "sha256:" + "cd" * 32
+    path = sign_result(root, k.evidence, suite_result(root, "dsv4-topk-gpu", IMAGE, other,
+                                                      capability="9.0"))
+    mine = root / "manifests" / "evidence" / DIGEST[7:] / path.name
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(path.read_bytes())
+    st, reason = status(run(root, "validated"), "evidence")
+    assert st == "fail" and "wrong-subject" in reason
+
+
+def test_an_edited_suite_invalidates_its_evidence(repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    (root / "tests/gpu_suites/dsv4_topk/test_wiring.py").write_text("# edited\n")
+    st, reason = status(run(root, "validated"), "evidence")
+    assert st == "fail" and "another version of the suite" in reason
+
+
+def test_h200_evidence_leaves_sm89_stable_blocked_on_sm89_evidence(
+        repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST, capability="9.0")
+    table = run(root, "sm89-stable")
+    assert status(table, "evidence")[0] == "pass"
+    st, reason = status(table, "capability")
+    assert st == "fail"
+    assert "missing input" in reason and "sm89 evidence" in reason and "cc 9.0" in reason
+
+
+def test_benchmark_beyond_tolerance_of_the_previous_release_fails(
+        repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    ev = evaluation(root)
+    before = {m: dict(f) for m, f in FIGURES.items()}
+    before["fused_us[15x512]"]["value"] = 4.0  # now 4.83 us: 21% slower
+    ev.previous_figures = lambda c, n: before
+    g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
+    st, reason = gates.gate_benchmark(ev, g)
+    assert st == "fail" and "fused_us[15x512] 4.0 -> 4.83" in reason
+    ev.previous_figures = lambda c, n: FIGURES
+    assert gates.gate_benchmark(ev, g)[0] == "pass"
+
+
+def test_altered_benchmark_figures_fail(repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    path = attest.benchmark_path(root / "manifests" / "evidence", DIGEST, "dsv4-topk-gpu")
+    path.write_text(path.read_text().replace('"payload": "', '"payload": "e30K', 1))
+    st, reason = status(run(root, "sm89-stable"), "benchmark")
+    assert st == "fail" and "benchmark 'dsv4-topk-gpu'" in reason
+
+
+def test_approval_by_a_key_without_the_approver_role_does_not_count(
+        repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    write_policy(root, k, drop="approver")
+    st, reason = status(run(root, "sm89-stable"), "approval")
+    assert st == "fail"
+    assert "0 of 1 signed approval(s) for 'sm89-stable' by a key whose role is approver" in reason
+
+
+def test_unreadable_trust_policy_blocks_every_signed_gate(repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    (root / "manifests" / "trust-policy.yaml").unlink()
+    table = run(root, "sm89-stable")
+    for gate in ("evidence", "benchmark", "approval"):
+        assert status(table, gate)[0] in ("fail", "error"), gate
+    assert not table.passed
+
+
+def test_the_repositorys_sm89_stable_is_blocked_on_missing_sm89_evidence() -> None:
+    """The committed pipeline, policy and evidence, as they are: sm89-stable must say that
+    what is missing is sm89 evidence (and has no approver to sign an approval)."""
+    from release_support import REPO
+
+    p = config.load(REPO / "pipeline.yaml")
+    ev = create.evaluation(p, None, IMAGE)  # the definition's committed latest record
+    chs = channels.parse(p.channels, p.suites)
+    table = gates.evaluate(ev, chs["sm89-stable"])
+    st, reason = status(table, "capability")
+    assert st == "fail" and "missing input" in reason and "(sm89 evidence)" in reason
+    assert status(table, "approval")[0] == "fail"
+    assert not table.passed

@@ -1,0 +1,236 @@
+"""Release manifest, VSA, ledger and offline bundle, hermetic: a release made from signed
+inputs verifies; each kind of tampering breaks it with its own message and exit code."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from patchbake.cli import main
+from patchbake.errors import LedgerError, ReleaseError
+from patchbake.evidence import keys, policy
+from patchbake.release import bundle, ledger, manifest, vsa
+from release_support import Keys, make_release, make_repo, write_policy
+
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = "sm89-serving-offline"
+
+
+@pytest.fixture
+def released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+             ) -> tuple[Path, Keys, manifest.Release]:
+    root = tmp_path / "repo"
+    k = make_repo(root, tmp_path / "keys")
+    rel = make_release(root, k, DIGEST)
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
+    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
+    return root, k, rel
+
+
+def pol(root: Path) -> policy.Policy:
+    return policy.load(root / "manifests" / "trust-policy.yaml")
+
+
+def rdir(root: Path) -> Path:
+    return manifest.releases_dir(root)
+
+
+def test_release_manifest_is_canonical_and_its_hash_is_its_id(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    root, _, rel = released
+    again = manifest.load(root, rel.id)
+    assert again.data == rel.data and again.digest == DIGEST
+    assert {e["suite"] for e in rel.data["evidence"]} == {"dsv4-topk-gpu", "dsv4-topk-cpu"}
+    assert rel.data["benchmark"]["name"] == "dsv4-topk-gpu" and rel.data["approvals"]
+
+
+def test_vsa_names_the_release_and_its_inputs(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    root, _, rel = released
+    checked = vsa.verify((rel.path.parent / manifest.VSA_NAME).read_bytes(), rel, pol(root),
+                         "vsa")
+    pred = checked.statement["predicate"]
+    assert checked.statement["predicateType"] == "https://slsa.dev/verification_summary/v1"
+    assert pred["policy"]["digest"]["sha256"] == rel.id
+    assert pred["verificationResult"] == "PASSED"
+    assert pred["verifiedLevels"] == ["PATCHBAKE_CHANNEL_SM89_STABLE"]
+    assert len(pred["inputAttestations"]) == len(rel.envelopes()) == 4
+
+
+def test_vsa_by_a_key_without_the_release_role_is_refused(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    root, k, rel = released
+    forged = vsa.sign(rel, keys.load_private(k.evidence))
+    with pytest.raises(ReleaseError, match="only a key whose trust-policy role is 'release'"):
+        vsa.verify(forged, rel, pol(root), "vsa")
+
+
+def test_altered_release_manifest_is_refused(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    root, _, rel = released
+    rel.path.write_bytes(rel.path.read_bytes().replace(b'"sm89-stable"', b'"sm89-stablE"'))
+    with pytest.raises(ReleaseError, match="the release manifest was altered"):
+        manifest.load(root, rel.id)
+    assert main(["ledger", "verify"]) == LedgerError.exit_code
+    assert "the release manifest was altered" in capsys.readouterr().err
+
+
+def _lines(root: Path) -> list[bytes]:
+    return (rdir(root) / ledger.NAME).read_bytes().splitlines(keepends=True)
+
+
+def _second_entry(root: Path, k: Keys, rel: manifest.Release) -> None:
+    key = keys.load_private(k.release)
+    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), {
+        "kind": "promotion", "release": rel.id, "channel": rel.channel, "image": IMAGE,
+        "digest": DIGEST, "to": "127.0.0.1:5000/x:1", "attached": {}}, key))
+
+
+def test_ledger_verifies_and_cli_lists_it(released: tuple[Path, Keys, manifest.Release],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    root, k, rel = released
+    _second_entry(root, k, rel)
+    assert len(ledger.verify(rdir(root), pol(root))) == 2
+    assert main(["--json", "ledger", "verify"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [e["kind"] for e in out["entries"]] == ["release", "promotion"]
+    assert out["head"] == ledger.head(ledger.read(rdir(root)))
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda ls: [ls[0].replace(b'"seq":0', b'"seq": 0')], "not in canonical form"),
+    (lambda ls: [ls[1]], "sequence number 1, expected 0"),
+    (lambda ls: [ls[1], ls[0]], "sequence number 1, expected 0"),
+    (lambda ls: [ls[0], ls[1].replace(b'"to":"127.0.0.1:5000/x:1"', b'"to":"127.0.0.1:5000/x:2"')],
+     "the signature does not verify"),
+    (lambda ls: [ls[0], ls[1][:-1]], "the last line is not terminated"),
+    (lambda ls: [ls[0], b"{}\n"], "not a patchbake-ledger/1 entry"),
+])
+def test_tampered_ledger_is_refused(released: tuple[Path, Keys, manifest.Release],
+                                    capsys: pytest.CaptureFixture[str], tamper: object,
+                                    message: str) -> None:
+    root, k, rel = released
+    _second_entry(root, k, rel)
+    path = rdir(root) / ledger.NAME
+    path.write_bytes(b"".join(tamper(_lines(root))))  # type: ignore[operator]
+    with pytest.raises(LedgerError, match=message):
+        ledger.verify(rdir(root), pol(root))
+    assert main(["ledger", "verify"]) == 61
+    assert message in capsys.readouterr().err
+
+
+def test_ledger_signed_by_a_key_without_release_role_is_refused(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    root, k, rel = released
+    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), {
+        "kind": "promotion", "release": rel.id, "channel": rel.channel, "image": IMAGE,
+        "digest": DIGEST, "to": "h:1/r:t", "attached": {}}, keys.load_private(k.evidence)))
+    with pytest.raises(LedgerError, match="has no 'release' role"):
+        ledger.verify(rdir(root), pol(root))
+
+
+def test_ledger_entry_whose_release_is_not_committed_is_refused(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    root, _, rel = released
+    rel.path.unlink()
+    with pytest.raises(LedgerError, match="has no manifest"):
+        ledger.verify(rdir(root), pol(root))
+
+
+def test_stale_entry_cannot_be_appended(released: tuple[Path, Keys, manifest.Release]) -> None:
+    root, k, rel = released
+    stale = ledger.make_entry([], {"kind": "release", "release": rel.id}, keys.load_private(
+        k.release))
+    with pytest.raises(LedgerError, match="moved on"):
+        ledger.append(rdir(root), stale)
+
+
+def test_bundle_exports_and_verifies_offline(released: tuple[Path, Keys, manifest.Release],
+                                            tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, rel = released
+    out = tmp_path / "bundle"
+    assert main(["release", "export", rel.id, "--to", str(out)]) == 0
+    listing = json.loads((out / bundle.BUNDLE).read_text())
+    assert listing["release"] == rel.id and "manifests/trust-policy.yaml" in listing["files"]
+    capsys.readouterr()
+    assert main(["--json", "release", "verify", DIGEST, "--bundle", str(out)]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["release"] == rel.id and verdict["ok"]
+    assert [c["check"] for c in verdict["checks"]] == [
+        "ledger", "release manifest", "ledger entry", "digest", "VSA", "evidence", "gates"]
+
+
+@pytest.mark.parametrize("what, code, message", [
+    ("evidence", 62, "does not verify"),
+    ("vsa", 62, "VSA"),
+    ("ledger", 61, "chain is broken"),
+    ("policy", 61, "which has no 'release' role"),
+])
+def test_tampered_bundle_is_refused(released: tuple[Path, Keys, manifest.Release],
+                                    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    what: str, code: int, message: str) -> None:
+    root, k, rel = released
+    out = tmp_path / "bundle"
+    bundle.export(root, root / "manifests/trust-policy.yaml", rel.id, out)
+    if what == "evidence":
+        p = out / rel.data["evidence"][0]["path"]
+        env = json.loads(p.read_text())
+        sig = bytearray(base64.b64decode(env["signatures"][0]["sig"]))
+        sig[5] ^= 1
+        env["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+        p.write_text(json.dumps(env))
+    elif what == "vsa":
+        p = out / manifest.RELEASES_DIR / rel.id / manifest.VSA_NAME
+        p.write_bytes(vsa.sign(rel, keys.load_private(k.outsider)))
+    elif what == "ledger":
+        p = out / manifest.RELEASES_DIR / ledger.NAME
+        line = p.read_bytes()
+        p.write_bytes(line + line.replace(b'"seq":0', b'"seq":1'))
+    else:
+        write_policy(out, k, drop="release")
+    assert main(["release", "verify", rel.id, "--bundle", str(out)]) == code
+    assert message in capsys.readouterr().err
+
+
+def test_verify_of_an_unknown_digest_and_a_bad_id(released: tuple[Path, Keys, manifest.Release],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["release", "verify", "sha256:" + "0" * 64]) == 62
+    assert "no release in the ledger names image" in capsys.readouterr().err
+    assert main(["release", "verify", "not-an-id"]) == 62
+    assert "is not a release id" in capsys.readouterr().err
+
+
+def test_create_refuses_a_key_without_the_release_role(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    _, k, _ = released
+    rc = main(["release", "create", "--channel", "sm89-stable", "--image",
+               f"{IMAGE}@{DIGEST}", "--key", str(k.evidence)])
+    assert rc == 62
+    assert "has no 'release' role" in capsys.readouterr().err
+
+
+def test_promote_refuses_a_tag_less_destination(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    _, k, rel = released
+    rc = main(["release", "promote", rel.id, "--to", "127.0.0.1:5000/app", "--key",
+               str(k.release)])
+    assert rc == 2
+    assert "names neither a tag nor a digest" in capsys.readouterr().err
+
+
+def test_the_repositorys_committed_ledger_and_releases_verify() -> None:
+    """What is committed under manifests/releases/ verifies offline, as a user would."""
+    from release_support import REPO
+
+    policy_path = REPO / "manifests" / "trust-policy.yaml"
+    entries = ledger.verify(manifest.releases_dir(REPO), policy.load(policy_path))
+    for e in ledger.find(entries, "release"):
+        verdict = bundle.verify(REPO, policy_path, str(e.data["release"]))
+        assert verdict.digest == e.data["digest"]
+        assert [c for c, _ in verdict.checks][-1] == "gates"

@@ -1,0 +1,113 @@
+"""The CI workflows: valid GitHub Actions syntax (check-jsonschema's vendored workflow
+schema, run in-process), and every `run:` step names a make target, a ci/ script or a
+patchbake command that exists. Hermetic: nothing is started."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+ALLOWED = {"git"}  # besides make, ci/ scripts and patchbake; git is what checkout brings
+
+
+def test_there_are_workflows() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"pull-request.yml", "release.yml"}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflow_matches_the_vendored_github_schema(path: Path) -> None:
+    pytest.importorskip("check_jsonschema", reason="pip install -e '.[test]'")
+    from check_jsonschema.cli.main_command import main
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(main, ["--builtin-schema", "vendor.github-workflows", str(path)])
+    assert res.exit_code == 0, res.output
+
+
+def test_the_schema_check_can_fail(tmp_path: Path) -> None:
+    pytest.importorskip("check_jsonschema", reason="pip install -e '.[test]'")
+    from check_jsonschema.cli.main_command import main
+    from click.testing import CliRunner
+
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: x\non: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    stepz: []\n")
+    res = CliRunner().invoke(main, ["--builtin-schema", "vendor.github-workflows", str(bad)])
+    assert res.exit_code != 0
+
+
+def make_targets() -> set[str]:
+    text = (REPO / "Makefile").read_text()
+    return set(re.findall(r"^([A-Za-z0-9_.-]+):", text, re.MULTILINE))
+
+
+def patchbake_commands() -> set[str]:
+    from patchbake.cli import _register, main_group
+
+    _register()
+    return set(main_group.commands)
+
+
+def commands_of(script: str) -> list[list[str]]:
+    """Each command line of a `run:` block, split like a shell would (no expansion)."""
+    out = []
+    for line in re.sub(r"\\\n", " ", script).splitlines():
+        line = re.sub(r"\$\{\{[^}]*\}\}", "X", line).strip()
+        if line and not line.startswith("#"):
+            for part in re.split(r"&&|\|\||;|\|", line):
+                if part.strip():
+                    out.append(shlex.split(part))
+    return out
+
+
+def problems(argv: list[str], targets: set[str], commands: set[str]) -> list[str]:
+    word = argv[0]
+    if word == "make":
+        return [f"make target '{t}' does not exist" for t in argv[1:]
+                if not t.startswith("-") and "=" not in t and t not in targets]
+    if word.startswith("./") or "/" in word:
+        return [] if (REPO / word).is_file() else [f"{word} does not exist"]
+    if word in ("python3", "patchbake"):
+        args = argv[3:] if argv[1:3] == ["-m", "patchbake"] else argv[1:]
+        sub = next((a for a in args if not a.startswith("-")), None)
+        return [] if sub in commands else [f"patchbake has no command {sub!r}"]
+    why = f"{word!r} is not a make target, ci/ script or patchbake command"
+    return [] if word in ALLOWED else [why]
+
+
+def run_steps(path: Path) -> list[str]:
+    doc: dict[Any, Any] = yaml.safe_load(path.read_text())
+    return [s["run"] for job in doc["jobs"].values() for s in job.get("steps", [])
+            if "run" in s]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_run_step_names_something_that_exists(path: Path) -> None:
+    targets, commands = make_targets(), patchbake_commands()
+    found = []
+    for script in run_steps(path):
+        for argv in commands_of(script):
+            found += problems(argv, targets, commands)
+    assert not found, found
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "ci").glob("*.sh")), ids=lambda p: p.name)
+def test_ci_scripts_name_patchbake_commands_that_exist(path: Path) -> None:
+    commands = patchbake_commands()
+    for m in re.finditer(r"-m patchbake((?: --\w+)*) (\w[\w-]*)", path.read_text()):
+        assert m.group(2) in commands, f"{path.name}: patchbake {m.group(2)}"
+
+
+def test_the_run_step_check_can_fail() -> None:
+    targets, commands = make_targets(), patchbake_commands()
+    assert problems(["make", "tset"], targets, commands) == ["make target 'tset' does not exist"]
+    assert problems(["./ci/nope.sh"], targets, commands)
+    assert problems(["python3", "-m", "patchbake", "relaese"], targets, commands)
+    assert problems(["curl", "x"], targets, commands)
+    assert not problems(["make", "ci-gates"], targets, commands)

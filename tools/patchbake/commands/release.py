@@ -1,0 +1,251 @@
+"""`patchbake release gates|create|promote|verify|export|approve|benchmark`,
+`patchbake ledger verify` and `patchbake report`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import ui
+from ..cli import Ctx, pass_ctx
+from ..errors import GateError, UsageError
+
+KEY_HELP = "private key [default: signing.key from pipeline.yaml, $PATCHBAKE_SIGNING_KEY, " \
+           "or the user config dir]"
+
+
+def print_table(table: Any) -> None:
+    ui.table(f"gates of channel '{table.channel}' for {table.image} {table.digest}",
+             ["channel", "gate", "status", "reason"],
+             [(d.channel, d.gate, d.status.upper(), d.reason) for d in table.decisions])
+    ui.out.print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(), markup=False)
+
+
+def _store(ctx: Ctx) -> Any:
+    return ctx.store
+
+
+@click.group("release")
+def release_group() -> None:
+    """Release channels: gates, release records, promotion, offline verify."""
+
+
+@release_group.command("gates")
+@click.option("--channel", required=True, help="channel whose gates to evaluate")
+@click.option("--image", "image_ref", required=True, help="image: definition, digest, name@digest")
+@pass_ctx
+def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
+    """Evaluate a channel's gates for an image; change nothing. Exit 60 when blocked."""
+    from ..release import create
+
+    table, _ = create.gates(ctx.pipeline, ctx.store, channel, image_ref, ctx.lineage_key)
+    if ctx.as_json:
+        ui.emit_json(table.to_json())
+    else:
+        print_table(table)
+    if not table.passed:
+        raise GateError(table.verdict())
+
+
+@release_group.command("create")
+@click.option("--channel", required=True)
+@click.option("--image", "image_ref", required=True)
+@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
+@pass_ctx
+def create_cmd(ctx: Ctx, channel: str, image_ref: str, key_path: Path | None) -> None:
+    """Gates pass -> release manifest, signed VSA, ledger entry (all or nothing)."""
+    from ..release import create
+
+    made = create.create(ctx.pipeline, ctx.store, channel, image_ref, key_path=key_path,
+                         lineage=ctx.lineage_key)
+    rel = made.release
+    if ctx.as_json:
+        ui.emit_json({"release": rel.id, "path": str(rel.path), "new": made.new,
+                      "channel": rel.channel, "digest": rel.digest,
+                      "gates": made.table.to_json()})
+        return
+    print_table(made.table)
+    ui.kv("release" if made.new else "release (already recorded; nothing written)",
+          [("release id", rel.id), ("channel", rel.channel),
+           ("image", f"{rel.image} {rel.digest}"),
+           ("manifest", rel.path), ("ledger entry", made.entry.hash if made.entry else "-")])
+
+
+@release_group.command("promote")
+@click.argument("release")
+@click.option("--to", "to", required=True, help="HOST:PORT/REPO:TAG")
+@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
+@pass_ctx
+def promote_cmd(ctx: Ctx, release: str, to: str, key_path: Path | None) -> None:
+    """Copy a release's image by digest, attach its statements, tag, record (all or nothing)."""
+    from ..release import promote
+
+    done = promote.promote(ctx.pipeline, ctx.store, release, to, key_path=key_path)
+    if ctx.as_json:
+        ui.emit_json(done.to_json())
+        return
+    att = done.attached
+    ui.kv("promoted" if not done.already else "already promoted (nothing changed)",
+          [("release", done.release), ("to", done.to), ("digest", done.digest),
+           ("statements", f"{len(att.get('manifests', []))} via {att.get('mode')}"
+                          + (f" (+ {att['att_tag']})" if att.get("att_tag") else "")),
+           ("recovered", done.recovered or "-")])
+
+
+def _root_and_policy(ctx: Ctx, bundle: Path | None) -> tuple[Path, Path]:
+    if bundle is not None:
+        from ..release.bundle import BUNDLE, POLICY
+
+        if not (bundle / BUNDLE).is_file():
+            from ..errors import ReleaseError
+
+            raise ReleaseError(f"{bundle} is not a release bundle (no {BUNDLE})",
+                               hint="make one with `patchbake release export RELEASE --to DIR`")
+        return bundle.resolve(), bundle.resolve() / POLICY
+    from ..release.create import signing
+
+    return ctx.pipeline.root, signing(ctx.pipeline).trust_policy
+
+
+@release_group.command("verify")
+@click.argument("ref")
+@click.option("--bundle", type=click.Path(path_type=Path), default=None,
+              help="an exported bundle directory (default: this repository)")
+@click.option("--image", "image_ref", default=None,
+              help="also verify this image (registry ref, OCI layout, archive, store name)")
+@click.option("--digest", default=None, help="the image digest you expect the release names")
+@pass_ctx
+def verify_cmd(ctx: Ctx, ref: str, bundle: Path | None, image_ref: str | None,
+               digest: str | None) -> None:
+    """Verify a release offline: ledger, manifest hash, VSA, evidence, gates as recorded."""
+    from ..release import bundle as bundlemod
+
+    root, policy_path = _root_and_policy(ctx, bundle)
+    verdict = bundlemod.verify(root, policy_path, ref, digest)
+    if image_ref:
+        bundlemod.verify_image(ctx.pipeline, ctx.store, verdict, image_ref)
+    if ctx.as_json:
+        ui.emit_json(verdict.to_json())
+        return
+    ui.table(f"release {verdict.release}", ["check", "detail"], verdict.checks)
+    ui.out.print(f"VERIFIED: release {verdict.release[:16]} of {verdict.digest} in "
+                 f"'{verdict.channel}'", markup=False)
+
+
+@release_group.command("export")
+@click.argument("release")
+@click.option("--to", "dest", required=True, type=click.Path(path_type=Path))
+@pass_ctx
+def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
+    """Write an offline bundle (manifest, ledger slice, evidence, VSA, policy, record)."""
+    from ..release import bundle as bundlemod
+    from ..release.create import signing
+
+    out = bundlemod.export(ctx.pipeline.root, signing(ctx.pipeline).trust_policy, release,
+                           dest)
+    listing = json.loads((out / bundlemod.BUNDLE).read_bytes())
+    if ctx.as_json:
+        ui.emit_json({"bundle": str(out), **listing})
+        return
+    ui.table(f"bundle {out}", ["file", "sha256"], sorted(listing["files"].items()))
+
+
+@release_group.command("approve")
+@click.option("--channel", required=True)
+@click.option("--image", "image_ref", required=True)
+@click.option("--note", default="", help="why (kept in the signed approval)")
+@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
+@pass_ctx
+def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str,
+                key_path: Path | None) -> None:
+    """Sign an approval of an image for a channel (the key needs role approver)."""
+    from ..evidence import keys, policy
+    from ..release import attest, create
+
+    ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
+    key = keys.load_private(key_path or create.signing(ctx.pipeline).key)
+    pol = policy.load(ev.policy_path)
+    trusted = pol.keys.get(keys.keyid_of(key.public_key()))
+    if trusted is None or not trusted.approves(channel):
+        raise UsageError(f"this key has no approver role for '{channel}' in "
+                         f"{ev.policy_path.name}: its approval would not count")
+    path = attest.sign_approval(ev.evidence_dir, channel, ev.image, ev.digest, trusted.name,
+                                note, key)
+    ui.emit_json({"approval": str(path)}) if ctx.as_json else ui.out.print(str(path))
+
+
+@release_group.command("benchmark")
+@click.argument("figures", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--name", required=True, help="the benchmark's name (channels: benchmark.name)")
+@click.option("--image", "image_ref", required=True)
+@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
+@pass_ctx
+def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
+                  key_path: Path | None) -> None:
+    """Sign benchmark figures (JSON: {"figures": {metric: {value, unit, better}},
+    "environment": {...}}) measured on an image."""
+    from ..evidence import keys
+    from ..release import attest, create
+
+    ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
+    try:
+        doc = json.loads(figures.read_bytes())
+    except ValueError as exc:
+        raise UsageError(f"{figures} is not JSON: {exc}") from None
+    key = keys.load_private(key_path or create.signing(ctx.pipeline).key)
+    path = attest.sign_benchmark(ev.evidence_dir, name, ev.image, ev.digest,
+                                 doc.get("figures"), doc.get("environment") or {}, key)
+    ui.emit_json({"benchmark": str(path)}) if ctx.as_json else ui.out.print(str(path))
+
+
+@click.group("ledger")
+def ledger_group() -> None:
+    """The hash-chained, signed release ledger."""
+
+
+@ledger_group.command("verify")
+@pass_ctx
+def ledger_verify_cmd(ctx: Ctx) -> None:
+    """Check the chain, every signature and that each entry's release is committed."""
+    from ..errors import LedgerError
+    from ..evidence import policy
+    from ..release import ledger, manifest
+    from ..release.create import signing
+
+    rdir = manifest.releases_dir(ctx.pipeline.root)
+    entries = ledger.verify(rdir, policy.load(signing(ctx.pipeline).trust_policy))
+    if (rdir / "promotion.pending.json").exists():
+        raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
+                          hint="re-run `patchbake release promote` to complete or drop it")
+    rows = [(e.data["seq"], e.data["kind"], e.data["channel"], e.data["release"][:16],
+             e.data["digest"], e.data.get("to", ""), e.data["time"]) for e in entries]
+    if ctx.as_json:
+        ui.emit_json({"ok": True, "entries": [e.data for e in entries],
+                      "head": ledger.head(entries)})
+        return
+    ui.table(f"ledger {ledger.path_of(rdir)}", ["seq", "kind", "channel", "release", "digest",
+                                                 "to", "time"], rows)
+    ui.out.print(f"ledger intact: {len(entries)} entries, head {ledger.head(entries)}",
+                 markup=False)
+
+
+@click.command("report")
+@click.argument("release")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path))
+@pass_ctx
+def report_cmd(ctx: Ctx, release: str, out: Path) -> None:
+    """Write a static HTML page about a release (no external assets)."""
+    from ..release import report
+    from ..release.create import signing
+
+    page = report.write(ctx.pipeline, signing(ctx.pipeline).trust_policy, release, out)
+    ui.emit_json({"report": str(page)}) if ctx.as_json else ui.out.print(str(page))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(release_group)
+    group.add_command(ledger_group)
+    group.add_command(report_cmd)

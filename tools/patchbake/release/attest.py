@@ -1,0 +1,158 @@
+"""Benchmark figures and approvals: small in-toto statements about one image digest.
+
+Both live beside the test evidence (``<evidence_dir>/<image-hex>/``), are DSSE envelopes
+signed with Ed25519 (evidence/dsse.py), and are verified fail-closed:
+
+- ``benchmark-<name>.dsse.json``: predicate ``urn:patchbake:predicate:benchmark:v1``,
+  figures ``{metric: {value, unit, better}}`` and the environment they ran on; the signer
+  needs a trust-policy grant for that predicate type and the benchmark's name.
+- ``approval-<channel>-<keyid16>.dsse.json``: predicate
+  ``urn:patchbake:predicate:approval:v1`` naming the channel; the signer's role must be
+  ``approver`` for that channel (policy version 2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ..errors import EvidenceError
+from ..evidence import dsse
+from ..evidence.failures import fail
+from ..evidence.keys import keyid_of
+from ..evidence.policy import Policy
+from ..evidence.records import _digest_hex  # one digest check for all evidence files
+from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+BENCHMARK_TYPE = "urn:patchbake:predicate:benchmark:v1"
+APPROVAL_TYPE = "urn:patchbake:predicate:approval:v1"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Signed:
+    path: Path
+    keyid: str
+    signer: str
+    predicate: dict[str, Any]
+    envelope_sha256: str
+
+
+def benchmark_path(evidence_dir: Path, digest: str, name: str) -> Path:
+    if not _NAME.match(name):
+        raise EvidenceError(f"benchmark name {name!r} cannot name an evidence file")
+    return evidence_dir / _digest_hex(digest) / f"benchmark-{name}.dsse.json"
+
+
+def approval_dir(evidence_dir: Path, digest: str) -> Path:
+    return evidence_dir / _digest_hex(digest)
+
+
+def _statement(name: str, digest: str, ptype: str, predicate: dict[str, Any]) -> bytes:
+    return canonical_json({"_type": STATEMENT_TYPE, "predicateType": ptype,
+                           "subject": [{"name": name,
+                                        "digest": {"sha256": _digest_hex(digest)}}],
+                           "predicate": predicate})
+
+
+def _write(path: Path, payload: bytes, key: Ed25519PrivateKey) -> Path:
+    data = pretty_json(dsse.sign(payload, key).to_json())
+    try:
+        write_once(path, data)
+    except FileExistsError:
+        fail("exists", f"{path} already holds a different statement; it is never overwritten")
+    return path
+
+
+def check_figures(figures: Any, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(figures, dict) or not figures:
+        fail("bad-predicate", f"{where}: 'figures' must map metric names to figures")
+    for metric, f in figures.items():
+        ok = isinstance(f, dict) and isinstance(f.get("value"), (int, float)) \
+            and not isinstance(f.get("value"), bool) and math.isfinite(f["value"]) \
+            and f["value"] > 0 and f.get("better") in ("lower", "higher")
+        if not ok:
+            fail("bad-predicate", f"{where}: figure '{metric}' needs a positive finite "
+                 "'value' and 'better': lower|higher")
+    return dict(figures)
+
+
+def sign_benchmark(evidence_dir: Path, name: str, image: str, digest: str,
+                   figures: dict[str, Any], environment: dict[str, Any],
+                   key: Ed25519PrivateKey) -> Path:
+    """Sign benchmark ``figures`` measured on ``image``@``digest``."""
+    check_figures(figures, f"benchmark '{name}'")
+    payload = _statement(image, digest, BENCHMARK_TYPE, {
+        "name": name, "figures": figures, "environment": environment})
+    return _write(benchmark_path(evidence_dir, digest, name), payload, key)
+
+
+def sign_approval(evidence_dir: Path, channel: str, image: str, digest: str, approver: str,
+                  note: str, key: Ed25519PrivateKey) -> Path:
+    payload = _statement(image, digest, APPROVAL_TYPE, {
+        "channel": channel, "approver": approver, "note": note})
+    path = approval_dir(evidence_dir, digest) / \
+        f"approval-{channel}-{keyid_of(key.public_key())[:16]}.dsse.json"
+    return _write(path, payload, key)
+
+
+def _open(path: Path, digest: str, ptype: str, trusted: dict[str, Any]
+          ) -> tuple[str, dict[str, Any], bytes]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        fail("missing", f"{path} does not exist")
+    except OSError as exc:
+        fail("unreadable", f"{path} is unreadable: {exc.strerror}")
+    env = dsse.parse(data, str(path))
+    keyid = dsse.verify(env, trusted, str(path))
+    try:
+        obj = json.loads(env.payload)
+    except ValueError:
+        fail("bad-predicate", f"{path}: the signed payload is not JSON")
+    if not isinstance(obj, dict) or obj.get("_type") != STATEMENT_TYPE \
+            or obj.get("predicateType") != ptype or not isinstance(obj.get("predicate"), dict):
+        fail("bad-predicate", f"{path}: not a {ptype} statement")
+    subj = obj.get("subject")
+    got = subj[0].get("digest", {}).get("sha256") if isinstance(subj, list) and len(subj) == 1 \
+        and isinstance(subj[0], dict) and isinstance(subj[0].get("digest"), dict) else None
+    if "sha256:" + str(got) != digest:
+        fail("wrong-subject", f"{path}: the statement is about sha256:{got}, not {digest}")
+    return keyid, obj["predicate"], data
+
+
+def verify_benchmark(path: Path, digest: str, policy: Policy, name: str) -> Signed:
+    keyid, pred, data = _open(path, digest, BENCHMARK_TYPE, policy.public_keys())
+    if pred.get("name") != name:
+        fail("bad-predicate", f"{path}: the figures are for benchmark {pred.get('name')!r}, "
+             f"not {name!r}")
+    policy.check_allowed(keyid, BENCHMARK_TYPE, name, str(path))
+    check_figures(pred.get("figures"), str(path))
+    return Signed(path, keyid, policy.keys[keyid].name, pred, sha256_bytes(data))
+
+
+def verify_approvals(evidence_dir: Path, digest: str, policy: Policy, channel: str
+                     ) -> tuple[list[Signed], list[str]]:
+    """(approvals that verify for ``channel``, reasons the others do not)."""
+    good: list[Signed] = []
+    bad: list[str] = []
+    approvers = {k: t.key for k, t in policy.keys.items() if t.approves(channel)}
+    for path in sorted(approval_dir(evidence_dir, digest).glob(f"approval-{channel}-*.dsse.json")):
+        try:
+            keyid, pred, data = _open(path, digest, APPROVAL_TYPE, approvers)
+            if pred.get("channel") != channel:
+                fail("bad-predicate", f"{path}: approves channel {pred.get('channel')!r}, not "
+                     f"{channel!r}")
+        except EvidenceError as exc:
+            bad.append(exc.one_line())
+            continue
+        if all(g.keyid != keyid for g in good):  # one key approves once
+            good.append(Signed(path, keyid, policy.keys[keyid].name, pred, sha256_bytes(data)))
+    return good, bad

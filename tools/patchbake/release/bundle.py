@@ -1,0 +1,189 @@
+"""Offline verification of a release, from the repository or from an exported bundle.
+
+``export`` copies what a downstream user needs into a directory laid out like the
+repository (so one verifier reads both): the release manifest and VSA, the ledger up to
+the release's last entry, the trust policy, every signed envelope the release names and
+the image record, plus ``bundle.json`` listing each file's sha256. No store, no network.
+
+``verify`` checks, in order: the ledger (chain, canonical lines, signatures by a
+``release`` key), the release manifest's hash (its id) and its ledger entry, the VSA,
+each envelope (recorded sha256, trusted signature, subject = the release's digest), the
+image record, and that every recorded gate passed. Each check is a row; the first break
+raises (LedgerError for the ledger, ReleaseError for the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EvidenceError, LedgerError, PatchbakeError, ReleaseError
+from ..fsutil import atomic_write, pretty_json, sha256_bytes
+from . import ledger, manifest, vsa
+
+BUNDLE = "bundle.json"
+BUNDLE_FORMAT = "patchbake-release-bundle/1"
+POLICY = Path("manifests") / "trust-policy.yaml"
+
+
+@dataclass
+class Verdict:
+    release: str
+    digest: str
+    channel: str
+    checks: list[tuple[str, str]] = field(default_factory=list)  # (check, detail)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"release": self.release, "digest": self.digest, "channel": self.channel,
+                "ok": True, "checks": [{"check": c, "detail": d} for c, d in self.checks]}
+
+
+def _files(root: Path, rel: manifest.Release, policy_path: Path) -> list[Path]:
+    out = [rel.path, rel.path.parent / manifest.VSA_NAME, policy_path]
+    out += [root / str(e["path"]) for e in rel.envelopes()]
+    record = rel.data["images"][0].get("record")
+    if record:
+        out.append(root / record)
+    return out
+
+
+def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
+    """Write the bundle for ``release`` into ``dest`` (must be empty or absent)."""
+    from .. import __version__
+
+    rdir = manifest.releases_dir(root)
+    rel = manifest.load(root, release)
+    entries = ledger.read(rdir)
+    last = max((i for i, e in enumerate(entries) if e.data.get("release") == rel.id),
+               default=None)
+    if last is None:
+        raise ReleaseError(f"release {rel.id[:16]} is not in the ledger; nothing to export")
+    if dest.exists() and any(dest.iterdir()):
+        raise ReleaseError(f"{dest} is not empty; export writes a fresh directory")
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    listing: dict[str, str] = {}
+    try:
+        for src in _files(root, rel, policy_path):
+            target = POLICY if src == policy_path else src.resolve().relative_to(root.resolve())
+            data = src.read_bytes()
+            (staging / target).parent.mkdir(parents=True, exist_ok=True)
+            (staging / target).write_bytes(data)
+            listing[target.as_posix()] = sha256_bytes(data)
+        lpath = staging / manifest.RELEASES_DIR / ledger.NAME
+        lpath.write_bytes(b"".join(e.line + b"\n" for e in entries[:last + 1]))
+        listing[lpath.relative_to(staging).as_posix()] = sha256_bytes(lpath.read_bytes())
+        atomic_write(staging / BUNDLE, pretty_json({
+            "format": BUNDLE_FORMAT, "release": rel.id, "digest": rel.digest,
+            "channel": rel.channel, "files": listing, "tool": f"patchbake {__version__}"}))
+        if dest.exists():
+            dest.rmdir()
+        staging.rename(dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return dest
+
+
+def resolve(root: Path, text: str) -> str:
+    """A release id, or an image digest: the latest release of it in the ledger."""
+    if text.startswith("sha256:") or "@sha256:" in text:
+        digest = "sha256:" + text.rsplit("sha256:", 1)[1]
+        found = [e for e in ledger.read(manifest.releases_dir(root))
+                 if e.data.get("kind") == "release" and e.data.get("digest") == digest]
+        if not found:
+            raise ReleaseError(f"no release in the ledger names image {digest}")
+        return str(found[-1].data["release"])
+    return manifest.parse_id(text)
+
+
+def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
+    from ..evidence import records
+    from .attest import verify_approvals, verify_benchmark
+
+    for e in rel.data.get("evidence") or []:
+        v = records.verify_file(root / e["path"], rel.digest, pol, e["suite"])
+        if v.envelope_sha256 != e["envelope_sha256"] or v.statement.result != e["result"]:
+            raise ReleaseError(f"{e['path']} is not the evidence the release recorded")
+    b = rel.data.get("benchmark")
+    if b:
+        got = verify_benchmark(root / b["path"], rel.digest, pol, b["name"])
+        if got.envelope_sha256 != b["envelope_sha256"]:
+            raise ReleaseError(f"{b['path']} is not the benchmark the release recorded")
+    want = {a["envelope_sha256"] for a in rel.data.get("approvals") or []}
+    if want:
+        good, _ = verify_approvals(root / Path(rel.data["approvals"][0]["path"]).parent.parent,
+                                   rel.digest, pol, rel.channel)
+        if not want <= {a.envelope_sha256 for a in good}:
+            raise ReleaseError("an approval the release recorded no longer verifies")
+    n = len(rel.envelopes())
+    return f"{n} signed statement(s) verified; every subject is {rel.digest}"
+
+
+def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) -> Verdict:
+    from ..evidence import policy
+
+    rdir = manifest.releases_dir(root)
+    pol = policy.load(policy_path)
+    bundle = (root / BUNDLE).is_file()
+    entries = ledger.verify(rdir, pol, check_releases=not bundle)
+    if (rdir / "promotion.pending.json").exists():
+        raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
+                          hint="re-run `patchbake release promote` to complete or drop it")
+    rid = resolve(root, text)
+    rel = manifest.load_from(rdir, rid)
+    out = Verdict(rel.id, rel.digest, rel.channel)
+    out.checks.append(("ledger", f"{len(entries)} entries, chain and signatures intact"))
+    out.checks.append(("release manifest", f"release.json hashes to its id {rel.id[:16]}…"))
+    mine = ledger.find(entries, "release", release=rel.id)
+    if not mine or mine[0].data.get("digest") != rel.digest:
+        raise ReleaseError(f"release {rel.id[:16]} has no ledger entry naming {rel.digest}")
+    out.checks.append(("ledger entry", f"line {int(mine[0].data['seq']) + 1} records it"))
+    if digest and digest != rel.digest:
+        raise ReleaseError(f"the release is about {rel.digest}, not {digest}")
+    out.checks.append(("digest", f"{rel.image} {rel.digest}"))
+    vpath = rel.path.parent / manifest.VSA_NAME
+    try:
+        checked = vsa.verify(vpath.read_bytes(), rel, pol, str(vpath.relative_to(root)))
+    except OSError:
+        raise ReleaseError(f"the release's VSA {vpath} is missing") from None
+    out.checks.append(("VSA", f"verification summary signed by {checked.signer}"))
+    try:
+        out.checks.append(("evidence", _envelopes(root, rel, pol)))
+    except EvidenceError as exc:
+        raise ReleaseError(f"evidence: {exc.message}") from None
+    image = rel.data["images"][0]
+    if image.get("record"):
+        try:
+            data = (root / image["record"]).read_bytes()
+        except OSError:
+            raise ReleaseError(f"the image record {image['record']} is missing") from None
+        if sha256_bytes(data) != image.get("record_sha256") or \
+                json.loads(data).get("manifest_digest") != rel.digest:
+            raise ReleaseError(f"the image record {image['record']} is not the one recorded")
+        out.checks.append(("image record", image["record"]))
+    failed = [g for g in rel.data.get("gates") or [] if g.get("status") != "pass"]
+    if failed or not rel.data.get("gates"):
+        raise ReleaseError(f"the release records a gate that did not pass: {failed[:1]}")
+    n = len(rel.data["gates"])
+    out.checks.append(("gates", f"{n} gates recorded as passed for '{rel.channel}'"))
+    return out
+
+
+def verify_image(pipeline: Any, store: Any, verdict: Verdict, ref: str) -> str:
+    """The image itself (registry ref, OCI layout, archive, store name): it must be the
+    release's digest and its files a fresh apply of the patch (identity.verify_image)."""
+    from .. import identity
+
+    res = identity.verify_image(pipeline, ref, store)
+    if res.digest != verdict.digest:
+        raise ReleaseError(f"{ref} is {res.digest}, the release is about {verdict.digest}")
+    try:
+        identity.raise_on_failure(res)
+    except PatchbakeError as exc:
+        raise ReleaseError(exc.message) from None
+    verdict.checks.append(("image", f"{ref}: {res.summary()}"))
+    return res.summary()

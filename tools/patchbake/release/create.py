@@ -1,0 +1,125 @@
+"""Evaluating a channel for an image, and creating a release from a passing evaluation.
+
+``create`` is all-or-nothing and idempotent: gates are evaluated (nothing is written if
+any blocks), the release manifest is written once under its id, the VSA beside it, and
+the ledger's ``release`` entry appended last under the ledger lock. Re-running with
+nothing changed finds the release already in the ledger and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Pipeline
+from ..errors import GateError, ReleaseError
+from ..evidence import settings
+from ..fsutil import atomic_write
+from ..store import Store
+from . import channels, ledger, manifest, vsa
+from .gates import Evaluation, Table, evaluate
+
+
+@dataclass(frozen=True)
+class Created:
+    release: manifest.Release
+    table: Table
+    new: bool  # False: the same release was already recorded
+    entry: ledger.Entry | None
+
+
+def signing(pipeline: Pipeline) -> settings.Signing:
+    return settings.parse(pipeline.signing, pipeline.root, pipeline.path.name)
+
+
+def previous_figures(releases_dir: Path) -> Callable[[str, str], dict[str, Any] | None]:
+    """The benchmark figures of the channel's last release, per the ledger as stored
+    (the ledger itself is verified before anything is promoted or created)."""
+    def lookup(channel: str, name: str) -> dict[str, Any] | None:
+        for e in reversed(ledger.find(ledger.read(releases_dir), "release", channel=channel)):
+            try:
+                rel = manifest.load_from(releases_dir, str(e.data.get("release")))
+            except ReleaseError:
+                continue
+            b = rel.data.get("benchmark") or {}
+            if b.get("name") == name and isinstance(b.get("figures"), dict):
+                return dict(b["figures"])
+        return None
+    return lookup
+
+
+def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
+               lineage: str | None = None) -> Evaluation:
+    from ..suites import image as imagemod
+
+    resolved = imagemod.digest_only(ref, pipeline)
+    if resolved is None:
+        if store is None:
+            raise ReleaseError(f"'{ref}' names no digest and there is no store to resolve it")
+        resolved = imagemod.resolve(store, ref, pipeline)
+    rec = imagemod.find_record(pipeline.root, resolved.digest)
+    name = rec.definition if rec and resolved.name.startswith("sha256:") \
+        else resolved.name
+    if lineage is None and rec and rec.definition in pipeline.images:
+        from ..images import definition as definitions
+
+        # the lineage the image was baked from (its definition names it), not the default
+        lineage = definitions.load(pipeline, rec.definition).lineage
+    sig = signing(pipeline)
+    return Evaluation(pipeline, store, pipeline.lineage(lineage), name.split("@")[0],
+                      resolved.digest, sig.evidence_dir, sig.trust_policy,
+                      previous_figures(manifest.releases_dir(pipeline.root)))
+
+
+def gates(pipeline: Pipeline, store: Store | None, channel: str, ref: str,
+          lineage: str | None = None, *, verified: Any = None) -> tuple[Table, Evaluation]:
+    """The channel's gate table for ``ref``. ``verified``: a VerifyResult of this very
+    digest that the caller just computed (the main job), used instead of a second run."""
+    chs = channels.parse(pipeline.channels, pipeline.suites, pipeline.path.name)
+    ev = evaluation(pipeline, store, ref, lineage)
+    if verified is not None and verified.digest == ev.digest:
+        ev.memo("verify", lambda: verified)
+    return evaluate(ev, channels.get(chs, channel, pipeline.path.name)), ev
+
+
+def require_pass(table: Table) -> None:
+    if not table.passed:
+        first = table.blocking[0]
+        raise GateError(f"channel '{table.channel}' is blocked for {table.digest}: "
+                        f"{first.gate}: {first.reason}",
+                        hint=f"{len(table.blocking)} gate(s) do not pass; see `patchbake "
+                             f"release gates --channel {table.channel} --image "
+                             f"{table.digest}`")
+
+
+def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
+           key_path: Path | None = None, lineage: str | None = None) -> Created:
+    from ..evidence import keys, policy
+
+    sig = signing(pipeline)
+    rdir = manifest.releases_dir(pipeline.root)
+    pol = policy.load(sig.trust_policy)
+    key = keys.load_private(key_path or sig.key)
+    if keys.keyid_of(key.public_key()) not in pol.with_role("release"):
+        raise ReleaseError(f"the signing key {key_path or sig.key} has no 'release' role in "
+                           f"{sig.trust_policy.name}: it cannot sign VSAs or ledger entries",
+                           hint="add `roles: [release]` to its entry (policy version 2)")
+    table, ev = gates(pipeline, store, channel, ref, lineage)
+    require_pass(table)
+    data = manifest.build(table, ev.facts, pipeline.name, ev.lineage.key,
+                          sig.trust_policy.read_bytes())
+    with ledger.locked(rdir):
+        entries = ledger.verify(rdir, pol)
+        rid = manifest.release_id(data)
+        if ledger.find(entries, "release", release=rid):
+            return Created(manifest.load_from(rdir, rid), table, False, None)
+        rel, _ = manifest.write(pipeline.root, data)
+        vsa_path = rel.path.parent / manifest.VSA_NAME
+        atomic_write(vsa_path, vsa.sign(rel, key))
+        entry = ledger.make_entry(entries, {
+            "kind": "release", "release": rel.id, "channel": rel.channel,
+            "image": rel.image, "digest": rel.digest}, key)
+        ledger.append(rdir, entry)
+    return Created(rel, table, True, entry)

@@ -1,0 +1,374 @@
+"""Gate evaluation: one image digest against one channel's gates, fail-closed.
+
+Every gate evaluates to ``pass``, ``fail`` or ``error`` with a one-line reason. A gate
+whose input is missing, unreadable or unverifiable fails; a gate that raised (any
+exception, expected or not) is an ``error``; both block. Nothing here writes anything
+(the reproducible gate's second bake lives in a temporary store it removes).
+
+The evaluation also gathers the facts a release manifest records (which evidence
+envelope, which record, which figures), each keyed by what it is about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Lineage, Pipeline
+from ..errors import EvidenceError, PatchbakeError
+from ..fsutil import sha256_bytes
+from ..store import Store
+from .channels import Channel, Gate
+
+STATUSES = ("pass", "fail", "error")
+Outcome = tuple[str, str]  # (status, reason)
+
+
+@dataclass(frozen=True)
+class Decision:
+    channel: str  # the channel that declared the gate
+    gate: str
+    status: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"channel": self.channel, "gate": self.gate, "status": self.status,
+                "reason": self.reason}
+
+
+@dataclass
+class Table:
+    channel: str
+    image: str
+    digest: str
+    decisions: list[Decision]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.decisions) and all(d.status == "pass" for d in self.decisions)
+
+    @property
+    def blocking(self) -> list[Decision]:
+        return [d for d in self.decisions if d.status != "pass"]
+
+    def verdict(self) -> str:
+        if self.passed:
+            return f"{self.image} {self.digest} may enter '{self.channel}'"
+        first = self.blocking[0]
+        return (f"'{self.channel}' is BLOCKED for {self.digest}: {len(self.blocking)} gate(s) "
+                f"do not pass; first: {first.gate}: {first.reason}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"channel": self.channel, "image": self.image, "digest": self.digest,
+                "passed": self.passed, "decisions": [d.to_json() for d in self.decisions]}
+
+
+@dataclass
+class Evaluation:
+    """What the gates look at, computed once and shared between them."""
+
+    pipeline: Pipeline
+    store: Store | None
+    lineage: Lineage
+    image: str
+    digest: str
+    evidence_dir: Path
+    policy_path: Path
+    previous_figures: Callable[[str, str], dict[str, Any] | None] = lambda c, n: None
+    facts: dict[str, Any] = field(default_factory=dict)
+    _memo: dict[str, Any] = field(default_factory=dict)
+
+    def memo(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            try:
+                self._memo[key] = make()
+            except PatchbakeError as exc:  # remembered: every gate that needs it errors
+                self._memo[key] = exc
+        value = self._memo[key]
+        if isinstance(value, PatchbakeError):
+            raise value
+        return value
+
+    def need_store(self) -> Store:
+        if self.store is None:
+            raise PatchbakeError("this gate needs the local store (and the image in it)")
+        return self.store
+
+    def fetched(self) -> Any:
+        from ..sources import fetch
+
+        return self.memo("fetched", lambda: fetch(self.lineage, self.need_store(),
+                                                  base=self.pipeline.root))
+
+    def policy(self) -> Any:
+        from ..evidence import policy
+
+        return self.memo("policy", lambda: policy.load(self.policy_path))
+
+    def record(self) -> dict[str, Any] | None:
+        from ..suites.image import find_record
+
+        rec: dict[str, Any] | None = self.memo(
+            "record", lambda: find_record(self.pipeline.root, self.digest))
+        return rec
+
+    def evidence(self, suite: str) -> Any:
+        from ..evidence import records
+
+        def verify() -> Any:
+            return records.verify_file(records.evidence_path(self.evidence_dir, self.digest,
+                                                             suite),
+                                       self.digest, self.policy(), suite)
+
+        return self.memo(f"evidence:{suite}", verify)
+
+
+def _rel(ev: Evaluation, path: Path) -> str:
+    try:
+        return path.resolve().relative_to(ev.pipeline.root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+# -- candidate ------------------------------------------------------------------------
+def gate_guard(ev: Evaluation, g: Gate) -> Outcome:
+    from ..patchset.guard import check_lineage
+
+    f = ev.fetched()
+    rep = check_lineage(ev.lineage, pristine_root=f.root, tree_digest=f.tree_digest)
+    ev.facts["upstream"] = {"pin": ev.lineage.upstream.pin, "archive_sha256": f.archive_sha256,
+                            "tree_digest": f.tree_digest}
+    if not rep.ok:
+        return "fail", (f"the lost-line guard found {len(rep.problems)} problem(s); first: "
+                        f"{rep.problems[0].message}")
+    return "pass", (f"patch sha256:{rep.patch_sha256[:12]}, FILES.txt and the pinned tree "
+                    f"agree ({rep.files} files, +{rep.added} -{rep.removed})")
+
+
+def gate_record(ev: Evaluation, g: Gate) -> Outcome:
+    rec = ev.record()
+    hexd = ev.digest.removeprefix("sha256:")
+    if rec is None:
+        return "fail", (f"no committed image record names {ev.digest} "
+                        f"(manifests/images/*/{hexd[:12]}….json): bake and commit it")
+    lin = ev.lineage
+    patch = sha256_bytes(lin.patch.read_bytes())
+    files = sha256_bytes(lin.files.read_bytes())
+    path = f"manifests/images/{rec.get('definition')}/{hexd}.json"
+    ev.facts["record"] = {"path": path, "definition": rec.get("definition"),
+                          "config_digest": rec.get("config_digest"),
+                          "sha256": sha256_bytes((ev.pipeline.root / path).read_bytes())}
+    ev.facts["patch"] = {"path": _rel(ev, lin.patch), "sha256": patch, "files_sha256": files}
+    if rec.get("manifest_digest") != ev.digest:
+        return "fail", f"{path} records {rec.get('manifest_digest')}, not {ev.digest}"
+    baked = (rec.get("patch") or {}).get("sha256")
+    if baked != patch:
+        return "fail", (f"{path} was baked from patch sha256:{str(baked)[:12]}, the committed "
+                        f"patch is sha256:{patch[:12]}")
+    if rec.get("files_sha256") != files:
+        return "fail", f"{path} names another FILES.txt than the committed one"
+    if (rec.get("upstream") or {}).get("pin") != lin.upstream.pin:
+        return "fail", f"{path} names upstream {(rec.get('upstream') or {}).get('pin')}"
+    return "pass", f"{path} names this digest, the committed patch and FILES.txt"
+
+
+def gate_verify(ev: Evaluation, g: Gate) -> Outcome:
+    from .. import identity
+
+    res = ev.memo("verify", lambda: identity.verify_image(ev.pipeline, ev.digest,
+                                                          ev.need_store(), ev.lineage))
+    drift = res.base_drift.get("counts", {})
+    ev.facts["verify"] = {"matched": res.matched, "total": res.total,
+                          "config_digest": res.config_digest, "base_drift": drift}
+    if not res.ok:
+        try:
+            identity.raise_on_failure(res)
+        except PatchbakeError as exc:
+            return "fail", exc.message
+        return "fail", f"{res.summary()}: nothing was verified"
+    return "pass", (f"{res.summary()}; base drift: {drift.get('changed', 0)} changed, "
+                    f"{drift.get('missing', 0)} missing, {drift.get('extra', 0)} extra")
+
+
+def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
+    from .rebake import rebake
+
+    rec = ev.record()
+    if rec is None:
+        return "fail", "no image record: nothing says how to bake this image again"
+    if rec.get("backend") != "embedded":
+        return "fail", (f"the image was built by the {rec.get('backend')} backend, whose "
+                        "builds are not reproducible")
+    base = (rec.get("base") or {}).get("manifest_digest")
+    again = rebake(ev.pipeline, str(rec["definition"]), ev.lineage, ev.need_store(),
+                   str(base), int(rec.get("source_date_epoch") or 0))
+    if again.digest != ev.digest:
+        return "fail", f"a second bake in a fresh store gave {again.digest}, not {ev.digest}"
+    return "pass", "a second bake in a fresh store gave the same manifest digest"
+
+
+# -- validated ------------------------------------------------------------------------
+def _suite_problem(ev: Evaluation, name: str, v: Any) -> str | None:
+    """Why verified evidence ``v`` for suite ``name`` does not satisfy the pipeline's own
+    declaration of the suite (never the declaration the evidence carries)."""
+    from ..suites.run import suite_content_sha256
+    from ..suites.spec import get as get_suite
+
+    suite = get_suite(ev.pipeline.suites, name, ev.pipeline.root)
+    s = v.statement
+    c = s.counts
+    if s.result != "PASSED":
+        return f"its evidence says {s.result}"
+    if c["failed"] or c["errors"]:
+        return f"{c['failed']} failed and {c['errors']} errors"
+    if c["passed"] < suite.requires.min_tests:
+        return f"{c['passed']} passed tests, fewer than its minimum {suite.requires.min_tests}"
+    sens = s.probes.get("patch_sensitivity") or {}
+    if sens.get("status") != "ok":
+        return f"not shown to fail on the pristine tree (probe: {sens.get('status', 'none')})"
+    det = s.probes.get("determinism") or {}
+    if det.get("status") != "ok" or int(det.get("repeats") or 0) < max(suite.repeats, 2) \
+            or not det.get("digests"):
+        return (f"repeats not shown bit-identical (probe {det.get('status', 'none')}, "
+                f"{det.get('repeats', 0)} repeats, {det.get('digests', 0)} output digests; "
+                f"declared {suite.repeats})")
+    if s.predicate.get("suiteContentSha256") != suite_content_sha256(suite.path):
+        return "it ran another version of the suite than the committed one"
+    return None
+
+
+def _evidence_fact(ev: Evaluation, v: Any) -> dict[str, Any]:
+    env = v.statement.environment
+    return {"suite": v.statement.suite, "path": _rel(ev, v.path),
+            "envelope_sha256": v.envelope_sha256, "keyid": v.keyid, "signer": v.signer,
+            "result": v.statement.result, "counts": v.statement.counts,
+            "runner": v.statement.runner, "gpu": env.get("gpu_name"),
+            "capability": env.get("compute_capability")}
+
+
+def gate_evidence(ev: Evaluation, g: Gate) -> Outcome:
+    found = []
+    for name in g.suites:
+        try:
+            v = ev.evidence(name)
+        except EvidenceError as exc:
+            from ..evidence.failures import reason_of
+
+            return "fail", f"suite '{name}': {reason_of(exc)}: {exc.message}"
+        problem = _suite_problem(ev, name, v)
+        if problem:
+            return "fail", f"suite '{name}': {problem}"
+        found.append(v)
+    ev.facts.setdefault("evidence", {}).update({v.statement.suite: _evidence_fact(ev, v)
+                                                for v in found})
+    parts = [f"{v.statement.suite} {v.statement.counts['passed']} passed"
+             + (f" ({v.statement.environment.get('gpu_name')}, cc "
+                f"{v.statement.environment.get('compute_capability')})"
+                if v.statement.environment.get("compute_capability") else "") for v in found]
+    return "pass", f"{len(found)}/{len(g.suites)} suites trusted for this digest: " + \
+        "; ".join(parts)
+
+
+# -- sm89-stable ----------------------------------------------------------------------
+def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
+    from ..suites.spec import parse_all
+
+    gpu_suites = [n for n, s in parse_all(ev.pipeline.suites, ev.pipeline.root).items()
+                  if s.requires.gpu]
+    if not gpu_suites:
+        return "fail", "no GPU suite is declared, so no GPU evidence can exist"
+    seen = []
+    for name in gpu_suites:
+        try:
+            v = ev.evidence(name)
+        except EvidenceError:
+            continue
+        cap = v.statement.environment.get("compute_capability")
+        if v.statement.result == "PASSED" and cap == g.capability:
+            ev.facts.setdefault("evidence", {})[name] = _evidence_fact(ev, v)
+            return "pass", (f"suite '{name}' passed on {v.statement.environment.get('gpu_name')}"
+                            f" (compute capability {cap})")
+        seen.append(f"{name} on {v.statement.environment.get('gpu_name')}, cc {cap}")
+    sm = "sm" + str(g.capability).replace(".", "")
+    have = f" (have: {'; '.join(seen)})" if seen else " (no trusted GPU evidence at all)"
+    return "fail", (f"missing input: no passing GPU evidence from a compute capability "
+                    f"{g.capability} device ({sm} evidence){have}")
+
+
+def _regressions(now: dict[str, Any], before: dict[str, Any], tol: float) -> list[str]:
+    out = []
+    for metric, old in sorted(before.items()):
+        new = now.get(metric)
+        if new is None:
+            out.append(f"{metric} is no longer measured")
+            continue
+        change = (new["value"] - old["value"]) / old["value"]
+        worse = change if old.get("better") == "lower" else -change
+        if worse > tol:
+            out.append(f"{metric} {old['value']} -> {new['value']} ({worse:+.1%} worse)")
+    return out
+
+
+def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
+    from .attest import benchmark_path, verify_benchmark
+
+    assert g.benchmark is not None
+    name, tol = g.benchmark.name, g.benchmark.tolerance
+    try:
+        b = verify_benchmark(benchmark_path(ev.evidence_dir, ev.digest, name), ev.digest,
+                             ev.policy(), name)
+    except EvidenceError as exc:
+        from ..evidence.failures import reason_of
+
+        return "fail", f"benchmark '{name}': {reason_of(exc)}: {exc.message}"
+    figures = b.predicate["figures"]
+    ev.facts["benchmark"] = {"name": name, "path": _rel(ev, b.path), "keyid": b.keyid,
+                             "envelope_sha256": b.envelope_sha256, "figures": figures}
+    before = ev.previous_figures(g.declared_in, name)
+    if before is None:
+        return "pass", (f"{len(figures)} signed figures; first release of '{g.declared_in}': "
+                        "they are the baseline")
+    worse = _regressions(figures, before, tol)
+    if worse:
+        return "fail", (f"{len(worse)} figure(s) beyond the {tol:.0%} tolerance of the "
+                        f"previous '{g.declared_in}' release; first: {worse[0]}")
+    return "pass", (f"{len(figures)} signed figures within {tol:.0%} of the previous "
+                    f"'{g.declared_in}' release")
+
+
+def gate_approval(ev: Evaluation, g: Gate) -> Outcome:
+    from .attest import verify_approvals
+
+    good, bad = verify_approvals(ev.evidence_dir, ev.digest, ev.policy(), g.declared_in)
+    ev.facts["approvals"] = [{"path": _rel(ev, a.path), "keyid": a.keyid, "signer": a.signer,
+                              "envelope_sha256": a.envelope_sha256} for a in good]
+    if len(good) >= g.approvals:
+        return "pass", "approved by " + ", ".join(a.signer for a in good)
+    why = f"; rejected: {bad[0]}" if bad else ""
+    return "fail", (f"missing input: {len(good)} of {g.approvals} signed approval(s) for "
+                    f"'{g.declared_in}' by a key whose role is approver{why}")
+
+
+GATES: dict[str, Callable[[Evaluation, Gate], Outcome]] = {
+    "guard": gate_guard, "record": gate_record, "verify": gate_verify,
+    "reproducible": gate_reproducible, "evidence": gate_evidence,
+    "capability": gate_capability, "benchmark": gate_benchmark, "approval": gate_approval,
+}
+
+
+def evaluate(ev: Evaluation, channel: Channel) -> Table:
+    """Every gate of ``channel`` (inherited ones first); never raises for a gate."""
+    decisions = []
+    for g in channel.gates:
+        try:
+            status, reason = GATES[g.kind](ev, g)
+        except PatchbakeError as exc:
+            status, reason = "error", exc.one_line()
+        except Exception as exc:  # noqa: BLE001 - fail closed: an unexpected crash blocks
+            status, reason = "error", f"{type(exc).__name__}: {exc}"
+        # paths as the repository names them: a reason never depends on the checkout's place
+        reason = reason.replace(f"{ev.pipeline.root}/", "")
+        decisions.append(Decision(g.declared_in, g.kind, status, " ".join(reason.split())))
+    return Table(channel.name, ev.image, ev.digest, decisions)

@@ -1,0 +1,186 @@
+"""The release ledger: ``manifests/releases/ledger.jsonl``, append-only, hash-chained, signed.
+
+Each line is one entry in canonical JSON (format ``patchbake-ledger/1``)::
+
+    {"format": "patchbake-ledger/1", "seq": 0, "prev": "<64 zeros or sha256 of the
+     previous line>", "kind": "release" | "promotion", "release": "<release id>",
+     "channel": "validated", "image": "sm89-serving-offline", "digest": "sha256:…",
+     "time": "…Z", "to": "host:port/repo:tag" (promotion only),
+     "attached": {...} (promotion only),
+     "signature": {"keyid": "…", "sig": "<base64 Ed25519 over the DSSE PAE of the entry
+                   without its signature, type application/vnd.patchbake.ledger-entry+json>"}}
+
+The file is rewritten whole (temp file, fsync, rename, directory fsync) under a lock, so
+a reader sees the old ledger or the new one, never half a line. ``verify`` checks every
+line: canonical bytes, sequence, chain, a signature by a key whose trust-policy role is
+``release``, and that the release each entry names is committed beside it (its
+manifest's bytes hash to its id).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import fcntl
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ..errors import LedgerError, ReleaseError
+from ..evidence.dsse import pae
+from ..evidence.keys import keyid_of
+from ..evidence.policy import Policy
+from ..fsutil import atomic_write, canonical_json, sha256_bytes
+from . import manifest
+
+FORMAT = "patchbake-ledger/1"
+NAME = "ledger.jsonl"
+PAYLOAD_TYPE = "application/vnd.patchbake.ledger-entry+json"
+GENESIS = "0" * 64
+KINDS = ("release", "promotion")
+
+
+@dataclass(frozen=True)
+class Entry:
+    line: bytes
+    data: dict[str, Any]
+
+    @property
+    def hash(self) -> str:
+        return sha256_bytes(self.line)
+
+
+def path_of(releases_dir: Path) -> Path:
+    return releases_dir / NAME
+
+
+@contextmanager
+def locked(releases_dir: Path) -> Iterator[None]:
+    """One writer at a time (the lock file is ignored by git)."""
+    releases_dir.mkdir(parents=True, exist_ok=True)
+    with open(releases_dir / ".lock", "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def read(releases_dir: Path) -> list[Entry]:
+    """The entries as stored (no checks beyond JSON); a missing ledger is empty."""
+    p = path_of(releases_dir)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise LedgerError(f"{p} is unreadable: {exc.strerror}") from None
+    if raw and not raw.endswith(b"\n"):
+        raise LedgerError(f"{p}: the last line is not terminated (a torn or edited write)")
+    out = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            raise LedgerError(f"{p}:{n}: not a JSON line") from None
+        if not isinstance(data, dict):
+            raise LedgerError(f"{p}:{n}: not a JSON object")
+        out.append(Entry(line, data))
+    return out
+
+
+def head(entries: list[Entry]) -> str:
+    return entries[-1].hash if entries else GENESIS
+
+
+def make_entry(entries: list[Entry], fields: dict[str, Any], key: Ed25519PrivateKey,
+               when: float | None = None) -> Entry:
+    """The next entry after ``entries`` (signed), not yet written."""
+    body = {"format": FORMAT, "seq": len(entries), "prev": head(entries),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                  time.gmtime(time.time() if when is None else when)),
+            **fields}
+    sig = key.sign(pae(PAYLOAD_TYPE, canonical_json(body)))
+    body["signature"] = {"keyid": keyid_of(key.public_key()),
+                         "sig": base64.b64encode(sig).decode("ascii")}
+    return Entry(canonical_json(body), body)
+
+
+def write(releases_dir: Path, entries: list[Entry]) -> None:
+    atomic_write(path_of(releases_dir), b"".join(e.line + b"\n" for e in entries))
+
+
+def append(releases_dir: Path, entry: Entry) -> None:
+    """Append ``entry`` (made against the current head) under the caller's lock."""
+    entries = read(releases_dir)
+    if entry.data.get("prev") != head(entries) or entry.data.get("seq") != len(entries):
+        raise LedgerError(f"{path_of(releases_dir)} moved on while the entry was made "
+                          "(its previous hash is no longer the head)", hint="run it again")
+    write(releases_dir, [*entries, entry])
+
+
+def _check_signature(e: Entry, policy: Policy, where: str) -> None:
+    sig = e.data.get("signature")
+    if not isinstance(sig, dict) or not isinstance(sig.get("keyid"), str):
+        raise LedgerError(f"{where}: the entry is unsigned")
+    key = policy.with_role("release").get(sig["keyid"])
+    if key is None:
+        raise LedgerError(f"{where}: signed by key {sig['keyid'][:16]}, which has no "
+                          "'release' role in the trust policy")
+    body = {k: v for k, v in e.data.items() if k != "signature"}
+    try:
+        key.verify(base64.b64decode(str(sig.get("sig")), validate=True),
+                   pae(PAYLOAD_TYPE, canonical_json(body)))
+    except (InvalidSignature, binascii.Error, ValueError):
+        raise LedgerError(f"{where}: the signature does not verify: the entry was altered "
+                          "after signing") from None
+
+
+def verify(releases_dir: Path, policy: Policy, *, check_releases: bool = True) -> list[Entry]:
+    """Check the whole ledger; return its entries. Raises LedgerError at the first break."""
+    entries = read(releases_dir)
+    prev, released = GENESIS, set()
+    p = path_of(releases_dir)
+    for n, e in enumerate(entries):
+        where = f"{p.name}:{n + 1}"
+        d = e.data
+        if e.line != canonical_json(d):
+            raise LedgerError(f"{where}: not in canonical form (the line was edited)")
+        if d.get("format") != FORMAT or d.get("kind") not in KINDS:
+            raise LedgerError(f"{where}: not a {FORMAT} entry (format or kind)")
+        if d.get("seq") != n:
+            raise LedgerError(f"{where}: sequence number {d.get('seq')}, expected {n} "
+                              "(an entry was removed or reordered)")
+        if d.get("prev") != prev:
+            raise LedgerError(f"{where}: its previous-entry hash does not match line {n} "
+                              "(the chain is broken: a line was altered, removed or inserted)")
+        _check_signature(e, policy, where)
+        rid = str(d.get("release"))
+        if d["kind"] == "promotion" and rid not in released:
+            raise LedgerError(f"{where}: promotes release {rid[:16]}, which no earlier entry "
+                              "released")
+        if check_releases:
+            try:
+                rel = manifest.load_from(releases_dir, rid)
+            except ReleaseError as exc:
+                raise LedgerError(f"{where}: {exc.message}") from None
+            if rel.digest != d.get("digest") or rel.channel != d.get("channel"):
+                raise LedgerError(f"{where}: names {d.get('digest')} in '{d.get('channel')}', "
+                                  f"its release manifest says {rel.digest} in '{rel.channel}'")
+        released.add(rid)
+        prev = e.hash
+    return entries
+
+
+def find(entries: list[Entry], kind: str, release: str | None = None,
+         channel: str | None = None) -> list[Entry]:
+    return [e for e in entries if e.data.get("kind") == kind
+            and (release is None or e.data.get("release") == release)
+            and (channel is None or e.data.get("channel") == channel)]

@@ -1,0 +1,203 @@
+"""Promotion: a recorded release's image, by digest, into a registry, under a tag that
+never moves; the statements attached beside it; a ``promotion`` entry in the ledger.
+
+All-or-nothing, in this order (under the ledger lock):
+
+1. the ledger verifies; the release is in it; the channel's gates are evaluated again
+   now and must all pass; every signed input still has the bytes the release recorded and
+   the VSA verifies (GateError 60 / LedgerError 61 otherwise: nothing was sent);
+2. blobs and the manifest go up by digest (invisible: no tag names them yet), read back;
+3. the statements are attached (referrers.py);
+4. a journal (``promotion.pending.json``) records the signed ledger entry about to be
+   appended; 5. the tag is set and read back; 6. the entry is appended, the journal removed.
+
+Killed anywhere, the tag and the ledger agree once the journal is resolved, which every
+promotion does first: a tag that was set gets its entry (roll forward), a journal whose
+tag was never set is dropped. Re-running a finished promotion changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Pipeline
+from ..errors import GateError, LedgerError, PatchbakeError, RegistryError, ReleaseError
+from ..fsutil import atomic_write, fsync_dir, sha256_bytes
+from ..oci.registry import RegistryClient
+from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
+from ..oci.registry_ref import RegistryRef, parse_ref
+from ..store import Store
+from . import create, ledger, manifest, referrers, vsa
+
+JOURNAL = "promotion.pending.json"
+
+
+@dataclass(frozen=True)
+class Promoted:
+    release: str
+    to: str
+    digest: str
+    already: bool
+    attached: dict[str, Any]
+    recovered: str | None  # what an interrupted earlier promotion came to, if any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"release": self.release, "to": self.to, "digest": self.digest,
+                "already": self.already, "attached": self.attached,
+                "recovered": self.recovered}
+
+
+def _tag_digest(client: RegistryClient, ref: RegistryRef) -> str | None:
+    assert ref.tag
+    got = client._fetch_manifest(ref, ref.tag, push_scope=True, missing_ok=True)
+    return None if got is None else "sha256:" + hashlib.sha256(got[0]).hexdigest()
+
+
+def recover(rdir: Path) -> str | None:
+    """Resolve an interrupted promotion's journal: 'rolled-forward', 'dropped' or None."""
+    p = rdir / JOURNAL
+    try:
+        j = json.loads(p.read_bytes())
+        line = str(j["entry"]).encode()
+        entry = ledger.Entry(line, json.loads(line))
+        ref = parse_ref(str(j["to"]))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        raise LedgerError(f"{p} is damaged; inspect the registry tag it names and remove it",
+                          hint="it is written before a tag is set and removed once the "
+                               "ledger records the promotion") from None
+    outcome = "dropped"
+    if entry.data.get("prev") == ledger.head(ledger.read(rdir)) and \
+            _tag_digest(RegistryClient.for_ref(ref), ref) == entry.data.get("digest"):
+        ledger.append(rdir, entry)
+        outcome = "rolled-forward"
+    p.unlink()
+    fsync_dir(rdir)
+    return outcome
+
+
+def check_recorded_inputs(root: Path, rel: manifest.Release, policy: Any) -> None:
+    """Every signed input still holds the bytes the release recorded; the VSA verifies."""
+    for e in rel.envelopes():
+        path = root / str(e["path"])
+        try:
+            got = sha256_bytes(path.read_bytes())
+        except OSError:
+            raise GateError(f"release {rel.id[:16]}: {e['path']} is gone; the release was "
+                            "made with it") from None
+        if got != e["envelope_sha256"]:
+            raise GateError(f"release {rel.id[:16]}: {e['path']} is not the envelope the "
+                            f"release recorded (sha256 {got[:12]}…, recorded "
+                            f"{str(e['envelope_sha256'])[:12]}…): re-signed or altered")
+    vsa_path = rel.path.parent / manifest.VSA_NAME
+    try:
+        vsa.verify(vsa_path.read_bytes(), rel, policy, str(vsa_path))
+    except OSError:
+        raise GateError(f"release {rel.id[:16]} has no VSA at {vsa_path}") from None
+    except ReleaseError as exc:
+        raise GateError(exc.message) from None
+
+
+def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
+    from .attest import APPROVAL_TYPE, BENCHMARK_TYPE
+
+    out = []
+    for e in rel.data.get("evidence") or []:
+        out.append(referrers.Statement((root / e["path"]).read_bytes(),
+                                       "https://in-toto.io/attestation/test-result/v0.1",
+                                       Path(e["path"]).name))
+    if rel.data.get("benchmark"):
+        b = rel.data["benchmark"]
+        out.append(referrers.Statement((root / b["path"]).read_bytes(), BENCHMARK_TYPE,
+                                       Path(b["path"]).name))
+    for a in rel.data.get("approvals") or []:
+        out.append(referrers.Statement((root / a["path"]).read_bytes(), APPROVAL_TYPE,
+                                       Path(a["path"]).name))
+    out.append(referrers.Statement((rel.path.parent / manifest.VSA_NAME).read_bytes(),
+                                   vsa.PREDICATE_TYPE, f"release-{rel.id[:16]}.vsa.dsse.json"))
+    return out
+
+
+def load_policy(path: Path) -> Any:
+    """The trust policy, or GateError: with no usable policy nothing verifies (fail-closed)."""
+    from ..errors import ConfigError, EvidenceError
+    from ..evidence import policy
+
+    try:
+        return policy.load(path)
+    except (ConfigError, EvidenceError) as exc:
+        raise GateError(f"the trust policy is unusable, so nothing can be verified: "
+                        f"{exc.message}") from None
+
+
+def _dest(to: str) -> RegistryRef:
+    ref = parse_ref(to)
+    if not ref.tag or ref.digest:
+        raise ReleaseError(f"--to {to}: name HOST:PORT/REPO:TAG (a tag, no digest); the "
+                           "image goes up by its digest and the tag is set last")
+    return ref
+
+
+def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
+            key_path: Path | None = None) -> Promoted:
+    from ..evidence import keys
+
+    sig = create.signing(pipeline)
+    root, rdir = pipeline.root, manifest.releases_dir(pipeline.root)
+    dest = _dest(to)
+    pol = load_policy(sig.trust_policy)
+    key = keys.load_private(key_path or sig.key)
+    with ledger.locked(rdir):
+        recovered = recover(rdir)
+        entries = ledger.verify(rdir, pol)
+        rel = manifest.load(root, release)
+        if not ledger.find(entries, "release", release=rel.id):
+            raise LedgerError(f"release {rel.id[:16]} is not in the ledger",
+                              hint="`patchbake release create` records it")
+        done = [e for e in ledger.find(entries, "promotion", release=rel.id)
+                if e.data.get("to") == str(dest)]
+        client = RegistryClient.for_ref(dest)
+        if done and _tag_digest(client, dest) == rel.digest:
+            return Promoted(rel.id, str(dest), rel.digest, True,
+                            dict(done[-1].data.get("attached") or {}), recovered)
+        table, _ = create.gates(pipeline, store, rel.channel, rel.digest)
+        create.require_pass(table)
+        check_recorded_inputs(root, rel, pol)
+        current = _tag_digest(client, dest)
+        if current not in (None, rel.digest):
+            from ..errors import TagMovedError
+
+            raise TagMovedError(f"{dest} already points to {current}; refusing to move it to "
+                                f"{rel.digest}; nothing was pushed",
+                                hint="tags never move: promote under a new tag")
+        client.push(store, rel.digest, dest.with_digest(rel.digest))
+        data = store.read_blob(rel.digest)
+        subject = Descriptor(json.loads(data).get("mediaType", OCI_MANIFEST), rel.digest,
+                             len(data))
+        attached = referrers.attach(client, store, dest.repo, subject, statements(root, rel))
+        entry = ledger.make_entry(entries, {
+            "kind": "promotion", "release": rel.id, "channel": rel.channel,
+            "image": rel.image, "digest": rel.digest, "to": str(dest),
+            "attached": attached.to_json()}, key)
+        atomic_write(rdir / JOURNAL, json.dumps({"entry": entry.line.decode(),
+                                                 "to": str(dest)}).encode())
+        try:
+            client.push(store, rel.digest, dest)
+            if _tag_digest(client, dest) != rel.digest:
+                raise RegistryError(f"{dest} does not resolve to {rel.digest} after tagging")
+        except PatchbakeError:
+            # failed, not killed: settle it now (a tag that did get set is recorded)
+            try:
+                recover(rdir)
+            except PatchbakeError:
+                pass  # the registry is gone too: the journal stays for the next run
+            raise
+        ledger.append(rdir, entry)
+        (rdir / JOURNAL).unlink()
+        fsync_dir(rdir)
+    return Promoted(rel.id, str(dest), rel.digest, False, attached.to_json(), recovered)

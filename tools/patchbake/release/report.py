@@ -1,0 +1,121 @@
+"""``patchbake report RELEASE --out DIR``: one static HTML page about a release.
+
+Everything on the page is read from verified records: the ledger (verified first), the
+release manifest (its hash is its id), the image record it names, and the next channel's
+own gates evaluated now on signed inputs only (so the page says what blocks the next
+step, with the gate's reason). Jinja2 with autoescape; no script, no external asset: the
+style is inline and the benchmark chart is inline SVG.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Pipeline
+from ..fsutil import atomic_write
+from . import channels, ledger, manifest
+from .gates import GATES, Decision
+
+TEMPLATE = "report.html.j2"
+STORE_FREE = ("evidence", "capability", "benchmark", "approval")  # need no store
+
+
+@dataclass(frozen=True)
+class Bar:
+    metric: str
+    value: float
+    unit: str
+    better: str
+    previous: float | None
+
+
+def identity_chain(rel: manifest.Release, record: dict[str, Any] | None) -> list[tuple[str, str]]:
+    up = rel.data.get("upstream") or {}
+    patch = rel.data.get("patch") or {}
+    image = rel.data["images"][0]
+    rec = record or {}
+    layers = rec.get("layers") or [{}]
+    return [
+        ("upstream pin", str(up.get("pin", "-"))),
+        ("sdist sha256", str(up.get("archive_sha256", "-"))),
+        ("pristine tree digest", str(up.get("tree_digest", "-"))),
+        ("canonical patch sha256", str(patch.get("sha256", "-"))),
+        ("FILES.txt sha256", str(patch.get("files_sha256", "-"))),
+        ("patched tree digest", str(rec.get("patched_tree_digest", "-"))),
+        ("overlay layer diff_id", str(layers[-1].get("diff_id", "-"))),
+        ("config digest", str(image.get("config_digest") or "-")),
+        ("manifest digest", rel.digest),
+    ]
+
+
+def _next_channel(pipeline: Pipeline, rel: manifest.Release) -> tuple[str | None, list[Decision],
+                                                                       dict[str, Any]]:
+    from .create import evaluation
+
+    chs = channels.parse(pipeline.channels, pipeline.suites, pipeline.path.name)
+    names = list(chs)
+    if rel.channel not in chs or names.index(rel.channel) + 1 >= len(names):
+        return None, [], {}
+    nxt = chs[names[names.index(rel.channel) + 1]]
+    ev = evaluation(pipeline, None, f"{rel.image}@{rel.digest}")
+    out = []
+    for g in nxt.gates:
+        if g.declared_in != nxt.name:
+            continue
+        if g.kind not in STORE_FREE:
+            out.append(Decision(g.declared_in, g.kind, "error", "not evaluated in the report "
+                                "(needs the store): run `patchbake release gates`"))
+            continue
+        try:
+            st, reason = GATES[g.kind](ev, g)
+        except Exception as exc:  # noqa: BLE001 - the page shows it; it blocks either way
+            st, reason = "error", f"{type(exc).__name__}: {exc}"
+        out.append(Decision(g.declared_in, g.kind, st,
+                            reason.replace(f"{pipeline.root}/", "")))
+    return nxt.name, out, ev.facts
+
+
+def bars(figures: dict[str, Any], previous: dict[str, Any] | None) -> list[Bar]:
+    out = []
+    for metric, f in sorted(figures.items()):
+        prev = (previous or {}).get(metric, {}).get("value")
+        out.append(Bar(metric, float(f["value"]), str(f.get("unit", "")),
+                       str(f.get("better", "")), float(prev) if prev is not None else None))
+    return out
+
+
+def render(pipeline: Pipeline, policy_path: Path, release: str) -> str:
+    import jinja2
+
+    from ..evidence import policy
+    from .create import previous_figures
+
+    rdir = manifest.releases_dir(pipeline.root)
+    entries = ledger.verify(rdir, policy.load(policy_path))
+    rel = manifest.load(pipeline.root, release)
+    rec_path = rel.data["images"][0].get("record")
+    record = json.loads((pipeline.root / rec_path).read_bytes()) if rec_path else None
+    nxt, next_gates, facts = _next_channel(pipeline, rel)
+    bench = rel.data.get("benchmark") or facts.get("benchmark")
+    previous = None
+    if bench:
+        previous = previous_figures(rdir)(nxt or rel.channel, bench["name"])
+    env = jinja2.Environment(loader=jinja2.PackageLoader("patchbake", "data"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    return env.get_template(TEMPLATE).render(
+        rel=rel, chain=identity_chain(rel, record), entries=[e.data for e in entries],
+        next_channel=nxt, next_gates=next_gates,
+        next_blocked=any(d.status != "pass" for d in next_gates),
+        bench=bench, bars=bars(bench["figures"], previous) if bench else [],
+        evidence=rel.data.get("evidence") or [])
+
+
+def write(pipeline: Pipeline, policy_path: Path, release: str, out: Path) -> Path:
+    html = render(pipeline, policy_path, release)
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "index.html"
+    atomic_write(page, html.encode("utf-8"))
+    return page
