@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.sdist]
 
 
 def _run(args: list[str], home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # this checkout's package, not whichever one pip installed
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PATCHBAKE_HOME": str(home),
-           "PATCHBAKE_NO_PROGRESS": "1", "HOME": str(home)}
+           "PATCHBAKE_NO_PROGRESS": "1", "HOME": str(home), "PYTHONPATH": str(REPO / "tools")}
     return subprocess.run([sys.executable, "-m", "patchbake", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=900, check=False)
 
@@ -38,8 +39,9 @@ def test_main_job_prints_the_identity_chain(shared_home: Path, tmp_path: Path) -
     assert r.returncode == 0, r.stderr
     job = json.loads(r.stdout)
     ident = job["identity"]
-    assert [s["step"] for s in job["steps"]] == ["fetch", "patch check", "apply", "bake",
-                                                 "verify"]
+    steps = [s["step"] for s in job["steps"]]
+    assert steps[:5] == ["fetch", "patch check", "apply", "bake", "verify"]
+    assert steps[5:] == ["candidate gates"]  # pipeline.yaml's first channel
     assert ident["archive_sha256"] == \
         "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4"
     patch = next((repo / "patch").glob("*.patch"))
