@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Lineage, Pipeline
+from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError
 from ..fsutil import sha256_bytes
 from ..store import Store
@@ -149,7 +150,7 @@ def gate_guard(ev: Evaluation, g: Gate) -> Outcome:
 
 def gate_record(ev: Evaluation, g: Gate) -> Outcome:
     rec = ev.record()
-    hexd = ev.digest.removeprefix("sha256:")
+    hexd = Digest(ev.digest).hex
     if rec is None:
         return "fail", (f"no committed image record names {ev.digest} "
                         f"(manifests/images/*/{hexd[:12]}….json): bake and commit it")

@@ -18,13 +18,13 @@ tag was never set is dropped. Re-running a finished promotion changes nothing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline
+from ..digest import Digest
 from ..errors import GateError, LedgerError, PatchbakeError, RegistryError, ReleaseError
 from ..fsutil import atomic_write, fsync_dir, sha256_bytes
 from ..oci.registry import RegistryClient
@@ -54,7 +54,7 @@ class Promoted:
 def _tag_digest(client: RegistryClient, ref: RegistryRef) -> str | None:
     assert ref.tag
     got = client._fetch_manifest(ref, ref.tag, push_scope=True, missing_ok=True)
-    return None if got is None else "sha256:" + hashlib.sha256(got[0]).hexdigest()
+    return None if got is None else Digest.of(got[0])
 
 
 def recover(rdir: Path) -> str | None:

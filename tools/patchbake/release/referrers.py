@@ -14,11 +14,11 @@ attestations added later extend it); an image's own tags never move.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import Digest, hex_of
 from ..errors import RegistryError
 from ..oci import registry_blobs as blobs
 from ..oci.registry import RegistryClient
@@ -56,7 +56,7 @@ class Attached:
 
 
 def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return Digest.of(data)
 
 
 def _canon(obj: Any) -> bytes:
@@ -65,7 +65,7 @@ def _canon(obj: Any) -> bytes:
 
 def _push_blob(client: RegistryClient, store: Store, repo: str, data: bytes,
                media: str) -> dict[str, Any]:
-    digest = "sha256:" + store.put_bytes(data).removeprefix("sha256:")
+    digest = Digest.from_hex(hex_of(store.put_bytes(data)))
     desc = Descriptor(media, digest, len(data))
     if not blobs.blob_present(client.http, repo, desc):
         blobs.upload_blob(client.http, store, repo, desc, None, None)

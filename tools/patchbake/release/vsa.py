@@ -29,6 +29,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
+from ..digest import Digest
 from ..errors import ReleaseError
 from ..evidence import dsse
 from ..evidence.policy import Policy
@@ -57,7 +58,7 @@ def build(release: Release, when: float | None = None) -> dict[str, Any]:
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": release.image,
-                     "digest": {"sha256": release.digest.removeprefix("sha256:")}}],
+                     "digest": {"sha256": Digest(release.digest).hex}}],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "verifier": {"id": VERIFIER_ID, "version": {"patchbake": __version__}},
