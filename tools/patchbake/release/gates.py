@@ -111,9 +111,12 @@ class Evaluation:
     def record(self) -> dict[str, Any] | None:
         from ..suites.image import find_record
 
-        rec: dict[str, Any] | None = self.memo(
-            "record", lambda: find_record(self.pipeline.root, self.digest))
-        return rec
+        def load() -> dict[str, Any] | None:
+            rec = find_record(self.pipeline.root, self.digest)  # checked by ImageRecord.load
+            return dict(rec.doc) if rec is not None else None
+
+        found: dict[str, Any] | None = self.memo("record", load)
+        return found
 
     def evidence(self, suite: str) -> Any:
         from ..evidence import records
