@@ -54,7 +54,10 @@ class Section:
 
 
 def one_error_line(err: str) -> bool:
-    lines = [ln for ln in err.splitlines() if ln.startswith("patchbake: error")]
+    """One error line last on stderr: `patchbake: error: ...`, or under --json one JSON
+    document with an "error" object."""
+    lines = [ln for ln in err.splitlines() if ln.startswith("patchbake: error")
+             or (ln.startswith("{") and '"error"' in ln)]
     return "Traceback" not in err and len(lines) == 1 and err.rstrip().endswith(lines[0])
 
 

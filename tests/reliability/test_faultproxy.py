@@ -52,8 +52,11 @@ def test_pull_through_faults(pushed: tuple[str, str, Path], name: str,
     if code == 0:
         assert json.loads(cp.stdout)["digest"] == digest
     else:
-        lines = [ln for ln in cp.stderr.splitlines() if ln.startswith("patchbake: error")]
-        assert len(lines) == 1 and "Traceback" not in cp.stderr
+        # under --json the one error line is a JSON document on stderr
+        lines = [json.loads(ln)["error"] for ln in cp.stderr.splitlines()
+                 if ln.startswith('{"error"') or ln.startswith('{"format_version"')]
+        assert len(lines) == 1 and "Traceback" not in cp.stderr, cp.stderr
+        assert lines[0]["code"] == code and lines[0]["message"]
     if home.is_dir():
         assert fsck(Store(home)).clean
 
