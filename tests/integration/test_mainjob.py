@@ -83,3 +83,20 @@ def test_main_job_without_the_patch_is_one_line(shared_home: Path, tmp_path: Pat
     last = r.stderr.splitlines()[-1]  # after the step names, one line and no traceback
     assert last.startswith("patchbake: error: ") and "Traceback" not in r.stderr
     assert "dsv4-deterministic-topk-v0.25.1.patch does not exist" in last
+
+
+def test_the_code_bakes_exactly_the_committed_images(shared_home: Path, tmp_path: Path) -> None:
+    """The committed evidence is about the committed records' digests: a change to anything
+    baked into the image (the in-image verifier, labels, layer writer) moves the digest and
+    must come with a rebake and new evidence, never slip in unnoticed."""
+    repo = _copy_repo(tmp_path)
+    pipeline = (REPO / "pipeline.yaml").read_text()
+    for name in ("sm89-serving-offline", "sm89-serving-offline-v0.33.0"):
+        assert f"  {name}:" in pipeline
+        committed = json.loads((REPO / "manifests" / "images" / name / "latest.json").read_text())
+        r = _run(["--json", "bake", name], shared_home, repo)
+        assert r.returncode == 0, r.stderr
+        baked = json.loads(r.stdout)["digest"]
+        want = committed.get("manifest_digest") or committed.get("digest")
+        assert baked == want, f"{name}: the code bakes {baked}, the committed record is {want}"
+        assert (REPO / "manifests" / "evidence" / want.removeprefix("sha256:")).is_dir()

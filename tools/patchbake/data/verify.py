@@ -64,11 +64,11 @@ def load_json(path, what):
         with open(path, "rb") as f:
             data = f.read()
     except OSError as exc:
-        raise RecordError("no readable {} at {}: {}".format(what, path, exc.strerror)) from None
+        raise RecordError("no readable {} at {}: {}".format(what, path, exc.strerror))
     try:
         return data, json.loads(data.decode("utf-8"))
     except ValueError:
-        raise RecordError("{} at {} is not valid JSON".format(what, path)) from None
+        raise RecordError("{} at {} is not valid JSON".format(what, path))
 
 
 def load_record(root):
