@@ -55,10 +55,27 @@ class _Loader(_Base):  # type: ignore[misc]
 _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 
 
+def _tokens(text: str, cap: int) -> Any:
+    depth = 0
+    for tok in yaml.scan(text, Loader=_Base):
+        depth += isinstance(tok, _OPEN) - isinstance(tok, _CLOSE)
+        yield tok
+        if depth > cap:
+            return
+
+
 def _depth(text: str, cap: int) -> int:
     """The deepest nesting, or the first depth past ``cap`` (the scan stops there)."""
     deepest = depth = 0
-    for tok in yaml.scan(text, Loader=_Base):
+    try:
+        tokens = list(_tokens(text, cap))
+    except yaml.YAMLError as exc:
+        # PyYAML 6.0.4 and later stop deep nesting in the scanner themselves: that is the
+        # same refusal as ours, not a syntax error
+        if "nesting depth" in str(getattr(exc, "problem", "") or exc):
+            return cap + 1
+        raise
+    for tok in tokens:
         if isinstance(tok, _OPEN):
             depth += 1
             deepest = max(deepest, depth)
