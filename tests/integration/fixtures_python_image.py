@@ -31,6 +31,16 @@ def _site() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
+def image_site() -> str:
+    """Where the image's interpreter (this machine's base interpreter, outside any virtual
+    environment) looks for packages: the packages are placed there. Debian's python3 reads
+    /usr/local/lib/python3.X/dist-packages, a source build <prefix>/lib/python3.X/site-packages."""
+    exe = str(Path(sys.executable).resolve())
+    r = subprocess.run([exe, "-I", "-c", "import site; print(site.getsitepackages()[0])"],
+                       capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
 def _package_paths() -> list[Path]:
     site = _site()
     out = []
@@ -48,6 +58,7 @@ def _package_paths() -> list[Path]:
 def input_key() -> str:
     h = hashlib.sha256(VERSION.encode())
     h.update(sys.version.encode())
+    h.update(image_site().encode())
     for p in _package_paths():
         h.update(p.name.encode() + b"\0")
     return h.hexdigest()[:20]
@@ -62,8 +73,14 @@ def _ldd(paths: list[Path]) -> set[Path]:
             if line.rstrip().endswith(":"):  # ldd's "<file>:" header when given several files
                 continue
             part = line.split("=>")[-1].split("(")[0].strip()
-            if part.startswith("/") and not part.startswith(sys.base_prefix):
-                libs.add(Path(part))
+            if not part.startswith("/"):
+                continue
+            lib = Path(os.path.normpath(part))
+            # the interpreter's own and the packages' bundled libraries (numpy.libs, ...)
+            # are in the image already; in a virtual environment those live under
+            # sys.prefix, not sys.base_prefix
+            if not any(lib.is_relative_to(p) for p in (sys.base_prefix, sys.prefix, _site())):
+                libs.add(lib)
     return libs
 
 
@@ -79,6 +96,7 @@ def _walk(root: Path, skip: set[str]) -> list[Path]:
 
 def build_rootfs(out: Path) -> None:
     prefix = Path(sys.base_prefix)
+    target_site = Path(image_site())
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     files = [Path(sys.executable).resolve()]
     files += sorted((prefix / "lib").glob("libpython*.so*"))
@@ -88,19 +106,27 @@ def build_rootfs(out: Path) -> None:
     so = [f for f in files if ".so" in f.name or f == files[0]]
     libs = _ldd(so)
     with tarfile.open(out, "w") as tar:
+        added: set[str] = set()
+
         def add(path: Path, arc: str) -> None:
+            # With the system interpreter (prefix /usr) a library can be both a package
+            # file and an ldd dependency: the engine refuses a path twice in one layer.
+            if arc in added:
+                return
+            added.add(arc)
             tar.add(str(path), arcname=arc, recursive=False)
 
         for f in files:
             arc = f.as_posix().lstrip("/")
             if f.is_relative_to(_site()):
                 # site-packages land in the image's own prefix
-                arc = (prefix / "lib" / ver / "site-packages" / f.relative_to(_site())
-                       ).as_posix().lstrip("/")
+                arc = (target_site / f.relative_to(_site())).as_posix().lstrip("/")
             add(f, arc)
         for lib in sorted(libs):
             add(lib.resolve(), lib.as_posix().lstrip("/"))
         for name, target in (("usr/bin/python3", files[0].as_posix()),):
+            if name in added:  # the interpreter itself is /usr/bin/python3 (system python)
+                continue
             info = tarfile.TarInfo(name)
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)

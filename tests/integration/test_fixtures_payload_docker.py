@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from fixtures_python_image import ensure_image
+from fixtures_python_image import ensure_image, image_site
 from patchbake.cli import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.sdist]
@@ -40,8 +39,7 @@ def test_cpu_suite_runs_in_docker_inside_the_baked_image(
     root = tmp_path / "repo"
     shutil.copytree(REPO / SUITE, root / SUITE, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "patch", root / "patch")
-    site = f"{sys.base_prefix}/lib/python{sys.version_info.major}.{sys.version_info.minor}" \
-           "/site-packages"
+    site = image_site()
     (root / "images").mkdir()
     (root / "images" / "cpu-ci.yaml").write_text(yaml.safe_dump({
         "version": 1, "description": "CI only: the patch on a local Python + torch image",
