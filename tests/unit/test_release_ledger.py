@@ -192,7 +192,9 @@ def test_tampered_bundle_is_refused(released: tuple[Path, Keys, manifest.Release
         p.write_bytes(line + line.replace(b'"seq":0', b'"seq":1'))
     else:
         write_policy(out, k, drop="release")
-    assert main(["release", "verify", rel.id, "--bundle", str(out)]) == code
+    named = ["--trust-policy", str(out / "manifests/trust-policy.yaml")] \
+        if what == "policy" else []
+    assert main(["release", "verify", rel.id, "--bundle", str(out), *named]) == code
     assert message in capsys.readouterr().err
 
 
@@ -234,3 +236,26 @@ def test_the_repositorys_committed_ledger_and_releases_verify() -> None:
         verdict = bundle.verify(REPO, policy_path, str(e.data["release"]))
         assert verdict.digest == e.data["digest"]
         assert [c for c, _ in verdict.checks][-1] == "gates"
+
+
+def test_bundle_signed_by_its_own_trust_policy_is_refused(
+        released: tuple[Path, Keys, manifest.Release], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A bundle carries a copy of a trust policy; the copy is no trust anchor. A bundle made
+    in another repository with the attacker's own keys (and own policy naming them) must not
+    verify against this repository's policy, nor against a policy the user names."""
+    root, _, _ = released
+    evil_root = tmp_path / "evil"
+    ek = make_repo(evil_root, tmp_path / "evil-keys")
+    evil = make_release(evil_root, ek, DIGEST)
+    out = tmp_path / "evil-bundle"
+    bundle.export(evil_root, evil_root / "manifests/trust-policy.yaml", evil.id, out)
+    assert main(["release", "verify", evil.id, "--bundle", str(out)]) == 61
+    assert "which has no 'release' role" in capsys.readouterr().err
+    mine = root / "manifests" / "trust-policy.yaml"
+    assert main(["release", "verify", evil.id, "--bundle", str(out),
+                 "--trust-policy", str(mine)]) == 61
+    capsys.readouterr()
+    # the bundle's own policy is used only when the user names it explicitly
+    assert main(["release", "verify", evil.id, "--bundle", str(out), "--trust-policy",
+                 str(out / "manifests" / "trust-policy.yaml")]) == 0

@@ -95,19 +95,23 @@ def promote_cmd(ctx: Ctx, release: str, to: str, key_path: Path | None) -> None:
            ("recovered", done.recovered or "-")])
 
 
-def _root_and_policy(ctx: Ctx, bundle: Path | None) -> tuple[Path, Path]:
+def _root_and_policy(ctx: Ctx, bundle: Path | None,
+                     trust_policy: Path | None = None) -> tuple[Path, Path]:
+    """The tree to verify and the trust policy to verify it with. A bundle's own copy of
+    a trust policy is never the anchor (whoever made the bundle chose it): the policy is
+    the one named with --trust-policy, else this repository's."""
+    from ..release.create import signing
+
     if bundle is not None:
-        from ..release.bundle import BUNDLE, POLICY
+        from ..release.bundle import BUNDLE
 
         if not (bundle / BUNDLE).is_file():
             from ..errors import ReleaseError
 
             raise ReleaseError(f"{bundle} is not a release bundle (no {BUNDLE})",
                                hint="make one with `patchbake release export RELEASE --to DIR`")
-        return bundle.resolve(), bundle.resolve() / POLICY
-    from ..release.create import signing
-
-    return ctx.pipeline.root, signing(ctx.pipeline).trust_policy
+        return bundle.resolve(), trust_policy or signing(ctx.pipeline).trust_policy
+    return ctx.pipeline.root, trust_policy or signing(ctx.pipeline).trust_policy
 
 
 @release_group.command("verify")
@@ -117,13 +121,16 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None) -> tuple[Path, Path]:
 @click.option("--image", "image_ref", default=None,
               help="also verify this image (registry ref, OCI layout, archive, store name)")
 @click.option("--digest", default=None, help="the image digest you expect the release names")
+@click.option("--trust-policy", "trust_policy", type=click.Path(path_type=Path), default=None,
+              help="the trust policy you hold (default: this repository's; never the "
+                   "bundle's own copy)")
 @pass_ctx
 def verify_cmd(ctx: Ctx, ref: str, bundle: Path | None, image_ref: str | None,
-               digest: str | None) -> None:
+               digest: str | None, trust_policy: Path | None) -> None:
     """Verify a release offline: ledger, manifest hash, VSA, evidence, gates as recorded."""
     from ..release import bundle as bundlemod
 
-    root, policy_path = _root_and_policy(ctx, bundle)
+    root, policy_path = _root_and_policy(ctx, bundle, trust_policy)
     verdict = bundlemod.verify(root, policy_path, ref, digest)
     if image_ref:
         bundlemod.verify_image(ctx.pipeline, ctx.store, verdict, image_ref)
