@@ -439,3 +439,33 @@ def test_identity_record_naming_no_patch_is_a_problem(tmp_path: Path) -> None:
     assert not res.ok
     assert "/opt/patchbake/identity.json names no patch sha256: which patch was baked " \
         "cannot be checked" in res.problems
+
+
+def _image_file(repo: Repo, digest: str, path: str) -> bytes:
+    manifest = json.loads(repo.store.read_blob(digest))
+    for desc in reversed(manifest["layers"]):
+        with tarfile.open(fileobj=io.BytesIO(repo.store.read_blob(desc["digest"]))) as tf:
+            try:
+                f = tf.extractfile(path)
+            except KeyError:
+                continue
+            if f is not None:
+                return f.read()
+    raise AssertionError(f"{path} not in the image")
+
+
+def test_in_image_verifier_swapped_with_a_self_consistent_record_is_a_problem(
+        tmp_path: Path) -> None:
+    """A stub verifier (always OK) and an identity record rewritten to name its sha256:
+    the record alone cannot vouch for the verifier; it must be the one this tool bakes."""
+    repo, digest = baked(tmp_path)
+    stub = b"print('OK')\n"
+    ident = json.loads(_image_file(repo, digest, "opt/patchbake/identity.json"))
+    ident["verifier"]["sha256"] = hashlib.sha256(stub).hexdigest()
+    odd = _with_extra_layer(repo, digest, _layer([
+        ("opt/patchbake/verify.py", stub),
+        ("opt/patchbake/identity.json", json.dumps(ident).encode())]))
+    res = verify(repo, odd)
+    assert not res.ok
+    assert any("/opt/patchbake/verify.py is not the in-image verifier this patchbake bakes"
+               in p for p in res.problems), res.problems

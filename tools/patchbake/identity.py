@@ -9,6 +9,7 @@ tree of an image to a directory (the fixtures' host runner runs suites against i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ from .expected import (
     wrapper_checks,
 )
 from .fsutil import atomic_write, canonical_json
-from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched
+from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched, verifier_bytes
 from .images.refs import Resolved, resolve
 from .oci.scan import View, scan_image
 from .store import Store
@@ -268,6 +269,12 @@ def _identity_checks(view: View, res: Resolved) -> tuple[dict[str, Any] | None, 
     got = view.files.get(VERIFIER_PATH.lstrip("/"))
     if got is None or got.sha256 != ver.get("sha256"):
         problems.append(f"{VERIFIER_PATH} does not match the identity record")
+    # the record is the image's own word: the verifier (which the start-up check runs)
+    # must also be the one this tool bakes, or a stub and a record naming it would pass
+    want = hashlib.sha256(verifier_bytes()).hexdigest()
+    if got is not None and got.sha256 != want:
+        problems.append(f"{VERIFIER_PATH} is not the in-image verifier this patchbake bakes "
+                        f"(sha256:{want}, the image has sha256:{got.sha256})")
     return identity, problems
 
 
