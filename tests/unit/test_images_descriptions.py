@@ -183,3 +183,13 @@ def test_archive_names_readers_disagree_on_are_refused(tmp_path: Path) -> None:
         out.addfile(ti, io.BytesIO(b"x"))
     with pytest.raises(ImageError, match="PAX or GNU long-name"):
         import_docker_archive(Store.open(tmp_path / "fresh2"), tmp_path / "pax.tar")
+
+
+@pytest.mark.parametrize("manifests", [b"5", b'"ab"', b'{"a": 1}'])
+def test_archive_index_whose_manifests_is_not_a_list_is_one_line(
+        tmp_path: Path, manifests: bytes) -> None:
+    with tarfile.open(tmp_path / "odd.tar", "w", format=tarfile.USTAR_FORMAT) as out:
+        add_member(out, "oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        add_member(out, "index.json", b'{"manifests": ' + manifests + b"}")
+    with pytest.raises(ImageError, match="'manifests' is not a list of descriptors"):
+        import_docker_archive(Store.open(tmp_path / "fresh"), tmp_path / "odd.tar")

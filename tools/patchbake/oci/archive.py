@@ -207,7 +207,9 @@ def _check_headers(tf: tarfile.TarFile, path: Path) -> None:
 def _import_oci(store: Store, tf: tarfile.TarFile, path: Path, with_docker: bool) -> Imported:
     index = parse_json(_read(tf, "index.json"), f"{path}:index.json")
     manifests = index.get("manifests") or []
-    if not isinstance(manifests, list) or len(manifests) != 1:
+    if not isinstance(manifests, list):
+        raise ImageError(f"{path}: index.json's 'manifests' is not a list of descriptors")
+    if len(manifests) != 1:
         raise ImageError(f"{path}: index.json lists {len(manifests)} manifests; expected one")
     desc = Descriptor.from_json(manifests[0], f"{path}:index.json")
     if desc.media_type in INDEX_TYPES:
