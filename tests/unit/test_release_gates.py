@@ -194,3 +194,20 @@ def test_the_repositorys_sm89_stable_is_blocked_on_missing_sm89_evidence() -> No
     assert st == "fail" and "missing input" in reason and "(sm89 evidence)" in reason
     assert status(table, "approval")[0] == "fail"
     assert not table.passed
+
+
+@pytest.mark.parametrize("change, expect", [
+    ({"passed": 3}, "fewer than its minimum 30"),
+    ({"sensitivity": "flagged"}, "its evidence says WARNED"),
+])
+def test_capability_gate_alone_holds_its_evidence_to_the_declaration(
+        tmp_path: Path, change: dict[str, object], expect: str) -> None:
+    """A channel with a capability gate and no evidence gate for that suite: evidence from
+    the right device that falls short of the suite's declaration does not pass it."""
+    root = tmp_path / "repo"
+    k = make_repo(root, tmp_path / "keys",
+                  channels={"gpu": {"gates": ["capability"], "capability": "8.9"}})
+    sign_result(root, k.evidence, suite_result(root, "dsv4-topk-gpu", IMAGE, DIGEST,
+                                               capability="8.9", **change))
+    st, reason = status(run(root, "gpu"), "capability")
+    assert st == "fail" and expect in reason, reason

@@ -290,11 +290,15 @@ def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
         except EvidenceError:
             continue
         cap = v.statement.environment.get("compute_capability")
-        if v.statement.result == "PASSED" and cap == g.capability:
+        # held to the suite's declaration here too: a channel need not list the suite in
+        # an evidence gate, and "PASSED" alone says nothing of counts or probes
+        problem = _suite_problem(ev, name, v)
+        if problem is None and cap == g.capability:
             ev.facts.setdefault("evidence", {})[name] = _evidence_fact(ev, v)
             return "pass", (f"suite '{name}' passed on {v.statement.environment.get('gpu_name')}"
                             f" (compute capability {cap})")
-        seen.append(f"{name} on {v.statement.environment.get('gpu_name')}, cc {cap}")
+        seen.append(f"{name} on {v.statement.environment.get('gpu_name')}, cc {cap}"
+                    + (f": {problem}" if problem else ""))
     sm = "sm" + str(g.capability).replace(".", "")
     have = f" (have: {'; '.join(seen)})" if seen else " (no trusted GPU evidence at all)"
     return "fail", (f"missing input: no passing GPU evidence from a compute capability "
