@@ -295,3 +295,22 @@ def test_a_directory_above_the_base_in_vllm_is_a_failure(tmp_path: Path) -> None
     res = _verify(repo, with_layer(repo.store, digest, buf.getvalue()))
     assert ("vllm/sampling_params.py", "layer 3 (above the base) adds a directory outside "
             "the baked set") in [(m["path"], m["why"]) for m in res.mismatched]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("PATH", "/opt/patchbake/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    ("PATCHBAKE_PYTHON", "/bin/true"),
+])
+def test_environment_that_picks_another_interpreter_fails(tmp_path: Path, name: str,
+                                                          value: str) -> None:
+    """/opt/patchbake/ may be written above the base; a PATH that puts a python3 there
+    first (or PATCHBAKE_PYTHON naming a stand-in for the start-up check's interpreter)
+    runs something else than the verified tree at start."""
+    repo, digest = _baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    env = [e for e in config["config"]["Env"] if not e.startswith(f"{name}=")]
+    crafted = with_layer(repo.store, digest, layer([("opt/patchbake/bin/python3", EVIL)]),
+                         {"Env": [*env, f"{name}={value}"]})
+    found = _problems(repo, crafted)
+    assert any(p.startswith(f"image config Env {name}=") for p in found), found

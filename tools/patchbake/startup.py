@@ -30,8 +30,13 @@ HOOK_MODULES = ("sitecustomize", "usercustomize")
 STARTUP_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE",
                "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTHONWARNINGS", "PYTHONINSPECT",
                "PYTHONEXECUTABLE", "PYTHONBREAKPOINT", "LD_PRELOAD", "LD_AUDIT")
-# CUDA bases set these themselves: a failure only when the image differs from its base
-BASE_ENV = ("LD_LIBRARY_PATH",)
+# bases set these themselves: a failure only when the image differs from its base
+# (PATH picks the python3 the entrypoint runs, and /opt/patchbake/ may be written above
+# the base; PATCHBAKE_PYTHON is the start-up check's own interpreter)
+BASE_ENV = ("LD_LIBRARY_PATH", "PATH", "PATCHBAKE_PYTHON")
+_BASE_ENV_WHY = {"LD_LIBRARY_PATH": "other native libraries load",
+                 "PATH": "another executable may run as python3 or the server",
+                 "PATCHBAKE_PYTHON": "the start-up check runs another interpreter"}
 _CONFIG_KEYS = ("Entrypoint", "Cmd", "User", "WorkingDir", "Shell", "Healthcheck", "OnBuild")
 OTHER_VERSIONS = tuple(f"3.{n}" for n in range(8, 15))  # 3.8 .. 3.14
 
@@ -140,7 +145,7 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
             if env.get(name) != base_env.get(name) and \
                     allow.get(f"env:{name}") != env_digest(name, env.get(name, "")):
                 out.append(f"image config Env {name}={env.get(name)!r} differs from the "
-                           f"base's {base_env.get(name)!r}: other native libraries load")
+                           f"base's {base_env.get(name)!r}: {_BASE_ENV_WHY[name]}")
         mine, base = config.get("config") or {}, base_config.get("config") or {}
         baked = (wrapped or {}).get("config") or base
         for key in _CONFIG_KEYS:  # an engine writes "" or null where a base has nothing
