@@ -314,3 +314,17 @@ def test_environment_that_picks_another_interpreter_fails(tmp_path: Path, name: 
                          {"Env": [*env, f"{name}={value}"]})
     found = _problems(repo, crafted)
     assert any(p.startswith(f"image config Env {name}=") for p in found), found
+
+
+def test_environment_naming_a_variable_twice_fails(tmp_path: Path) -> None:
+    """env_of keeps the last value; the container's getenv() (the dynamic loader's and
+    CPython's start-up reads) may see the first: the base's value last hides the other."""
+    repo, digest = _baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    path = next(e for e in config["config"]["Env"] if e.startswith("PATH="))
+    crafted = with_config(repo.store, digest, {"Env": ["PATH=/opt/patchbake/bin", path]})
+    found = _problems(repo, crafted)
+    assert found == [f"image config Env sets PATH twice ('/opt/patchbake/bin', then "
+                     f"{path[5:]!r}): getenv takes the first, Python's os.environ and the "
+                     "shells the last"], found

@@ -135,6 +135,13 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
             out.append(f"{shown}: {why}; not allow-listed by the definition"
                        + (" (allow-list names another sha256)" if shown in allow else "")
                        + f" [sha256:{info.sha256}]")
+    seen: dict[str, str] = {}
+    for item in (config.get("config") or {}).get("Env") or []:
+        k, _, v = str(item).partition("=")
+        if k in seen and seen[k] != v:
+            out.append(f"image config Env sets {k} twice ({seen[k]!r}, then {v!r}): getenv "
+                       "takes the first, Python's os.environ and the shells the last")
+        seen.setdefault(k, v)
     for name in STARTUP_ENV:
         if name in env and allow.get(f"env:{name}") != env_digest(name, env[name]):
             out.append(f"image config Env {name}={env[name]!r} changes what Python runs at "
