@@ -259,3 +259,31 @@ def test_bundle_signed_by_its_own_trust_policy_is_refused(
     # the bundle's own policy is used only when the user names it explicitly
     assert main(["release", "verify", evil.id, "--bundle", str(out), "--trust-policy",
                  str(out / "manifests" / "trust-policy.yaml")]) == 0
+
+
+def test_a_forged_promotion_journal_is_not_rolled_into_the_ledger(
+        released: tuple[Path, Keys, manifest.Release],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """promotion.pending.json is a file in the checkout: its entry rolls forward only when
+    it is a canonical promotion entry signed by a release key, whatever the tag says."""
+    from patchbake.release import promote
+
+    root, k, rel = released
+    entries = ledger.read(rdir(root))
+    forged = {"format": ledger.FORMAT, "seq": len(entries), "prev": ledger.head(entries),
+              "kind": "promotion", "release": rel.id, "channel": rel.channel,
+              "image": rel.image, "digest": rel.digest, "time": "2026-12-01T00:00:00Z",
+              "to": "127.0.0.1:5000/x:y", "attached": {}}
+    signed = ledger.make_entry(entries, {k2: v for k2, v in forged.items()
+                                         if k2 not in ("format", "seq", "prev", "time")},
+                               keys.load_private(k.outsider))
+    monkeypatch.setattr(promote, "_tag_digest", lambda client, ref: rel.digest)
+    monkeypatch.setattr(promote.RegistryClient, "for_ref", staticmethod(lambda ref: None))
+    before = ledger.path_of(rdir(root)).read_bytes()
+    for entry in (json.dumps(forged, sort_keys=True, separators=(",", ":")),
+                  signed.line.decode()):
+        (rdir(root) / promote.JOURNAL).write_text(json.dumps({"entry": entry,
+                                                              "to": "127.0.0.1:5000/x:y"}))
+        with pytest.raises(LedgerError, match="promotion.pending.json"):
+            promote.recover(rdir(root), pol(root))
+        assert ledger.path_of(rdir(root)).read_bytes() == before

@@ -126,7 +126,7 @@ def append(releases_dir: Path, entry: Entry) -> None:
     write(releases_dir, [*entries, entry])
 
 
-def _check_signature(e: Entry, policy: Policy, where: str) -> None:
+def check_signature(e: Entry, policy: Policy, where: str) -> None:
     sig = e.data.get("signature")
     if not isinstance(sig, dict) or not isinstance(sig.get("keyid"), str):
         raise LedgerError(f"{where}: the entry is unsigned")
@@ -161,7 +161,7 @@ def verify(releases_dir: Path, policy: Policy, *, check_releases: bool = True) -
         if d.get("prev") != prev:
             raise LedgerError(f"{where}: its previous-entry hash does not match line {n} "
                               "(the chain is broken: a line was altered, removed or inserted)")
-        _check_signature(e, policy, where)
+        check_signature(e, policy, where)
         rid = str(d.get("release"))
         if d["kind"] == "promotion" and rid not in released:
             raise LedgerError(f"{where}: promotes release {rid[:16]}, which no earlier entry "

@@ -26,7 +26,7 @@ from typing import Any
 from ..config import Pipeline
 from ..digest import Digest
 from ..errors import GateError, LedgerError, PatchbakeError, RegistryError, ReleaseError
-from ..fsutil import atomic_write, fsync_dir, sha256_bytes
+from ..fsutil import atomic_write, canonical_json, fsync_dir, sha256_bytes
 from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef, parse_ref
@@ -57,9 +57,12 @@ def _tag_digest(client: RegistryClient, ref: RegistryRef) -> str | None:
     return None if got is None else Digest.of(got[0])
 
 
-def recover(rdir: Path) -> str | None:
-    """Resolve an interrupted promotion's journal: 'rolled-forward', 'dropped' or None."""
+def recover(rdir: Path, policy: Any) -> str | None:
+    """Resolve an interrupted promotion's journal: 'rolled-forward', 'dropped' or None.
+    The journal is a file in the checkout: its entry must be a canonical promotion entry
+    signed by a ``release`` key before it may reach the ledger."""
     p = rdir / JOURNAL
+    hint = "it is written before a tag is set and removed once the ledger records the promotion"
     try:
         j = json.loads(p.read_bytes())
         line = str(j["entry"]).encode()
@@ -67,10 +70,18 @@ def recover(rdir: Path) -> str | None:
         ref = parse_ref(str(j["to"]))
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, PatchbakeError):
         raise LedgerError(f"{p} is damaged; inspect the registry tag it names and remove it",
-                          hint="it is written before a tag is set and removed once the "
-                               "ledger records the promotion") from None
+                          hint=hint) from None
+    if not isinstance(entry.data, dict) or entry.line != canonical_json(entry.data) \
+            or entry.data.get("kind") != "promotion" or entry.data.get("to") != str(ref):
+        raise LedgerError(f"{p} does not hold a promotion entry in canonical form; inspect "
+                          "the registry tag it names and remove it", hint=hint)
+    try:
+        ledger.check_signature(entry, policy, p.name)
+    except LedgerError as exc:
+        raise LedgerError(f"{p}: {exc.message}; inspect the registry tag it names and "
+                          "remove it", hint=hint) from None
     outcome = "dropped"
     if entry.data.get("prev") == ledger.head(ledger.read(rdir)) and \
             _tag_digest(RegistryClient.for_ref(ref), ref) == entry.data.get("digest"):
@@ -153,7 +164,7 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
     pol = load_policy(sig.trust_policy)
     key = keys.load_private(key_path or sig.key)
     with ledger.locked(rdir):
-        recovered = recover(rdir)
+        recovered = recover(rdir, pol)
         entries = ledger.verify(rdir, pol)
         rel = manifest.load(root, release)
         if not ledger.find(entries, "release", release=rel.id):
@@ -193,7 +204,7 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
         except PatchbakeError:
             # failed, not killed: settle it now (a tag that did get set is recorded)
             try:
-                recover(rdir)
+                recover(rdir, pol)
             except PatchbakeError:
                 pass  # the registry is gone too: the journal stays for the next run
             raise
