@@ -469,3 +469,27 @@ def test_in_image_verifier_swapped_with_a_self_consistent_record_is_a_problem(
     assert not res.ok
     assert any("/opt/patchbake/verify.py is not the in-image verifier this patchbake bakes"
                in p for p in res.problems), res.problems
+
+
+@pytest.mark.parametrize("cut", [4, 8])  # the gzip trailer (CRC, size) cut or gone
+def test_truncated_gzip_layer_is_refused(tmp_path: Path, cut: int) -> None:
+    """Go's gzip reader fails on a stream without its end (the engine's pull and load
+    fail); the bytes inflated so far must not verify, whatever the manifest and config say."""
+    import gzip
+    import zlib
+
+    repo, digest = baked(tmp_path)
+    tar = _layer([("opt/patchbake/notes.txt", b"n\n" * 4000)])
+    gz = gzip.compress(tar, mtime=0)[:-cut]
+    d = zlib.decompressobj(31)
+    inflated = d.decompress(gz)
+    assert not d.eof and inflated.endswith(bytes(1024))  # the tar end is in what inflates
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    hexd = repo.store.put_bytes(gz)
+    manifest["layers"].append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                               "digest": f"sha256:{hexd}", "size": len(gz)})
+    config["rootfs"]["diff_ids"].append("sha256:" + hashlib.sha256(inflated).hexdigest())
+    crafted = _rewrite(repo.store, manifest, config)
+    with pytest.raises(IntegrityError, match="truncated gzip"):
+        verify(repo, crafted)

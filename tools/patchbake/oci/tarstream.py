@@ -26,6 +26,8 @@ BLOCK = 512
 _READ = 1 << 20
 _ZERO = bytes(BLOCK)
 _END = object()
+_TRUNCATED = ("layer is a truncated gzip stream (no end of stream): Go's gzip reader, so "
+              "the engines, fail on it")
 
 
 class LayerBytes:
@@ -78,7 +80,11 @@ class LayerBytes:
                 self.tar_hash.update(tail)
                 if tail:
                     self._put(tail)
+                if not inflate.eof:  # Go's gzip reader: io.ErrUnexpectedEOF
+                    raise IntegrityError(_TRUNCATED)
             self._put(_END)
+        except IntegrityError as exc:
+            self._put(exc)
         except zlib.error as exc:
             self._put(IntegrityError(f"layer is not valid gzip: {exc}"))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
@@ -175,6 +181,8 @@ class HashedBlob:
                     self.tar_hash.update(out)
             if inflate is not None:
                 self.tar_hash.update(inflate.flush())
+                if not inflate.eof:
+                    raise IntegrityError(_TRUNCATED)
         except zlib.error as exc:
             raise IntegrityError(f"layer is not valid gzip: {exc}") from None
 
