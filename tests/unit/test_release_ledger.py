@@ -287,3 +287,25 @@ def test_a_forged_promotion_journal_is_not_rolled_into_the_ledger(
         with pytest.raises(LedgerError, match="promotion.pending.json"):
             promote.recover(rdir(root), pol(root))
         assert ledger.path_of(rdir(root)).read_bytes() == before
+
+
+def test_inputs_nested_too_deeply_are_one_line_errors(
+        released: tuple[Path, Keys, manifest.Release],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """json.loads raises RecursionError (not ValueError) on deep nesting: a crafted image
+    config, envelope or ledger line is a one-line error, never a traceback."""
+    from patchbake.errors import EvidenceError, ImageError
+    from patchbake.evidence import dsse
+    from patchbake.oci.image import parse_json
+
+    root, _, _ = released
+    deep = b'{"a":' * 100_000
+    with pytest.raises(ImageError, match="nested too deeply"):
+        parse_json(deep, "config")
+    with pytest.raises(EvidenceError, match="nested too deeply"):
+        dsse.parse(deep, "x.dsse.json")
+    p = ledger.path_of(rdir(root))
+    p.write_bytes(p.read_bytes() + deep + b"\n")
+    assert main(["ledger", "verify"]) == 15
+    err = capsys.readouterr().err
+    assert "nested too deeply" in err and "Traceback" not in err

@@ -231,6 +231,11 @@ def _main(args: list[str], debug: bool, as_json: bool) -> int:
         return _fail(None, as_json, cls="Aborted", code=130, message="aborted")
     except KeyboardInterrupt:
         return 143 if _terminated else 130
+    except RecursionError:  # json.loads of a crafted input; readers that know it say which
+        from .errors import InputLimitError
+
+        return _fail(InputLimitError("an input (JSON or YAML) is nested too deeply to read; "
+                                     "refusing it"), as_json)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ def parse(data: bytes, where: str) -> Envelope:
         obj = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail("malformed", f"{where}: not a JSON document ({exc})")
+    except RecursionError:
+        fail("malformed", f"{where}: a JSON document nested too deeply to read")
     if not isinstance(obj, dict):
         fail("malformed", f"{where}: a DSSE envelope must be a JSON object")
     extra = set(obj) - {"payloadType", "payload", "signatures"}

@@ -80,6 +80,8 @@ def parse_json(data: bytes, what: str) -> dict[str, Any]:
         doc = json.loads(data)
     except ValueError as exc:
         raise ImageError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ImageError(f"{what} is JSON nested too deeply to read") from None
     if not isinstance(doc, dict):
         raise ImageError(f"{what} is not a JSON object")
     return doc
