@@ -53,5 +53,8 @@ def define_toy(root: Path, pipeline: dict[str, object], digest: str, config_dige
     pipeline.setdefault("images", {})[name] = f"images/{name}.yaml"  # type: ignore[union-attr]
     rec = root / "manifests" / "images" / name / f"{digest.removeprefix('sha256:')}.json"
     rec.parent.mkdir(parents=True, exist_ok=True)
-    rec.write_text(json.dumps({"definition": name, "manifest_digest": digest,
-                               "config_digest": config_digest, "site_packages": f"/{SITE}"}))
+    from patchbake.images.record import RECORD_FORMAT
+
+    rec.write_text(json.dumps({"format": RECORD_FORMAT, "definition": name,
+                               "manifest_digest": digest, "config_digest": config_digest,
+                               "patch": {"sha256": "0" * 64}, "site_packages": f"/{SITE}"}))

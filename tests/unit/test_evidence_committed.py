@@ -39,3 +39,26 @@ def test_committed_evidence_is_about_a_recorded_bake(path: Path) -> None:
     pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
     v = records.verify_file(path, rec.manifest_digest, pol)
     assert v.statement.subject_name == rec.definition
+
+
+LATEST = sorted((REPO / "manifests" / "images").glob("*/latest.json"))
+
+
+@pytest.mark.parametrize("latest", LATEST, ids=[p.parent.name for p in LATEST])
+def test_latest_bakes_evidence_ran_the_committed_suites(latest: Path) -> None:
+    """The gates take evidence only for the suite as committed: a change to a suite's files
+    (even a lint fix) must come with new evidence, never leave the latest bake without any."""
+    import json
+
+    from patchbake.suites.run import suite_content_sha256
+
+    digest = json.loads(latest.read_text())["digest"].removeprefix("sha256:")
+    found = sorted((REPO / "manifests" / "evidence" / digest).glob("*.dsse.json"))
+    assert found, f"the latest bake of {latest.parent.name} has no evidence"
+    pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
+    for path in found:
+        v = records.verify_file(path, f"sha256:{digest}", pol,
+                                path.name.removesuffix(records.SUFFIX))
+        suite_dir = REPO / v.statement.predicate["configuration"][0]["name"]
+        assert v.statement.predicate["suiteContentSha256"] == suite_content_sha256(suite_dir), \
+            f"{path.relative_to(REPO)}: the suite's files changed since it ran"

@@ -39,8 +39,7 @@ def _nvidia_smi() -> dict[str, str]:
     if r.returncode != 0 or not r.stdout.strip():
         return {}
     fields = [f.strip() for f in r.stdout.strip().splitlines()[0].split(",")]
-    return dict(zip(["name", "driver", "compute_cap", "memory_total", "max_sm_clock"], fields,
-                    strict=False))  # an older driver may report fewer fields
+    return dict(zip(["name", "driver", "compute_cap", "memory_total", "max_sm_clock"], fields))
 
 
 def main(argv: list[str] | None = None) -> int:
