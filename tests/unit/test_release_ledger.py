@@ -278,7 +278,9 @@ def test_a_forged_promotion_journal_is_not_rolled_into_the_ledger(
                                          if k2 not in ("format", "seq", "prev", "time")},
                                keys.load_private(k.outsider))
     monkeypatch.setattr(promote, "_tag_digest", lambda client, ref: rel.digest)
-    monkeypatch.setattr(promote.RegistryClient, "for_ref", staticmethod(lambda ref: None))
+    from patchbake.oci.registry import RegistryClient
+
+    monkeypatch.setattr(RegistryClient, "for_ref", staticmethod(lambda ref: None))
     before = ledger.path_of(rdir(root)).read_bytes()
     for entry in (json.dumps(forged, sort_keys=True, separators=(",", ":")),
                   signed.line.decode()):
