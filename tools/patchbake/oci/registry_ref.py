@@ -129,13 +129,7 @@ def _bare_host(hostport: str) -> str:
 
 def is_loopback(hostport: str) -> bool:
     """True for localhost, 127.0.0.0/8 and ::1 (with or without a port)."""
-    host = _bare_host(hostport).lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(_bare_host(hostport).lower())
 
 
 def base_url(host_or_url: str, *, insecure_loopback_http: bool = True) -> str:
@@ -195,7 +189,7 @@ def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
         raise RegistryError(f"refusing URL without a host: {url!r:.120}")
     if scheme == "https":
         return
-    if scheme == "http" and insecure_loopback_http and _loopback_host(host):
+    if scheme == "http" and insecure_loopback_http and is_loopback_host(host):
         return
     if scheme == "http":
         raise RegistryError(
@@ -206,7 +200,8 @@ def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
     raise RegistryError(f"refusing URL with scheme '{scheme}': {url!r:.120}")
 
 
-def _loopback_host(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """localhost or a loopback address: the one test of 'loopback' for URLs."""
     if host == "localhost":
         return True
     try:

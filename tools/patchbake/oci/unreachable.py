@@ -8,10 +8,10 @@ how to start one, instead of being retried for seconds and then called "overload
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from ..errors import RegistryError
+from .registry_ref import is_loopback_host
 
 
 def _refused(exc: BaseException) -> bool:
@@ -28,20 +28,11 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def nothing_listens(url: str, exc: BaseException) -> RegistryError | None:
     """The error to raise instead of retrying, or None when ``exc`` may be transient."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if not (_loopback(host) and _refused(exc)):
+    if not (is_loopback_host(host) and _refused(exc)):
         return None
     where = parts.netloc or host
     return RegistryError(
