@@ -28,7 +28,7 @@ from ..digest import Digest
 from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArchiveError
 from ..fsutil import atomic_write
 from .image import Blobs, Image
-from .media import compression_of
+from .media import Descriptor, compression_of
 from .tarstream import HashedBlob, LayerBytes, Member, members
 
 WHITEOUT = ".wh."
@@ -482,21 +482,7 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
                 src = LayerBytes(raw, compression)
                 scanner.ops = [] if cache is not None else None
                 scanner.new_layer(i, desc.digest)
-                try:
-                    for m in members(src):
-                        scanner.entry(src, m, i)
-                        count += 1
-                except (IntegrityError, ImageError, UnsafeArchiveError) as exc:
-                    # a refused layer: report a digest mismatch first when there is one
-                    src.drain()
-                    _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
-                    if exc.message.startswith(scanner.where):
-                        raise
-                    raise type(exc)(f"{scanner.where}: {exc.message}") from None
-                except BaseException:
-                    src.close()
-                    raise
-                clean = src.drain()
+                count, clean = _read_entries(scanner, src, desc, diff_ids[i], i, count)
         _check_digests(src, desc.digest, desc.size, diff_ids[i], i)
         if not clean:
             raise UnsafeArchiveError(f"layer {i} ({desc.digest}) has data after the end of "
@@ -546,6 +532,27 @@ def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, memos: list[dict[
             progress(h.raw_size)
     return scanner.view
 
+
+
+def _read_entries(scanner: _Scanner, src: LayerBytes, desc: Descriptor, diff_id: str,
+                  index: int, count: int) -> tuple[int, bool]:
+    """Feed one layer's entries to ``scanner``; (entries so far, whether only zero padding
+    followed the archive's end). A refused layer reports a digest mismatch first when there
+    is one, and its reason names the layer."""
+    try:
+        for m in members(src):
+            scanner.entry(src, m, index)
+            count += 1
+    except (IntegrityError, ImageError, UnsafeArchiveError) as exc:
+        src.drain()
+        _check_digests(src, desc.digest, desc.size, diff_id, index)
+        if exc.message.startswith(scanner.where):
+            raise
+        raise type(exc)(f"{scanner.where}: {exc.message}") from None
+    except BaseException:
+        src.close()
+        raise
+    return count, src.drain()
 
 def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff_id: str,
                    i: int) -> None:
@@ -597,20 +604,7 @@ def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
     count = 0
     with blobs.open(desc.digest) as raw:
         src = LayerBytes(raw, compression_of(desc.media_type))
-        try:
-            for m in members(src):
-                scanner.entry(src, m, index)
-                count += 1
-        except (IntegrityError, ImageError, UnsafeArchiveError) as exc:
-            src.drain()
-            _check_digests(src, desc.digest, desc.size, diff_id, index)
-            if exc.message.startswith(scanner.where):
-                raise
-            raise type(exc)(f"{scanner.where}: {exc.message}") from None
-        except BaseException:
-            src.close()
-            raise
-        clean = src.drain()
+        count, clean = _read_entries(scanner, src, desc, diff_id, index, count)
     _check_digests(src, desc.digest, desc.size, diff_id, index)
     if not clean:
         raise UnsafeArchiveError(f"layer {index} ({desc.digest}) has data after the end of "
