@@ -200,9 +200,15 @@ def test_allow_list_pins_base_hooks_by_content(tmp_path: Path) -> None:
     _allow(repo, f"startup_allow:\n  - path: /{sp}/extra.pth\n"
                  f"    sha256: {hashlib.sha256(pth).hexdigest()}\n"
                  f"  - path: env:PYTHONPATH\n    sha256: {env}\n", "hooked")
+    # the image baked before the allow-list changed carries the old one (its in-image check
+    # would refuse the hooks): a finding until it is re-baked
+    (found,) = check()
+    assert found.startswith("/opt/patchbake/identity.json says startup_allow = []")
+    bake_image(repo.pipeline, "hooked", repo.store, patched=repo.patched)
     assert check() == []
     text = (repo.root / "images" / "hooked.yaml").read_text()
     (repo.root / "images" / "hooked.yaml").write_text(text.replace(env, "e" * 64))
+    bake_image(repo.pipeline, "hooked", repo.store, patched=repo.patched)
     (found,) = check()
     assert "(allow-list names another sha256)" in found or "not allow-listed" in found
 
@@ -328,3 +334,38 @@ def test_environment_naming_a_variable_twice_fails(tmp_path: Path) -> None:
     assert found == [f"image config Env sets PATH twice ('/opt/patchbake/bin', then "
                      f"{path[5:]!r}): getenv takes the first, Python's os.environ and the "
                      "shells the last"], found
+
+
+def _identity_of(repo: Repo, digest: str) -> dict[str, object]:
+    res = _verify(repo, digest)
+    assert res.ok and res.identity
+    return dict(res.identity)
+
+
+def test_identity_fields_are_bound_without_an_image_record(tmp_path: Path) -> None:
+    """An unrecorded image (verified with a named definition) whose identity record widens
+    the in-image allow-list and names another lineage: each field is a finding."""
+    repo, digest = _baked(tmp_path)
+    ident = _identity_of(repo, digest)
+    forged = {**ident, "lineage": "v9.9.9",
+              "startup_allow": [{"path": f"/{sp}/evil.pth", "sha256": "0" * 64}]}
+    crafted = with_layer(repo.store, digest, layer([
+        ("opt/patchbake/identity.json", json.dumps(forged).encode())]))
+    for rec in (repo.root / "manifests" / "images" / "offline").glob("*.json"):
+        rec.unlink()  # no record names anything: only the definition says what is right
+    found = _problems(repo, crafted)
+    assert any(p.startswith("/opt/patchbake/identity.json says lineage = \"v9.9.9\"")
+               for p in found), found
+    assert any(p.startswith("/opt/patchbake/identity.json says startup_allow = ")
+               for p in found), found
+
+
+def test_tree_manifest_must_list_what_the_engine_unpacks(tmp_path: Path) -> None:
+    """A tree manifest edited in a layer above the base (say, to list foreign code's hash)
+    would let the in-image self-check pass: the host refuses it."""
+    repo, digest = _baked(tmp_path)
+    crafted = with_layer(repo.store, digest, layer([
+        ("opt/patchbake/tree.json", b'{"format": 1, "files": []}\n')]))
+    found = _problems(repo, crafted)
+    assert any(p.startswith("/opt/patchbake/tree.json is sha256:") for p in found), found
+    assert any("does not list the vllm/ tree the image unpacks to" in p for p in found), found

@@ -33,7 +33,14 @@ from .expected import (
     wrapper_checks,
 )
 from .fsutil import atomic_write, canonical_json
-from .images.overlay import IDENTITY_PATH, VERIFIER_PATH, Patched, verifier_bytes
+from .images.overlay import (
+    ENTRYPOINT_PATH,
+    IDENTITY_PATH,
+    VERIFIER_PATH,
+    Patched,
+    verifier_bytes,
+)
+from .images.tree import TREE_PATH
 from .images.refs import Resolved, resolve
 from .oci.scan import View, scan_image
 from .store import Store
@@ -223,6 +230,9 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         elif identity and baked_patch != patched.patch_sha256:
             problems.append(f"the image was baked from patch sha256:{baked_patch}; the fresh "
                             f"apply is of patch sha256:{patched.patch_sha256}")
+        if identity:
+            problems += identity_binding(identity, exp.definition, lin, patched)
+            problems += tree_manifest_checks(view, identity, exp.definition.site_packages)
         return VerifyResult(
             ref=ref, kind=res.kind, digest=res.image.manifest_digest,
             config_digest=res.image.config_desc.digest, matched=matched, total=total,
@@ -276,6 +286,61 @@ def _identity_checks(view: View, res: Resolved) -> tuple[dict[str, Any] | None, 
         problems.append(f"{VERIFIER_PATH} is not the in-image verifier this patchbake bakes "
                         f"(sha256:{want}, the image has sha256:{got.sha256})")
     return identity, problems
+
+
+def identity_binding(identity: dict[str, Any], defn: Any, lin: Lineage,
+                     patched: Patched) -> list[str]:
+    """The in-image identity record must say what the repository says, field by field, with
+    or without an image record naming its hash: the in-image self-check trusts it."""
+    up = lin.upstream
+    want = {
+        "definition": defn.name,
+        "lineage": lin.key,
+        "upstream.version": up.version,
+        "upstream.tree_digest": patched.pristine_digest,
+        "files_sha256": patched.files_sha256,
+        "patched_tree_digest": patched.tree_digest,
+        "site_packages": defn.site_packages,
+        "base.digest": defn.base.digest,
+        "startup_allow": [{"path": p, "sha256": h} for p, h in defn.startup_allow],
+        "entrypoint": ENTRYPOINT_PATH,
+        "verifier.path": VERIFIER_PATH,
+        "tree.path": TREE_PATH,
+    }
+    problems = []
+    for key, value in want.items():
+        got: Any = identity
+        for part in key.split("."):
+            got = got.get(part) if isinstance(got, dict) else None
+        if got != value:
+            problems.append(f"{IDENTITY_PATH} says {key} = {json.dumps(got)}; the repository "
+                            f"says {json.dumps(value)}")
+    return problems
+
+
+def tree_manifest_checks(view: View, identity: dict[str, Any], site_packages: str) -> list[str]:
+    """``/opt/patchbake/tree.json`` (what the in-image self-check compares the installed tree
+    with) must be the identity record's and list exactly the ``vllm/`` tree the engine
+    unpacks: a manifest edited to match other code would let the image pass its own check."""
+    from .images.tree import TreeFile, manifest_bytes
+
+    info = view.files.get(TREE_PATH.lstrip("/"))
+    named = (identity.get("tree") or {}).get("sha256") if isinstance(identity.get("tree"),
+                                                                      dict) else None
+    if info is None or info.kind != "file":
+        return [f"no {TREE_PATH} in the image (the in-image check's tree manifest)"]
+    problems = []
+    if info.sha256 != named:
+        problems.append(f"{TREE_PATH} is sha256:{info.sha256}; {IDENTITY_PATH} names "
+                        f"sha256:{named}")
+    pre = f"{site_packages.strip('/')}/"
+    files = {k[len(pre):]: TreeFile(v.kind, v.size, v.sha256, f"{v.mode & 0o7777:04o}")
+             for k, v in view.files.items() if k.startswith(pre + PACKAGE)}
+    seen = hashlib.sha256(manifest_bytes(files, site_packages)).hexdigest()
+    if seen != info.sha256:
+        problems.append(f"{TREE_PATH} does not list the vllm/ tree the image unpacks to "
+                        f"(that tree's manifest is sha256:{seen})")
+    return problems
 
 
 def materialise(store: Store, ref: str, dest: Path, *, pipeline: Pipeline | None = None,
