@@ -311,3 +311,36 @@ def test_inputs_nested_too_deeply_are_one_line_errors(
     assert main(["ledger", "verify"]) == 15
     err = capsys.readouterr().err
     assert "nested too deeply" in err and "Traceback" not in err
+
+
+def test_entries_cut_off_the_end_are_caught_by_the_releases_they_leave(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """Dropping the last lines keeps the chain intact; the committed release whose entry
+    went with them is what shows the cut."""
+    root, k, rel = released
+    _second_entry(root, k, rel)
+    assert main(["ledger", "verify"]) == 0
+    (rdir(root) / ledger.NAME).write_bytes(b"")  # both entries cut off
+    capsys.readouterr()
+    assert main(["ledger", "verify"]) == LedgerError.exit_code
+    err = capsys.readouterr().err
+    assert f"release {rel.id[:16]}… is committed but no ledger entry records it" in err
+
+
+def test_a_known_head_must_stay_in_the_chain(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """A reader who recorded a head catches a rollback to before it, even when the release
+    directories were removed with the entries."""
+    root, k, rel = released
+    first = ledger.head(ledger.read(rdir(root)))
+    _second_entry(root, k, rel)
+    second = ledger.head(ledger.read(rdir(root)))
+    assert main(["ledger", "verify", "--known-head", first, "--known-head", second]) == 0
+    (rdir(root) / ledger.NAME).write_bytes(_lines(root)[0])  # the promotion is cut off
+    assert main(["ledger", "verify", "--known-head", first]) == 0  # still a prefix
+    capsys.readouterr()
+    assert main(["ledger", "verify", "--known-head", f"sha256:{second}"]) == 61
+    assert f"the head {second[:16]}… recorded earlier is not in the ledger" in \
+        capsys.readouterr().err

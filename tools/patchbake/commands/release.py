@@ -214,9 +214,13 @@ def ledger_group() -> None:
 
 
 @ledger_group.command("verify")
+@click.option("--known-head", "known", multiple=True, metavar="SHA256",
+              help="a head printed by an earlier verify: it must still be in the chain "
+                   "(the ledger only grows; repeatable)")
 @pass_ctx
-def ledger_verify_cmd(ctx: Ctx) -> None:
-    """Check the chain, every signature and that each entry's release is committed."""
+def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
+    """Check the chain, every signature, that each entry's release is committed and that
+    every committed release has its entry."""
     from ..errors import LedgerError
     from ..evidence import policy
     from ..release import ledger, manifest
@@ -224,9 +228,17 @@ def ledger_verify_cmd(ctx: Ctx) -> None:
 
     rdir = manifest.releases_dir(ctx.pipeline.root)
     entries = ledger.verify(rdir, policy.load(signing(ctx.pipeline).trust_policy))
+    ledger.check_known(entries, known, ledger.path_of(rdir))
     if (rdir / "promotion.pending.json").exists():
         raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
                           hint="re-run `patchbake release promote` to complete or drop it")
+    orphans = ledger.unrecorded(rdir, entries)
+    if orphans:
+        raise LedgerError(f"release {orphans[0][:16]}… is committed but no ledger entry "
+                          f"records it ({len(orphans)} such): entries were cut off the "
+                          "ledger, or a release was interrupted before its entry",
+                          hint="an interrupted release completes with `patchbake release "
+                               "create` again; otherwise restore the ledger")
     rows = [(e.data["seq"], e.data["kind"], e.data["channel"], e.data["release"][:16],
              e.data["digest"], e.data.get("to", ""), e.data["time"]) for e in entries]
     if ctx.as_json:

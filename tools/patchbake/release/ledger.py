@@ -179,6 +179,31 @@ def verify(releases_dir: Path, policy: Policy, *, check_releases: bool = True) -
     return entries
 
 
+def unrecorded(releases_dir: Path, entries: list[Entry]) -> list[str]:
+    """Release ids committed beside the ledger that no entry records: what is left when
+    entries are cut off its end (or a release was interrupted before its entry)."""
+    recorded = {str(e.data.get("release")) for e in entries if e.data.get("kind") == "release"}
+    try:
+        found = [p.parent.name for p in releases_dir.glob(f"*/{manifest.MANIFEST_NAME}")]
+    except OSError:
+        return []
+    return sorted(r for r in found if r not in recorded)
+
+
+def check_known(entries: list[Entry], known: tuple[str, ...], where: Path) -> None:
+    """Every head a reader recorded earlier must still be an entry of the chain: an
+    append-only ledger only grows, so a missing one means entries were removed or rewritten
+    (a rollback that the chain alone cannot show)."""
+    hashes = {e.hash for e in entries}
+    for h in known:
+        want = h.removeprefix("sha256:").lower()
+        if want not in hashes:
+            raise LedgerError(f"{where}: the head {want[:16]}… recorded earlier is not in the "
+                              f"ledger ({len(entries)} entries): entries were removed or "
+                              "rewritten since", hint="compare with the ledger you recorded it "
+                              "from; a ledger only grows")
+
+
 def find(entries: list[Entry], kind: str, release: str | None = None,
          channel: str | None = None) -> list[Entry]:
     return [e for e in entries if e.data.get("kind") == kind
