@@ -238,13 +238,51 @@ def test_cli_verify_names_the_definition(tmp_path: Path, capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("path", ["usr/lib/python3.12/os.py", "usr/local/bin/vllm",
-                                  "etc/ld.so.preload"])
+                                  "etc/ld.so.preload", "opt/patchbake/logging.json",
+                                  "opt/patchbake/sub/x.py"])
 def test_a_layer_above_the_base_may_not_write_outside_vllm(tmp_path: Path, path: str) -> None:
+    """/opt/patchbake/ holds the four files bake writes and nothing else (a settings file
+    there could be named by a variable a program reads)."""
     repo, digest = _baked(tmp_path)
     res = _verify(repo, with_layer(repo.store, digest, layer([(path, EVIL)])))
     assert [(m["path"], m["why"]) for m in res.mismatched] == [
         (f"/{path}", ("layer 3 (above the base) writes outside the baked set and "
-                      "/opt/patchbake"))]
+                      "the files bake writes to /opt/patchbake"))]
+
+
+@pytest.mark.parametrize("env", [
+    "VLLM_LOGGING_CONFIG_PATH=/opt/patchbake/identity.json",  # vLLM reads it at import
+    "VLLM_PLUGINS=evil", "HOME=/tmp", "PATH=/opt/evil:/usr/bin"])
+def test_every_environment_variable_is_the_bases(tmp_path: Path, env: str) -> None:
+    """Programs read settings at start (vLLM's VLLM_* name files it loads and callables it
+    imports): the image's Env is the base's, variable for variable, unless allow-listed."""
+    repo, digest = _baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    base_env = config["config"]["Env"]
+    name = env.partition("=")[0]
+    crafted = with_config(repo.store, digest,
+                          {"Env": [e for e in base_env if not e.startswith(name + "=")] + [env]})
+    found = _problems(repo, crafted)
+    assert [p for p in found if p.startswith(f"image config Env {name}=")], found
+    removed = with_config(repo.store, digest, {"Env": base_env[1:]})  # one dropped
+    dropped = base_env[0].partition("=")[0]
+    assert any(p.startswith(f"image config Env {dropped}=None differs from the base's")
+               for p in _problems(repo, removed))
+
+
+def test_the_start_up_wrapper_cannot_be_dropped(tmp_path: Path) -> None:
+    """An image whose entrypoint is the base's again (no wrapper) would start without the
+    opt-in self-check ever running: a failure, not 'the base's entrypoint'."""
+    repo, digest = _baked(tmp_path)
+    manifest = json.loads(repo.store.read_blob(digest))
+    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    assert config["config"]["Entrypoint"][0] == "/opt/patchbake/entrypoint.sh"
+    base_entry = config["config"]["Entrypoint"][1:] or None
+    crafted = with_config(repo.store, digest, {"Entrypoint": base_entry})
+    (found,) = _problems(repo, crafted)
+    assert found.startswith(f"image config Entrypoint {base_entry!r} differs from the one "
+                            "bake writes (the start-up wrapper in front of the base's)")
 
 
 def test_identity_record_must_be_the_recorded_one(tmp_path: Path) -> None:

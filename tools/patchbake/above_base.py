@@ -6,18 +6,25 @@ from pathlib import Path
 from typing import Any
 
 from .expected import Expected
-from .images.overlay import Patched
+from .images.overlay import ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH, Patched
+from .images.tree import TREE_PATH
 from .images.refs import Resolved
 from .oci.scan import View, layer_ops
 
 PACKAGE = "vllm/"
 KEEP_DIR = "opt/patchbake/"
+# what bake writes there, each content-checked by verify (wrapper, verifier, identity record
+# bound to the repository, tree manifest equal to the unpacked tree); nothing else: a
+# settings file there could be named by a variable a program reads at start
+KEEP_FILES = frozenset(p.lstrip("/") for p in (ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH,
+                                               TREE_PATH))
 
 
 def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[str, str],
                 cache_dir: Path | None) -> list[dict[str, Any]]:
     """The base is pinned by digest; above it may only be written the baked files (or a
-    vllm file byte-identical to upstream), /opt/patchbake, directories, and whiteouts of
+    vllm file byte-identical to upstream), the four files bake writes to /opt/patchbake
+    (regular files), directories, and whiteouts of
     the files the patch deletes. Anything else -- under ``vllm/`` or anywhere else (the
     interpreter, its standard library, the entrypoint's scripts) -- is a failure."""
     pkg = f"{exp.sp}/{PACKAGE}"
@@ -39,13 +46,13 @@ def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[st
         for op in layer_ops(res.image, res.blobs, i, ("",), cache_dir):
             path = op[1]
             if op[0] == "f":
-                if path in touched or path.startswith(KEEP_DIR) or (
+                if path in touched or (path in KEEP_FILES and op[2] == "file") or (
                         path.startswith(pkg) and op[2] == "file"
                         and pristine.get(path[len(pkg):]) == op[5]):
                     continue
                 bad(i, path, op[5], "writes a file outside the baked set"
                     if path.startswith(pkg) else "writes outside the baked set and "
-                    "/opt/patchbake")
+                    "the files bake writes to /opt/patchbake")
             elif op[0] == "r" and not (not op[2] and path in deleted):
                 bad(i, path, None, "deletes what is under it; the patch does not" if op[2]
                     else "deletes it; the patch does not")

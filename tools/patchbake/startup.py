@@ -120,7 +120,8 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
              wrapped: dict[str, Any] | None = None) -> list[str]:
     """One line per start-up change that the definition does not allow-list. ``wrapped``
     is the base config as bake rewrites it (the start-up check wrapper in front of the
-    base's entrypoint): the image's entrypoint and cmd may be the base's or that."""
+    base's entrypoint): the image's entrypoint and cmd must be exactly that, so the
+    wrapper cannot be dropped."""
     out: list[str] = []
     dirs = frozenset(pl.path_dirs)
     for path in sorted(view.files):
@@ -147,19 +148,32 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
             out.append(f"image config Env {name}={env[name]!r} changes what Python runs at "
                        "start-up; not allow-listed by the definition")
     if base_config is not None:
-        base_env = env_of(base_config)
-        for name in BASE_ENV:
-            if env.get(name) != base_env.get(name) and \
-                    allow.get(f"env:{name}") != env_digest(name, env.get(name, "")):
-                out.append(f"image config Env {name}={env.get(name)!r} differs from the "
-                           f"base's {base_env.get(name)!r}: {_BASE_ENV_WHY[name]}")
-        mine, base = config.get("config") or {}, base_config.get("config") or {}
-        baked = (wrapped or {}).get("config") or base
-        for key in _CONFIG_KEYS:  # an engine writes "" or null where a base has nothing
-            if (mine.get(key) or None) not in ((base.get(key) or None),
-                                               (baked.get(key) or None)):
-                out.append(f"image config {key} {mine.get(key)!r} differs from the base's "
-                           f"{base.get(key)!r}: the image runs something else at start")
+        out += _config_changes(env, allow, base_config, config, wrapped)
+    return out
+
+
+def _config_changes(env: dict[str, str], allow: dict[str, str], base_config: dict[str, Any],
+                    config: dict[str, Any], wrapped: dict[str, Any] | None) -> list[str]:
+    """The image's config against the one bake writes: the base's Env, every variable
+    (programs read settings at start: vLLM's ``VLLM_*`` name files it loads and callables it
+    imports), and the base's entrypoint behind the start-up wrapper. Allow-listed
+    variables (``env:NAME`` with the digest of ``NAME=VALUE``) may differ."""
+    out = []
+    base_env = env_of(base_config)
+    for name in sorted({*env, *base_env} - set(STARTUP_ENV)):
+        if env.get(name) != base_env.get(name) and \
+                allow.get(f"env:{name}") != env_digest(name, env.get(name, "")):
+            why = _BASE_ENV_WHY.get(name, "what the programs of the image read at start changes")
+            out.append(f"image config Env {name}={env.get(name)!r} differs from the "
+                       f"base's {base_env.get(name)!r}: {why}")
+    mine, base = config.get("config") or {}, base_config.get("config") or {}
+    baked = (wrapped or {}).get("config") or base
+    for key in _CONFIG_KEYS:  # an engine writes "" or null where a base has nothing
+        if (mine.get(key) or None) != (baked.get(key) or None):
+            whose = "the one bake writes (the start-up wrapper in front of the base's)" \
+                if key in ("Entrypoint", "Cmd") and wrapped else "the base's"
+            out.append(f"image config {key} {mine.get(key)!r} differs from {whose} "
+                       f"{baked.get(key)!r}: the image runs something else at start")
     return out
 
 
