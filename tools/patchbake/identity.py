@@ -218,7 +218,9 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         problems += record_checks(view, exp)
         problems += startup.findings(view, where, sp, startup.allow_list(
             exp.definition.startup_allow), env, exp.base_config, res.image.config,
-            wrapped(exp.base_config)) + wrapper_checks(view, res)
+            wrapped(exp.base_config), {"TORCH_CUDA_ARCH_LIST":
+                                       exp.definition.torch_cuda_arch_list}
+        ) + wrapper_checks(view, res)
         matched, total, mismatched, drift = compare(
             view, sp, patched, pristine, lin.upstream.generated, None)
         mismatched += after

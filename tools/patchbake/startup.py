@@ -117,11 +117,13 @@ def _is_hook(path: str, pl: Places, sp: str, dirs: frozenset[str]) -> str | None
 
 def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[str, str],
              base_config: dict[str, Any] | None, config: dict[str, Any],
-             wrapped: dict[str, Any] | None = None) -> list[str]:
+             wrapped: dict[str, Any] | None = None,
+             declared_env: dict[str, str] | None = None) -> list[str]:
     """One line per start-up change that the definition does not allow-list. ``wrapped``
     is the base config as bake rewrites it (the start-up check wrapper in front of the
     base's entrypoint): the image's entrypoint and cmd must be exactly that, so the
-    wrapper cannot be dropped."""
+    wrapper cannot be dropped. ``declared_env``: variables the definition has bake set
+    (the engine backend's ``TORCH_CUDA_ARCH_LIST``), admitted with exactly that value."""
     out: list[str] = []
     dirs = frozenset(pl.path_dirs)
     for path in sorted(view.files):
@@ -148,12 +150,13 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
             out.append(f"image config Env {name}={env[name]!r} changes what Python runs at "
                        "start-up; not allow-listed by the definition")
     if base_config is not None:
-        out += _config_changes(env, allow, base_config, config, wrapped)
+        out += _config_changes(env, allow, base_config, config, wrapped, declared_env or {})
     return out
 
 
 def _config_changes(env: dict[str, str], allow: dict[str, str], base_config: dict[str, Any],
-                    config: dict[str, Any], wrapped: dict[str, Any] | None) -> list[str]:
+                    config: dict[str, Any], wrapped: dict[str, Any] | None,
+                    declared: dict[str, str]) -> list[str]:
     """The image's config against the one bake writes: the base's Env, every variable
     (programs read settings at start: vLLM's ``VLLM_*`` name files it loads and callables it
     imports), and the base's entrypoint behind the start-up wrapper. Allow-listed
@@ -162,6 +165,7 @@ def _config_changes(env: dict[str, str], allow: dict[str, str], base_config: dic
     base_env = env_of(base_config)
     for name in sorted({*env, *base_env} - set(STARTUP_ENV)):
         if env.get(name) != base_env.get(name) and \
+                (name not in declared or env.get(name) != declared[name]) and \
                 allow.get(f"env:{name}") != env_digest(name, env.get(name, "")):
             why = _BASE_ENV_WHY.get(name, "what the programs of the image read at start changes")
             out.append(f"image config Env {name}={env.get(name)!r} differs from the "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,9 @@ from typing import Any
 
 from ..config import Lineage
 from ..errors import ImageError, LineageError
-from ..fsutil import canonical_json
+from ..fsutil import atomic_write, canonical_json
 from ..oci.image import StoreBlobs
-from ..oci.scan import scan_image
+from ..oci.scan import View, scan_image
 from ..store import Store
 from .base import BaseImage
 
@@ -63,10 +64,17 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
                              "vllm/ tree must be read to bind the base to the lineage",
                              hint="give the base as an OCI layout or docker-archive with "
                                   "its layers, or a registry that serves them")
+    tracked = (f"{sp_rel}/vllm/", f"{sp_rel}/vllm-")
+    # the layers' ops memoised by layer digest (every byte still hashed to EOF); a base
+    # that installs a vLLM dist-info is read again with it written out (RECORD, METADATA)
+    view = scan_image(base.image, StoreBlobs(store), tracked,
+                      cache_dir=store.root / "bakes" / "layer-ops")
+    if not any(k.startswith(f"{sp_rel}/vllm-") for k in view.files):
+        return _tree_of(view, base.name, sp_rel, {}, None)
     tmp = store.tmpdir("base-dist-info")
     try:
         # only the dist-info is written out (its RECORD and METADATA are read below)
-        view = scan_image(base.image, StoreBlobs(store), (f"{sp_rel}/vllm/", f"{sp_rel}/vllm-"),
+        view = scan_image(base.image, StoreBlobs(store), tracked,
                           write_root=tmp, write_prefix=f"{sp_rel}/vllm-")
         dists = sorted({p.name for p in tmp.iterdir() if p.name.endswith(".dist-info")}) \
             if tmp.is_dir() else []
@@ -81,13 +89,18 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
                 dist[name] = p.read_bytes()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return _tree_of(view, base.name, sp_rel, dist, f"vllm-{dists[0]}" if dists else None)
+
+
+def _tree_of(view: View, name: str, sp_rel: str, dist: dict[str, bytes],
+             dist_name: str | None) -> BaseTree:
     pre = f"{sp_rel}/"
     files = {k[len(pre):]: TreeFile(v.kind, v.size, v.sha256, f"{v.mode & 0o7777:04o}")
              for k, v in view.files.items() if k.startswith(f"{pre}{PACKAGE}")}
     for k, v in files.items():
         if v.kind not in ("file", "symlink"):
-            raise LineageError(f"base {base.name}: {pre}{k} is neither a file nor a symlink")
-    return BaseTree(files, dist, f"vllm-{dists[0]}" if dists else None)
+            raise LineageError(f"base {name}: {pre}{k} is neither a file nor a symlink")
+    return BaseTree(files, dist, dist_name)
 
 
 def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, str]:
@@ -96,13 +109,24 @@ def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, st
     from ..sources.digest import MODE_LINK, digest_entries, tree_entries
 
     fetched = fetch(lineage, store, base=root)
+    # filled only from a tree whose full digest was re-computed and matched, so it holds
+    # the pinned upstream's hashes even if the extracted tree were edited later
+    cache = store.root / "bakes" / f"pristine-pkg-{fetched.tree_digest.removeprefix('sha256:')}.json"
+    try:
+        data = json.loads(cache.read_bytes())
+        if data.get("tree_digest") == fetched.tree_digest and isinstance(data.get("files"), dict):
+            return {str(k): str(v) for k, v in data["files"].items()}
+    except (OSError, ValueError):
+        pass  # absent or damaged: rebuilt below
     entries = tree_entries(fetched.root)
     if digest_entries(entries) != fetched.tree_digest:
         raise ImageError(f"the pristine tree at {fetched.root} does not hash to "
                          f"{fetched.tree_digest}", hint="run `patchbake fetch --verify`")
     pkg = PACKAGE.encode()
-    return {e.path.decode(): ("link:" if e.mode == MODE_LINK else "") + e.sha256
-            for e in entries if e.path.startswith(pkg)}
+    files = {e.path.decode(): ("link:" if e.mode == MODE_LINK else "") + e.sha256
+             for e in entries if e.path.startswith(pkg)}
+    atomic_write(cache, canonical_json({"tree_digest": fetched.tree_digest, "files": files}))
+    return files
 
 
 def _version(metadata: bytes) -> str | None:
