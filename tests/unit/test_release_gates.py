@@ -3,6 +3,7 @@ passes on good input and fails closed, with its reason, on each kind of bad inpu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,10 @@ def test_evidence_gate_applies_the_pipelines_declaration_not_the_evidences(
         repo: tuple[Path, Keys]) -> None:
     root, k = repo
     result = suite_result(root, "dsv4-topk-gpu", IMAGE, DIGEST, capability="9.0")
-    result["probes"]["determinism"].update(repeats=1, digests=0)
-    result["suite"]["repeats"] = 1  # the run declared fewer repeats than pipeline.yaml
+    det = {**result.probes["determinism"], "repeats": 1, "digests": 0}
+    result = dataclasses.replace(
+        result, probes={**result.probes, "determinism": det},
+        suite={**result.suite, "repeats": 1})  # the run declared fewer repeats than pipeline.yaml
     sign_result(root, k.evidence, result)
     sign_result(root, k.evidence, suite_result(root, "dsv4-topk-cpu", IMAGE, DIGEST))
     st, reason = status(run(root, "validated"), "evidence")

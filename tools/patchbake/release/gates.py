@@ -238,7 +238,7 @@ def _suite_problem(ev: Evaluation, name: str, v: Any) -> str | None:
         return (f"repeats not shown bit-identical (probe {det.get('status', 'none')}, "
                 f"{det.get('repeats', 0)} repeats, {det.get('digests', 0)} output digests; "
                 f"declared {suite.repeats})")
-    if s.predicate.get("suiteContentSha256") != suite_content_sha256(suite.path):
+    if s.content_sha256 != suite_content_sha256(suite.path):
         return "it ran another version of the suite than the committed one"
     return None
 
