@@ -7,8 +7,10 @@ and each malformed shape is refused with its one-line message."""
 from __future__ import annotations
 
 import base64
+import calendar
 import copy
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from patchbake.evidence.failures import reason_of
 from patchbake.evidence.intoto import STATEMENT_TYPE, Statement
 from patchbake.evidence.statement import PREDICATE_TYPE, SuiteStatement
 from patchbake.fsutil import canonical_json
-from patchbake.release import vsa
+from patchbake.release import manifest, vsa
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
 from test_evidence_sign_verify import make_result, result_doc
 
@@ -73,6 +75,14 @@ def test_committed_statement_round_trips_byte_for_byte(path: Path) -> None:
 def test_committed_vsa_statement_round_trips_byte_for_byte(path: Path) -> None:
     payload = _payload(path)
     assert Statement.load(payload, str(path), vsa.PREDICATE_TYPE).dump() == payload
+
+
+@pytest.mark.parametrize("path", VSAS, ids=_ids(VSAS))
+def test_committed_release_rebuilds_its_signed_vsa_byte_for_byte(path: Path) -> None:
+    payload = _payload(path)
+    when = json.loads(payload)["predicate"]["timeVerified"]
+    epoch = calendar.timegm(time.strptime(when, "%Y-%m-%dT%H:%M:%SZ"))
+    assert vsa.build(manifest.load(REPO, path.parent.name), epoch).dump() == payload
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=_ids(RESULTS))
