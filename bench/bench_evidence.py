@@ -7,6 +7,7 @@ Prints a table; writes bench/out/evidence.json. CPU only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -20,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
+from patchbake.digest import Digest
 from patchbake.evidence import keys, policy, records
 from patchbake.suites import spec as suites
 from patchbake.suites.host import HostRunner
@@ -53,10 +55,12 @@ def main() -> int:
         key = keys.load_private(k.private_path)
         pol = policy.load(write_policy(t / "p.yaml", k.public_path, k.keyid))
         n = [0]
+        base = make_result()
 
         def sign() -> None:
             n[0] += 1
-            records.sign_result(make_result(duration_s=float(n[0])), key, t / f"ev{n[0]}")
+            records.sign_result(dataclasses.replace(base, duration_s=float(n[0])), key,
+                                t / f"ev{n[0]}")
 
         rows.append(("sign one result (statement + DSSE + write)", median_ms(sign, 50)))
         path, _, _ = records.sign_result(make_result(), key, t / "ev")
@@ -65,7 +69,7 @@ def main() -> int:
 
         store = Store.open(t / "store")
         digest, cfg = toy_image(store, SUITES / "trees" / "patched")
-        ref = ImageRef("toy", digest, cfg)
+        ref = ImageRef("toy", Digest(digest), Digest(cfg))
         raw = {"path": str(SUITES / "passing"), "command": [
             "{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
             "python_files=check_*.py", "--junitxml={junit}", str(SUITES / "passing")]}

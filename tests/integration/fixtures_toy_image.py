@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import cast
 
 from patchbake.oci import layout
 from patchbake.oci.media import OCI_CONFIG, OCI_LAYER_TAR, OCI_MANIFEST
@@ -50,7 +51,8 @@ def define_toy(root: Path, pipeline: dict[str, object], digest: str, config_dige
     (root / "images" / f"{name}.yaml").write_text(
         "version: 1\nbase:\n  source: standin\n  name: toy-base\n"
         f"  digest: sha256:{'0' * 64}\nsite_packages: /{SITE}\nmode: overlay\n")
-    pipeline.setdefault("images", {})[name] = f"images/{name}.yaml"  # type: ignore[union-attr]
+    images = cast("dict[str, str]", pipeline.setdefault("images", {}))
+    images[name] = f"images/{name}.yaml"
     rec = root / "manifests" / "images" / name / f"{digest.removeprefix('sha256:')}.json"
     rec.parent.mkdir(parents=True, exist_ok=True)
     from patchbake.images.record import RECORD_FORMAT

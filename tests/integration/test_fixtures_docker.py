@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fixtures_python_image import ensure_image
+from patchbake.digest import Digest
 from patchbake.suites import spec as suites
 from patchbake.suites.docker import DockerRunner
 from patchbake.suites.image import ImageRef
@@ -47,7 +48,7 @@ def toy(docker_engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     subprocess.run(["docker", "save", "-o", str(archive), tag], check=True)
     imp = import_docker_archive(store, archive)
     archive.unlink()
-    yield {"store": store, "ref": ImageRef(tag, imp.manifest_digest, imp.config_digest),
+    yield {"store": store, "ref": ImageRef(tag, Digest(imp.manifest_digest), Digest(imp.config_digest)),
            "tag": tag}
     subprocess.run(["docker", "rmi", "-f", tag], check=False, capture_output=True)
 
@@ -70,12 +71,12 @@ def test_suite_runs_inside_the_exact_image(toy: dict[str, Any]) -> None:
     result = run_suite(suite("passing", patch_sensitive=True, repeats=2,
                              requires={"min_tests": 4}), toy["ref"], runner,
                        lambda: (SUITES / "trees" / "pristine", "toy pristine tree"))
-    assert result["result"] == "PASSED", result["problems"]
-    env = result["environment"]
+    assert result.result == "PASSED", result.problems
+    env = result.environment
     assert env["runner"] == "docker" and env["image_config_digest"] == toy["ref"].config_digest
     assert env["torch"].startswith("2.") and env["cuda_available"] is False
-    assert result["probes"]["patch_sensitivity"]["status"] == "ok"
-    assert result["probes"]["determinism"]["status"] == "ok"
+    assert result.probes["patch_sensitivity"]["status"] == "ok"
+    assert result.probes["determinism"]["status"] == "ok"
     assert leftover_containers() == ""
 
 
@@ -90,15 +91,15 @@ def test_network_is_off_inside(toy: dict[str, Any], tmp_path: Path) -> None:
                                               "python_files=check_*.py", "--junitxml={junit}",
                                               "."]}
     result = run_suite(suites.parse_suite("net", raw, tmp_path), toy["ref"], runner)
-    assert result["result"] == "PASSED", result["problems"]
+    assert result.result == "PASSED", result.problems
 
 
 def test_failures_and_empty_suites_in_docker(toy: dict[str, Any]) -> None:
     runner = DockerRunner(REPO, toy["store"])
     failed = run_suite(suite("failing"), toy["ref"], runner)
-    assert failed["result"] == "FAILED" and len(failed["failed_tests"]) == 1
+    assert failed.result == "FAILED" and len(failed.failed_tests) == 1
     empty = run_suite(suite("empty"), toy["ref"], runner)
-    assert empty["problems"] == ["collected no tests"]
+    assert empty.problems == ("collected no tests",)
     assert leftover_containers() == ""
 
 
@@ -114,12 +115,12 @@ def test_image_missing_from_engine_is_loaded_from_the_store(toy: dict[str, Any])
     subprocess.run(["docker", "rmi", "-f", toy["tag"]], capture_output=True, check=True)
     runner = DockerRunner(REPO, toy["store"])
     result = run_suite(suite("passing"), toy["ref"], runner)
-    assert result["result"] == "PASSED", result["problems"]
+    assert result.result == "PASSED", result.problems
 
 
 def test_engine_without_the_image_and_no_store_is_an_engine_error(toy: dict[str, Any]) -> None:
     from patchbake.errors import EngineError
 
-    bogus = ImageRef("x", "sha256:" + "1" * 64, "sha256:" + "2" * 64)
+    bogus = ImageRef("x", Digest("sha256:" + "1" * 64), Digest("sha256:" + "2" * 64))
     with pytest.raises(EngineError, match="the engine has no image"):
         run_suite(suite("passing"), bogus, DockerRunner(REPO, None))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import SuiteError
 from patchbake.evidence import keys, policy, records
 from patchbake.suites import spec as suites
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "tests" / "fixtures" / "suites"
 PATCHED, PRISTINE = SUITES / "trees" / "patched", SUITES / "trees" / "pristine"
-REF = ImageRef("toy", "sha256:" + "ab" * 32, None)
+REF = ImageRef("toy", Digest("sha256:" + "ab" * 32), None)
 
 
 class TreeHostRunner(HostRunner):
@@ -54,14 +55,14 @@ def test_passing_suite_fails_on_pristine_and_repeats_identically(
         runner: TreeHostRunner, tmp_path: Path) -> None:
     result = run_suite(suite("passing", repeats=2, patch_sensitive=True,
                              requires={"min_tests": 4}), REF, runner, pristine)
-    assert result["result"] == "PASSED", result["problems"]
-    assert result["counts"] == {"tests": 4, "passed": 4, "failed": 0, "skipped": 0, "errors": 0}
-    sens = result["probes"]["patch_sensitivity"]
+    assert result.result == "PASSED", result.problems
+    assert result.counts == {"tests": 4, "passed": 4, "failed": 0, "skipped": 0, "errors": 0}
+    sens = result.probes["patch_sensitivity"]
     assert sens["status"] == "ok" and sens["failed"] == 4
     assert any("test_sorts_and_pads_last" in n for n in sens["failing_tests"])
-    det = result["probes"]["determinism"]
+    det = result.probes["determinism"]
     assert det["status"] == "ok" and det["repeats"] == 2 and det["digests"] == 1
-    env = result["environment"]
+    env = result.environment
     assert env["runner"] == "host" and env["python"] and env["image_digest"] == REF.digest
     # sign it and verify it like CI would
     k = keys.generate(tmp_path / "keys")
@@ -75,25 +76,25 @@ def test_passing_suite_fails_on_pristine_and_repeats_identically(
 
 def test_failing_suite_names_the_failure(runner: TreeHostRunner) -> None:
     result = run_suite(suite("failing"), REF, runner)
-    assert result["result"] == "FAILED"
-    assert result["failed_tests"] == ["tests.fixtures.suites.failing.check_fail::test_fails"]
-    assert "1 failed and 0 errored" in result["problems"][0]
+    assert result.result == "FAILED"
+    assert result.failed_tests == ("tests.fixtures.suites.failing.check_fail::test_fails",)
+    assert "1 failed and 0 errored" in result.problems[0]
 
 
 def test_empty_suite_collects_nothing_and_fails(runner: TreeHostRunner) -> None:
     result = run_suite(suite("empty"), REF, runner)
-    assert result["result"] == "FAILED" and result["problems"] == ["collected no tests"]
+    assert result.result == "FAILED" and result.problems == ("collected no tests",)
 
 
 def test_fewer_than_minimum_fails(runner: TreeHostRunner) -> None:
     result = run_suite(suite("passing", requires={"min_tests": 10}), REF, runner)
-    assert "ran 4 tests (0 skipped), fewer than the minimum 10" in result["problems"][0]
+    assert "ran 4 tests (0 skipped), fewer than the minimum 10" in result.problems[0]
 
 
 def test_insensitive_suite_is_flagged_on_pristine(runner: TreeHostRunner) -> None:
     result = run_suite(suite("insensitive", patch_sensitive=True), REF, runner, pristine)
-    assert result["result"] == "PASSED"
-    assert result["probes"]["patch_sensitivity"]["status"] == "flagged"
+    assert result.result == "PASSED"
+    assert result.probes["patch_sensitivity"]["status"] == "flagged"
 
 
 def test_gpu_suite_is_refused_on_this_machine(runner: TreeHostRunner) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from patchbake.cli import main
@@ -69,7 +70,7 @@ def make_repo(tmp: Path, fixture: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ported(store: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+def ported(store: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
     mp = pytest.MonkeyPatch()
     mp.setenv("PATCHBAKE_HOME", str(store))
     mp.setenv("PATCHBAKE_NO_PROGRESS", "1")
@@ -85,16 +86,18 @@ def ported(store: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     return repo, json.loads(out), err
 
 
-def verdict(doc: dict, path: str, hunk: int) -> dict:
-    [row] = [h for h in doc["hunks"] if h["file"] == path and h["hunk"] == hunk]
+def verdict(doc: dict[str, Any], path: str, hunk: int) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = [h for h in doc["hunks"]
+                                  if h["file"] == path and h["hunk"] == hunk]
+    [row] = rows
     return row
 
 
-def ws_file(doc: dict, path: str) -> str:
+def ws_file(doc: dict[str, Any], path: str) -> str:
     return (Path(doc["workspace"]) / path).read_text()
 
 
-def test_clean_hunks_apply_at_their_recorded_line(ported: tuple[Path, dict, str]) -> None:
+def test_clean_hunks_apply_at_their_recorded_line(ported: tuple[Path, dict[str, Any], str]) -> None:
     _repo, doc, _ = ported
     row = verdict(doc, "vllm/ray/lazy_utils.py", 1)
     assert (row["verdict"], row["line"], row["offset"]) == ("clean", 3, None)
@@ -105,7 +108,7 @@ def test_clean_hunks_apply_at_their_recorded_line(ported: tuple[Path, dict, str]
     assert "PORTED = True" in ws_file(doc, "vllm/patchbake_port_marker.py")
 
 
-def test_moved_hunk_reports_its_offset(ported: tuple[Path, dict, str]) -> None:
+def test_moved_hunk_reports_its_offset(ported: tuple[Path, dict[str, Any], str]) -> None:
     _repo, doc, _ = ported
     row = verdict(doc, "vllm/ray/lazy_utils.py", 2)
     assert (row["verdict"], row["recorded_line"], row["line"], row["offset"]) == \
@@ -116,7 +119,7 @@ def test_moved_hunk_reports_its_offset(ported: tuple[Path, dict, str]) -> None:
     assert sum("# actor" in ln for ln in lines) == 1
 
 
-def test_context_changed_but_mergeable_is_merged(ported: tuple[Path, dict, str]) -> None:
+def test_context_changed_but_mergeable_is_merged(ported: tuple[Path, dict[str, Any], str]) -> None:
     _repo, doc, _ = ported
     row = verdict(doc, "vllm/utils/tensor_schema.py", 1)
     assert row["verdict"] == "merged" and row["line"] == 161
@@ -128,7 +131,7 @@ def test_context_changed_but_mergeable_is_merged(ported: tuple[Path, dict, str])
 
 
 def test_conflict_leaves_markers_with_the_old_pristine_as_base(
-        ported: tuple[Path, dict, str]) -> None:
+        ported: tuple[Path, dict[str, Any], str]) -> None:
     _repo, doc, _ = ported
     row = verdict(doc, "vllm/parser/engine/events.py", 1)
     assert row["verdict"] == "conflict"
@@ -140,7 +143,7 @@ def test_conflict_leaves_markers_with_the_old_pristine_as_base(
 
 
 def test_change_upstream_made_with_more_beside_it_is_absorbed(
-        ported: tuple[Path, dict, str]) -> None:
+        ported: tuple[Path, dict[str, Any], str]) -> None:
     """git's merge marks a conflict (upstream added a blank line where we added the
     sentence); the block holds our change, so it is absorbed, never a conflict."""
     _repo, doc, _ = ported
@@ -151,7 +154,7 @@ def test_change_upstream_made_with_more_beside_it_is_absorbed(
     assert text.count("send high-water mark") == 1 and "<<<<<<<" not in text
 
 
-def test_target_gone_names_the_rename_candidate(ported: tuple[Path, dict, str]) -> None:
+def test_target_gone_names_the_rename_candidate(ported: tuple[Path, dict[str, Any], str]) -> None:
     _repo, doc, _ = ported
     row = verdict(doc, "vllm/entrypoints/serve/utils/ssl.py", 1)
     assert row["verdict"] == "target-gone"
@@ -161,7 +164,7 @@ def test_target_gone_names_the_rename_candidate(ported: tuple[Path, dict, str]) 
     assert b"diff --git a/vllm/entrypoints/serve/utils/ssl.py" in kept.read_bytes()
 
 
-def test_report_counts_markdown_and_pipeline_edit(ported: tuple[Path, dict, str]) -> None:
+def test_report_counts_markdown_and_pipeline_edit(ported: tuple[Path, dict[str, Any], str]) -> None:
     repo, doc, _ = ported
     assert doc["counts"] == {"clean": 2, "moved": 1, "absorbed": 1, "merged": 1,
                              "conflict": 1, "target-gone": 1}
@@ -178,7 +181,7 @@ def test_report_counts_markdown_and_pipeline_edit(ported: tuple[Path, dict, str]
     assert lin.series == repo / "patch" / "v0.33.0" / "series"
 
 
-def test_resolve_commit_export_new_lineage(ported: tuple[Path, dict, str],
+def test_resolve_commit_export_new_lineage(ported: tuple[Path, dict[str, Any], str],
                                            store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo, doc, _ = ported
     ws = Path(doc["workspace"])

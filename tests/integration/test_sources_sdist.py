@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from patchbake import cli, config
-from patchbake.sources import fetch, tree_digest
+from patchbake.sources import Fetched, fetch, tree_digest
 from patchbake.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.sdist]
@@ -20,12 +20,12 @@ SHA = "ddbdec3f1c0f21afa70b7eb6ddf3faa29d26b1302ee4b5d5e00ec3af41b0c2e4"
 
 
 @pytest.fixture(scope="module")
-def vllm(shared_home: Path, pipeline_path: Path):  # type: ignore[no-untyped-def]
+def vllm(shared_home: Path, pipeline_path: Path) -> Fetched:
     lin = config.load(pipeline_path).lineage("v0.25.1")
     return fetch(lin, Store.open(shared_home))
 
 
-def test_real_sdist_identity(vllm, shared_home: Path) -> None:  # type: ignore[no-untyped-def]
+def test_real_sdist_identity(vllm: Fetched, shared_home: Path) -> None:
     assert vllm.archive_sha256 == SHA
     assert (vllm.root / "setup.py").is_file() and (vllm.root / "vllm" / "__init__.py").is_file()
     # 6,640 archive entries: 5,873 files plus 767 directories, which the digest leaves out
@@ -35,12 +35,12 @@ def test_real_sdist_identity(vllm, shared_home: Path) -> None:  # type: ignore[n
     assert vllm.root.is_relative_to(shared_home)
 
 
-def test_tree_digest_recomputes_to_the_record(vllm) -> None:  # type: ignore[no-untyped-def]
+def test_tree_digest_recomputes_to_the_record(vllm: Fetched) -> None:
     # Speed is measured in bench/bench_sources.py, never asserted in a test.
     assert tree_digest(vllm.root) == vllm.tree_digest
 
 
-def test_cli_second_fetch_is_cached(vllm, shared_home: Path, pipeline_path: Path,
+def test_cli_second_fetch_is_cached(vllm: Fetched, shared_home: Path, pipeline_path: Path,
                                     monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATCHBAKE_HOME", str(shared_home))
@@ -55,7 +55,7 @@ def test_cli_second_fetch_is_cached(vllm, shared_home: Path, pipeline_path: Path
     assert doc["tree_digest"] == vllm.tree_digest and doc["archive_sha256"] == SHA
 
 
-def test_repacked_tarball_same_digest_changed_byte_not(vllm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_repacked_tarball_same_digest_changed_byte_not(vllm: Fetched, tmp_path: Path) -> None:
     """Re-pack with another top directory, reversed order, new mtimes, plain tar."""
     repacked = tmp_path / "repacked.tar"
     paths = sorted((p for p in vllm.root.rglob("*")), reverse=True)

@@ -14,6 +14,7 @@ import yaml
 from patchbake import config
 from patchbake.evidence import keys, records, statement
 from patchbake.fsutil import atomic_write
+from patchbake.suites.result import RESULT_FORMAT, SuiteResult
 from patchbake.release import attest, channels, create, gates, ledger, manifest, vsa
 from patchbake.suites import spec
 from patchbake.suites.run import suite_content_sha256
@@ -82,14 +83,14 @@ def make_repo(root: Path, key_dir: Path, channels: dict[str, Any] | None = None)
 
 def suite_result(root: Path, suite: str, image: str, digest: str, *,
                  capability: str | None = None, passed: int | None = None,
-                 sensitivity: str = "ok", determinism: str = "ok") -> dict[str, Any]:
+                 sensitivity: str = "ok", determinism: str = "ok") -> SuiteResult:
     pipe = yaml.safe_load((root / "pipeline.yaml").read_text())
     s = spec.get(pipe["suites"], suite, root)
     n = passed if passed is not None else s.requires.min_tests + 2
     tests = [f"test_x::test_{i}" for i in range(n)]
     gpu = capability is not None
-    return {
-        "format": statement.RESULT_FORMAT, "result": "PASSED",
+    return SuiteResult.from_json({
+        "format": RESULT_FORMAT, "result": "PASSED", "problems": [],
         "image": {"name": image, "digest": digest, "config_digest": None},
         "suite": {**s.declaration(), "content_sha256": suite_content_sha256(s.path)},
         "passed_tests": tests, "failed_tests": [], "skipped_tests": [],
@@ -103,10 +104,10 @@ def suite_result(root: Path, suite: str, image: str, digest: str, *,
                                    "digests": 4, "differences": []}},
         "started_at": "2026-12-01T00:00:00Z", "duration_s": 1.0, "junit_sha256": "0" * 64,
         "steps": [],
-    }
+    }, "the test's suite result")
 
 
-def sign_result(root: Path, key: Path, result: dict[str, Any]) -> Path:
+def sign_result(root: Path, key: Path, result: SuiteResult) -> Path:
     return records.sign_result(result, keys.load_private(key), root / "manifests" / "evidence")[0]
 
 

@@ -18,7 +18,7 @@ def test_committed_evidence_verifies(path: Path) -> None:
     v = records.verify_file(path, f"sha256:{path.parent.name}", pol, suite)
     assert v.signer in {t.name for t in pol.keys.values()}
     env = v.statement.environment
-    if v.statement.predicate["suiteDeclaration"]["requires"]["gpu"]:
+    if v.statement.needs_gpu:
         # GPU evidence names the GPU it ran on (sm90 evidence is never passed off as sm89)
         assert env["gpu_name"] and env["compute_capability"] and env["driver"]
         assert env["torch"] and env["triton"] and env["cuda"]
@@ -59,6 +59,6 @@ def test_latest_bakes_evidence_ran_the_committed_suites(latest: Path) -> None:
     for path in found:
         v = records.verify_file(path, f"sha256:{digest}", pol,
                                 path.name.removesuffix(records.SUFFIX))
-        suite_dir = REPO / v.statement.predicate["configuration"][0]["name"]
-        assert v.statement.predicate["suiteContentSha256"] == suite_content_sha256(suite_dir), \
+        suite_dir = REPO / v.statement.suite_path
+        assert v.statement.content_sha256 == suite_content_sha256(suite_dir), \
             f"{path.relative_to(REPO)}: the suite's files changed since it ran"

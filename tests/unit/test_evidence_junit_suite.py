@@ -5,6 +5,7 @@ for the suite its name says."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import test_evidence_sign_verify as sv
 from patchbake.errors import EvidenceError
 from patchbake.evidence import records, summary
+from patchbake.suites.result import SuiteResult
 from test_evidence_sign_verify import DIGEST, expect, make_result
 
 signer = sv.signer  # the shared fixture: real Ed25519 key and trust policy
@@ -20,7 +22,7 @@ signer = sv.signer  # the shared fixture: real Ed25519 key and trust policy
 JUNIT = b'<?xml version="1.0"?><testsuites><testsuite tests="3"/></testsuites>\n'
 
 
-def _with_junit(data: bytes = JUNIT, **over: Any) -> dict[str, Any]:
+def _with_junit(data: bytes = JUNIT, **over: Any) -> SuiteResult:
     return make_result(junit_sha256=hashlib.sha256(data).hexdigest(),
                        junit_b64=base64.b64encode(data).decode(), **over)
 
@@ -30,7 +32,7 @@ def test_signing_keeps_the_junit_beside_the_envelope(signer: dict[str, Any]) -> 
     assert written and path.name == "toy-gpu.dsse.json"
     junit = path.with_name("toy-gpu.junit.xml")
     assert junit.read_bytes() == JUNIT
-    assert stmt["predicate"]["junitSha256"] == hashlib.sha256(JUNIT).hexdigest()
+    assert stmt.junit_sha256 == hashlib.sha256(JUNIT).hexdigest()
     v = records.verify_file(path, DIGEST, signer["policy"])
     assert v.junit == "matches" and v.counts_as_evidence
     junit.chmod(0o644)
@@ -44,8 +46,7 @@ def test_signing_keeps_the_junit_beside_the_envelope(signer: dict[str, Any]) -> 
 
 def test_a_result_whose_junit_is_not_what_it_hashes_is_not_signed(
         signer: dict[str, Any]) -> None:
-    bad = _with_junit()
-    bad["junit_sha256"] = "33" * 32
+    bad = dataclasses.replace(_with_junit(), junit_sha256="33" * 32)
     expect("junit-mismatch", "its junit_sha256 says", records.sign_result, bad,
            signer["key"], signer["evidence"])
     assert not (signer["evidence"] / DIGEST[7:]).exists()  # nothing half-written
@@ -71,7 +72,7 @@ def test_a_suite_not_shown_to_fail_counts_toward_nothing(signer: dict[str, Any])
         _with_junit(suite=decl, probes={"patch_sensitivity": {"status": "not-declared"},
                                         "determinism": {"status": "ok", "repeats": 3}}),
         signer["key"], signer["evidence"])
-    assert stmt["predicate"]["result"] == "PASSED"  # the run itself passed
+    assert stmt.result == "PASSED"  # the run itself passed
     v = records.verify_file(path, DIGEST, signer["policy"])
     assert not v.patch_shown and not v.counts_as_evidence
     assert v.standing == "not shown to test the patch"

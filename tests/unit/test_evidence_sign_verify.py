@@ -13,14 +13,16 @@ import pytest
 from patchbake.errors import ConfigError, EvidenceError, UsageError
 from patchbake.evidence import dsse, keys, policy, records, statement
 from patchbake.evidence.failures import reason_of
+from patchbake.suites.result import RESULT_FORMAT, SuiteResult
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
 
 
-def make_result(**over: Any) -> dict[str, Any]:
+def result_doc(**over: Any) -> dict[str, Any]:
+    """A suite result document as `fixtures run --results-out` writes it."""
     r: dict[str, Any] = {
-        "format": statement.RESULT_FORMAT,
+        "format": RESULT_FORMAT,
         "suite": {"name": "toy-gpu", "path": "tests/toy", "content_sha256": "11" * 32,
                   "requires": {"gpu": True}, "patch_sensitive": True, "repeats": 3},
         "image": {"name": "sm89-serving-offline", "digest": DIGEST, "config_digest": None},
@@ -37,6 +39,10 @@ def make_result(**over: Any) -> dict[str, Any]:
     }
     r.update(over)
     return r
+
+
+def make_result(**over: Any) -> SuiteResult:
+    return SuiteResult.from_json(result_doc(**over), "the test's suite result")
 
 
 def write_policy(path: Path, pub: Path, keyid: str, suites: str = '["*"]') -> Path:
@@ -208,7 +214,7 @@ def test_missing_and_unreadable_files(signer: dict[str, Any], tmp_path: Path) ->
 
 
 def test_signed_but_wrong_predicate_shape(signer: dict[str, Any]) -> None:
-    stmt = statement.build(make_result(), [])
+    stmt = statement.build(make_result(), []).to_json()
     bad = copy.deepcopy(stmt)
     bad["predicate"]["counts"]["passed"] = 99
     env = dsse.sign(json.dumps(bad).encode(), signer["key"])
@@ -270,7 +276,7 @@ def test_declared_probe_without_a_verdict_does_not_count(signer: dict[str, Any],
     path = signed(signer, probes=probes)
     v = records.verify_file(path, DIGEST, signer["policy"])
     assert v.statement.result == "WARNED" and not v.counts_as_evidence
-    stmt = statement.build(make_result(probes=probes), [])
+    stmt = statement.build(make_result(probes=probes), []).to_json()
     stmt["predicate"]["result"] = "PASSED"
     env = dsse.sign(json.dumps(stmt).encode(), signer["key"])
     expect("bad-predicate", flag, records.verify_bytes, json.dumps(env.to_json()).encode(),
@@ -278,16 +284,16 @@ def test_declared_probe_without_a_verdict_does_not_count(signer: dict[str, Any],
 
 
 @pytest.mark.parametrize("drop", ["image", "counts", "suite", "passed_tests"])
-def test_incomplete_result_is_refused_by_name(signer: dict[str, Any], drop: str) -> None:
-    result = make_result()
-    del result[drop]
-    expect("malformed", "suite result is incomplete or mistyped", records.sign_result,
-           result, signer["key"], signer["evidence"])
-    assert not signer["evidence"].exists()  # nothing written
+def test_incomplete_result_is_refused_by_name(tmp_path: Path, drop: str) -> None:
+    doc = result_doc()
+    del doc[drop]
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    expect("malformed", f"suite result {tmp_path / 'r.json'}: '{drop}' is missing",
+           SuiteResult.load, tmp_path / "r.json")
 
 
-def _with_probe(**sens: object) -> dict[str, object]:
-    return {"suite": {"name": "toy"}, "probes": {"patch_sensitivity": dict(sens)}}
+def _with_probe(**sens: object) -> SuiteResult:
+    return make_result(probes={"patch_sensitivity": dict(sens)})
 
 
 def test_pristine_probe_must_have_run_on_the_pinned_tree() -> None:
@@ -325,7 +331,12 @@ def test_dsse_forms_the_spec_allows_are_accepted(signer: dict[str, Any], mutate:
 def test_keyless_signature_that_no_trusted_key_verifies_fails_closed(
         signer: dict[str, Any]) -> None:
     path = signed(signer)
-    _tamper(path, lambda e: (e["signatures"][0].pop("keyid"), _flip_payload(e)))
+
+    def drop_keyid_and_flip(e: dict[str, Any]) -> None:
+        e["signatures"][0].pop("keyid")
+        _flip_payload(e)
+
+    _tamper(path, drop_keyid_and_flip)
     expect("untrusted-key", "without keyid verified with none", records.verify_file, path,
            DIGEST, signer["policy"])
 

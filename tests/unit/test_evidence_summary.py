@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import EvidenceError
 from patchbake.evidence import keys, policy, records, summary
 from test_evidence_sign_verify import DIGEST, make_result, write_policy
@@ -59,7 +60,7 @@ def test_verification_problems_are_not_summarised_as_all_matched(
             identity=None, bytes_read=0, seconds=0.0)
 
     unused: Any = None  # verify_image is replaced: pipeline, store and lineage are not read
-    ref = ImageRef("img", DIGEST, None)
+    ref = ImageRef("img", Digest(DIGEST), None)
     bad_record = fake(["/opt/patchbake/verify.py does not match the identity record"], [], 70)
     monkeypatch.setattr(identity, "verify_image", lambda *a, **k: bad_record)
     with pytest.raises(VerifyError, match="verify.py does not match") as info:
@@ -85,7 +86,7 @@ def test_repeats_without_output_digests_are_not_called_bit_identical(tmp_path: P
 def test_a_run_on_another_torch_than_the_upstream_pin_says_so(tmp_path: Path) -> None:
     from test_evidence_sign_verify import make_result
 
-    env = {**make_result()["environment"], "torch": "2.11.0+cu130",
+    env = {**make_result().environment, "torch": "2.11.0+cu130",
            "upstream_pins": {"torch": "2.14.0"}, "pins_differ": ["torch"]}
     facts = summary.ImageFacts("img", DIGEST, None, 5, 5)
     text = summary.paragraph(facts, {"toy-gpu": _verified(tmp_path, environment=env)})

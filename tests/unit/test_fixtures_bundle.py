@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from images_support import make_repo
 from patchbake.bake import bake_image
+from patchbake.digest import Digest
 from patchbake.errors import IntegrityError, StoreError
 from patchbake.suites.bundle import bundle
 from patchbake.suites.image import ImageRef
@@ -25,7 +26,7 @@ def _baked(tmp_path: Path) -> tuple[Store, ImageRef, list[str]]:
     res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
     manifest = json.loads(repo.store.read_blob(res.digest))
     blobs = [res.digest, manifest["config"]["digest"], *[x["digest"] for x in manifest["layers"]]]
-    return repo.store, ImageRef("offline", res.digest, manifest["config"]["digest"]), blobs
+    return repo.store, ImageRef("offline", Digest(res.digest), Digest(manifest["config"]["digest"])), blobs
 
 
 def test_bundle_holds_exactly_the_image_and_materialises(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import RequirementError, SuiteError
 from patchbake.evidence import statement
 from patchbake.suites import junit, spec as suites
@@ -17,7 +18,7 @@ from patchbake.suites.run import run_suite, suite_content_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "tests" / "fixtures" / "suites"
-REF = ImageRef("toy", "sha256:" + "ab" * 32, "sha256:" + "cd" * 32)
+REF = ImageRef("toy", Digest("sha256:" + "ab" * 32), Digest("sha256:" + "cd" * 32))
 
 
 class FakeRunner:
@@ -68,38 +69,38 @@ def test_pass_with_probes_builds_a_statement() -> None:
     r = FakeRunner({"host": "h"}, [xml("passed", "passed")] * 2, xml("failed", "failed"))
     result = run_suite(suite(), REF, r, pristine)
     assert r.calls == ["patched", "patched", "pristine"]
-    assert result["result"] == "PASSED" and result["counts"]["passed"] == 2
-    assert result["probes"]["patch_sensitivity"]["status"] == "ok"
-    assert result["probes"]["determinism"]["status"] == "ok"
-    assert result["suite"]["content_sha256"] == suite_content_sha256(SUITES / "passing")
-    stmt = statement.build(result, result["steps"])
-    assert statement.check(stmt, "t").result == "PASSED"
+    assert result.result == "PASSED" and result.counts["passed"] == 2
+    assert result.probes["patch_sensitivity"]["status"] == "ok"
+    assert result.probes["determinism"]["status"] == "ok"
+    assert result.suite["content_sha256"] == suite_content_sha256(SUITES / "passing")
+    stmt = statement.build(result, [dict(s) for s in result.steps])
+    assert statement.SuiteStatement.of(stmt, "t").result == "PASSED"
 
 
 def test_patch_sensitive_suite_passing_on_pristine_is_flagged() -> None:
     r = FakeRunner({}, [xml("passed", "passed")] * 2, xml("passed", "passed"))
     result = run_suite(suite(), REF, r, pristine)
-    assert result["result"] == "PASSED"
-    assert result["probes"]["patch_sensitivity"]["status"] == "flagged"
+    assert result.result == "PASSED"
+    assert result.probes["patch_sensitivity"]["status"] == "flagged"
     stmt = statement.build(result, [])
-    assert stmt["predicate"]["result"] == "WARNED"  # cannot count as evidence
+    assert stmt.predicate["result"] == "WARNED"  # cannot count as evidence
 
 
 def test_repeats_that_differ_are_flagged() -> None:
     r = FakeRunner({}, [xml("passed", "passed"), xml("passed", "passed", digest="x")],
                    xml("failed"))
     result = run_suite(suite(), REF, r, pristine)
-    assert result["probes"]["determinism"]["status"] == "flagged"
-    assert statement.build(result, [])["predicate"]["result"] == "WARNED"
+    assert result.probes["determinism"]["status"] == "flagged"
+    assert statement.build(result, []).predicate["result"] == "WARNED"
 
 
 def test_collecting_nothing_and_too_few_fail() -> None:
     r = FakeRunner({}, [b"<testsuite/>"] * 2, xml("failed"))
-    assert run_suite(suite(), REF, r, pristine)["problems"][0] == "collected no tests"
+    assert run_suite(suite(), REF, r, pristine).problems[0] == "collected no tests"
     r = FakeRunner({}, [xml("passed")] * 2, xml("failed"))
     result = run_suite(suite(), REF, r, pristine)
-    assert result["result"] == "FAILED"
-    assert "fewer than the minimum 2" in result["problems"][0]
+    assert result.result == "FAILED"
+    assert "fewer than the minimum 2" in result.problems[0]
 
 
 def test_requirements_refused_before_running() -> None:

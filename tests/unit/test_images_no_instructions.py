@@ -202,15 +202,15 @@ def test_allow_list_pins_base_hooks_by_content(tmp_path: Path) -> None:
                  f"  - path: env:PYTHONPATH\n    sha256: {env}\n", "hooked")
     # the image baked before the allow-list changed carries the old one (its in-image check
     # would refuse the hooks): a finding until it is re-baked
-    (found,) = check()
-    assert found.startswith("/opt/patchbake/identity.json says startup_allow = []")
+    (stale,) = check()
+    assert stale.startswith("/opt/patchbake/identity.json says startup_allow = []")
     bake_image(repo.pipeline, "hooked", repo.store, patched=repo.patched)
     assert check() == []
     text = (repo.root / "images" / "hooked.yaml").read_text()
     (repo.root / "images" / "hooked.yaml").write_text(text.replace(env, "e" * 64))
     bake_image(repo.pipeline, "hooked", repo.store, patched=repo.patched)
-    (found,) = check()
-    assert "(allow-list names another sha256)" in found or "not allow-listed" in found
+    (changed,) = check()
+    assert "(allow-list names another sha256)" in changed or "not allow-listed" in changed
 
 
 def test_allow_list_is_validated(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import tarfile
 import pytest
 from patchbake.errors import ImageError
 from patchbake.oci.tarwriter import (
+    Entry,
     file_entry,
     symlink_entry,
     whiteout_entry,
@@ -16,7 +17,7 @@ from patchbake.oci.tarwriter import (
 )
 
 
-def layer(entries, mtime=0):  # type: ignore[no-untyped-def]
+def layer(entries: list[Entry], mtime: int = 0) -> bytes:
     return b"".join(write_layer(with_parents(entries), mtime))
 
 

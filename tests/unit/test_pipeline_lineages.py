@@ -23,6 +23,7 @@ def test_repository_lineages_and_explicit_default() -> None:
     assert new.upstream.sha256 == \
         "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
     for path in (new.patch, new.files, new.source_record, new.series):
+        assert path is not None
         assert Path(path).resolve().is_relative_to(REPO / "patch" / "v0.33.0"), path
         assert Path(path).exists(), path
 

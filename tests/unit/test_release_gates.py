@@ -3,7 +3,9 @@ passes on good input and fails closed, with its reason, on each kind of bad inpu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from patchbake import config
@@ -69,8 +71,10 @@ def test_evidence_gate_applies_the_pipelines_declaration_not_the_evidences(
         repo: tuple[Path, Keys]) -> None:
     root, k = repo
     result = suite_result(root, "dsv4-topk-gpu", IMAGE, DIGEST, capability="9.0")
-    result["probes"]["determinism"].update(repeats=1, digests=0)
-    result["suite"]["repeats"] = 1  # the run declared fewer repeats than pipeline.yaml
+    det = {**result.probes["determinism"], "repeats": 1, "digests": 0}
+    result = dataclasses.replace(
+        result, probes={**result.probes, "determinism": det},
+        suite={**result.suite, "repeats": 1})  # the run declared fewer repeats than pipeline.yaml
     sign_result(root, k.evidence, result)
     sign_result(root, k.evidence, suite_result(root, "dsv4-topk-cpu", IMAGE, DIGEST))
     st, reason = status(run(root, "validated"), "evidence")
@@ -88,7 +92,7 @@ def test_missing_evidence_fails_with_its_reason(repo: tuple[Path, Keys]) -> None
     ({"sensitivity": "flagged"}, "its evidence says WARNED"),
     ({"determinism": "flagged"}, "its evidence says WARNED"),
 ])
-def test_evidence_below_the_declaration_fails(repo: tuple[Path, Keys], change: dict[str, object],
+def test_evidence_below_the_declaration_fails(repo: tuple[Path, Keys], change: dict[str, Any],
                                               expect: str) -> None:
     root, k = repo
     result = suite_result(root, "dsv4-topk-gpu", IMAGE, DIGEST, capability="9.0", **change)
@@ -201,7 +205,7 @@ def test_the_repositorys_sm89_stable_is_blocked_on_missing_sm89_evidence() -> No
     ({"sensitivity": "flagged"}, "its evidence says WARNED"),
 ])
 def test_capability_gate_alone_holds_its_evidence_to_the_declaration(
-        tmp_path: Path, change: dict[str, object], expect: str) -> None:
+        tmp_path: Path, change: dict[str, Any], expect: str) -> None:
     """A channel with a capability gate and no evidence gate for that suite: evidence from
     the right device that falls short of the suite's declaration does not pass it."""
     root = tmp_path / "repo"

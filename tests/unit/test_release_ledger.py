@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from patchbake.cli import main
 from patchbake.errors import LedgerError, ReleaseError
-from patchbake.evidence import keys, policy
+from patchbake.evidence import dsse, keys, policy
+from patchbake.fsutil import canonical_json
 from patchbake.release import bundle, ledger, manifest, vsa
 from release_support import Keys, make_release, make_repo, write_policy
 
@@ -51,12 +54,32 @@ def test_vsa_names_the_release_and_its_inputs(
     root, _, rel = released
     checked = vsa.verify((rel.path.parent / manifest.VSA_NAME).read_bytes(), rel, pol(root),
                          "vsa")
-    pred = checked.statement["predicate"]
-    assert checked.statement["predicateType"] == "https://slsa.dev/verification_summary/v1"
+    pred = checked.statement.predicate
+    assert checked.statement.predicate_type == "https://slsa.dev/verification_summary/v1"
     assert pred["policy"]["digest"]["sha256"] == rel.id
     assert pred["verificationResult"] == "PASSED"
     assert pred["verifiedLevels"] == ["PATCHBAKE_CHANNEL_SM89_STABLE"]
     assert len(pred["inputAttestations"]) == len(rel.envelopes()) == 4
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.update(extra=1), "VSA vsa: unknown statement field(s) extra"),
+    (lambda s: s.update(predicateType="https://slsa.dev/provenance/v1"),
+     "VSA vsa: predicateType is 'https://slsa.dev/provenance/v1', expected "
+     "'https://slsa.dev/verification_summary/v1'"),
+    (lambda s: s["subject"][0]["digest"].update(sha256="cd" * 32),
+     f"VSA vsa: its subject is sha256:{'cd' * 32}, the release's image {DIGEST}"),
+])
+def test_vsa_whose_statement_is_malformed_is_refused(
+        released: tuple[Path, Keys, manifest.Release], edit: Callable[[dict[str, Any]], None],
+        message: str) -> None:
+    root, k, rel = released
+    doc = vsa.build(rel).to_json()
+    edit(doc)
+    env = dsse.sign(canonical_json(doc), keys.load_private(k.release))
+    with pytest.raises(ReleaseError) as info:
+        vsa.verify(json.dumps(env.to_json()).encode(), rel, pol(root), "vsa")
+    assert info.value.one_line() == message
 
 
 def test_vsa_by_a_key_without_the_release_role_is_refused(

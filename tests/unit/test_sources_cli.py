@@ -102,7 +102,7 @@ def test_fetch_all_lineages(tmp_path: Path, home: Path,
     assert rc == 0 and "v0.9" in out and "-" in out
 
 
-def _fetch_in_child(store_root: str, pipeline_path: str, q: multiprocessing.Queue) -> None:
+def _fetch_in_child(store_root: str, pipeline_path: str, q: multiprocessing.Queue[str]) -> None:
     lin = config.load(pipeline_path).lineage()
     f = fetch(lin, Store.open(store_root), base=Path(pipeline_path).parent)
     q.put(f.tree_digest)
@@ -112,7 +112,7 @@ def test_two_processes_share_the_store(tmp_path: Path) -> None:
     sha = make_sdist(tmp_path / "demo.tar.gz")
     p = pipeline(tmp_path, f"kind: path, version: '1.0', path: demo.tar.gz, sha256: {sha}")
     ctx = multiprocessing.get_context("fork")
-    q: multiprocessing.Queue = ctx.Queue()
+    q: multiprocessing.Queue[str] = ctx.Queue()
     procs = [ctx.Process(target=_fetch_in_child, args=(str(tmp_path / "s"), str(p), q))
              for _ in range(2)]
     for pr in procs:

@@ -10,6 +10,7 @@ import tarfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from patchbake.errors import UnsafeArchiveError
@@ -22,7 +23,7 @@ FILES = {"pkg/setup.py": (b"print('hi')\n", 0o644), "pkg/run.sh": (b"#!/bin/sh\n
 
 
 def make_tar(path: Path, files: dict[str, tuple[bytes, int]], *, mtime: float = 0,
-             reverse: bool = False, fmt: int = tarfile.PAX_FORMAT, mode: str = "w:gz",
+             reverse: bool = False, fmt: int = tarfile.PAX_FORMAT, mode: Literal["w:gz", "w"] = "w:gz",
              links: dict[str, str] | None = None) -> Path:
     names = sorted(files, reverse=reverse)
     with tarfile.open(path, mode, format=fmt) as tf:

@@ -8,6 +8,7 @@ import io
 import json
 import tarfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,11 @@ class FakeHTTP(BaseAdapter):
         self.routes = routes
         self.calls: list[str] = []
 
-    def send(self, request: requests.PreparedRequest, **kw: Any) -> requests.Response:
+    def send(self, request: requests.PreparedRequest, stream: bool = False,
+             timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+             verify: bool | str = True,
+             cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+             proxies: Mapping[str, str] | None = None) -> requests.Response:
         url = str(request.url)
         self.calls.append(url)
         script = self.routes.get(url) or [(404, {}, b"not found")]
@@ -256,16 +261,16 @@ def test_url_kind_and_progress(net: FakeHTTP, store: Store) -> None:
 
     class Bar:
         def __init__(self, d: str, t: int | None) -> None:
-            self.item = [d, t, 0]
+            self.desc, self.total, self.done = d, t, 0
 
         def advance(self, n: int) -> None:
-            self.item[2] += n
+            self.done += n
 
         def __enter__(self) -> Bar:  # noqa: PYI034 - a final test double
             return self
 
         def __exit__(self, *a: object) -> None:
-            seen.append(tuple(self.item))  # type: ignore[arg-type]
+            seen.append((self.desc, self.total, self.done))
 
     f = fetch(lineage(kind="url", url=FILE_URL, filename=None), store,
               progress=lambda d, t, unit_bytes=True: Bar(d, t))

@@ -36,8 +36,6 @@ def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
 
 
 def _verified_json(v: records.Verified) -> dict[str, Any]:
-    from ..evidence import statement
-
     s = v.statement
     return {"path": str(v.path), "verified": True, "keyid": v.keyid, "signer": v.signer,
             "suite": s.suite, "result": s.result, "counts": s.counts, "runner": s.runner,
@@ -45,7 +43,7 @@ def _verified_json(v: records.Verified) -> dict[str, Any]:
             "counts_as_evidence": v.counts_as_evidence, "standing": v.standing,
             "patch_shown": v.patch_shown, "junit": v.junit,
             "envelope_sha256": v.envelope_sha256,
-            "flags": statement.probe_flags(s.probes, s.predicate.get("suiteDeclaration"))}
+            "flags": s.flags}
 
 
 @click.group("keys")
@@ -98,6 +96,7 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
     """Sign suite results (from `fixtures run --results-out`) into manifests/evidence/."""
     from ..evidence import keys as keymod
     from ..evidence import records
+    from ..suites.result import SuiteResult
 
     sig = _signing(ctx)
     key = keymod.load_private(key_path or sig.key)
@@ -119,18 +118,16 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
         return pinned[lin.key]
 
     for rp in results:
-        result = records.load_result(rp)
-        digest = (result.get("image") or {}).get("digest")
+        result = SuiteResult.load(rp)
+        digest = result.image.digest
         if want and digest != want.digest:
             raise EvidenceError(f"{rp} is a result for image {digest}, not {want.digest}")
-        sens = (result.get("probes") or {}).get("patch_sensitivity") or {}
-        if sens.get("status") not in (None, "not-declared"):
-            records.check_pristine_probe(result, pinned_vllm_digest(str(digest)))
+        if result.probed_pristine:
+            records.check_pristine_probe(result, pinned_vllm_digest(digest))
         path, written, stmt = records.sign_result(result, key, sig.evidence_dir)
         rows.append({"result": str(rp), "evidence": str(path), "written": written,
-                     "junit": str(records.junit_path(path)) if result.get("junit_b64")
-                     else None,
-                     "suite": stmt["predicate"]["suite"], "outcome": stmt["predicate"]["result"],
+                     "junit": str(records.junit_path(path)) if result.junit_b64 else None,
+                     "suite": stmt.suite, "outcome": stmt.result,
                      "keyid": keymod.keyid_of(key.public_key())})
     if ctx.as_json:
         ui.emit_json({"signed": rows})

@@ -12,7 +12,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
-from ..fsutil import atomic_write, pretty_json
+from ..fsutil import atomic_write
 from ..suites import image as imagemod
 from ..suites import spec as suitesmod
 from ..suites.run import run_suite
@@ -119,33 +119,28 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp, lineage),
                        log=ui.step, pins=lineage.upstream.pins)
     if results_out:
-        atomic_write(results_out, pretty_json(result))
+        atomic_write(results_out, result.dump())
     if ctx.as_json:
-        ui.emit_json(result)
+        ui.emit_json(result.to_json())
     else:
-        c = result["counts"]
-        probes = result["probes"]
+        probes = result.probes
         ui.kv(f"suite {suite.name} on {ref.name}", [
-            ("image", ref.digest), ("runner", kind), ("result", result["result"]),
-            ("counts", " ".join(f"{k}={n}" for k, n in c.items())),
-            ("failing", ", ".join(result["failed_tests"][:5]) or "-"),
+            ("image", ref.digest), ("runner", kind), ("result", result.result),
+            ("counts", " ".join(f"{k}={n}" for k, n in result.counts.items())),
+            ("failing", ", ".join(result.failed_tests[:5]) or "-"),
             ("patch sensitivity", probes["patch_sensitivity"]["status"]),
             ("determinism", (f"{probes['determinism']['status']} "
                              f"({probes['determinism']['repeats']} runs)")),
-            ("gpu", result["environment"].get("gpu_name") or "-"),
+            ("gpu", result.environment.get("gpu_name") or "-"),
             ("results", str(results_out) if results_out else "-")])
-    if result["result"] != "PASSED":
+    if result.result != "PASSED":
         raise SuiteError(f"suite '{suite.name}' failed on {ref.digest}: "
-                         + "; ".join(result["problems"]))
-    flags = [v.get("reason", k) for k, v in probes_of(result).items()
+                         + "; ".join(result.problems))
+    flags = [v.get("reason", k) for k, v in result.probes.items()
              if v.get("status") == "flagged"]
     if flags:
         raise SuiteError(f"suite '{suite.name}' passed but cannot count as evidence: "
                          + "; ".join(str(f) for f in flags))
-
-
-def probes_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return dict(result.get("probes") or {})
 
 
 @fixtures_group.command("bundle")

@@ -8,23 +8,23 @@ are deterministic), anything else for the same image and suite is refused.
 from __future__ import annotations
 
 import base64
-import json
 import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
 from ..digest import Digest
 from ..errors import EvidenceError
-from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
+from ..fsutil import pretty_json, sha256_bytes, write_once
 from ..suites.machine import platform_line
+from ..suites.result import SuiteResult
 from . import dsse, statement
 from .failures import fail, reason_of
 from .policy import Policy
+from .statement import SuiteStatement
 
 SUFFIX = ".dsse.json"
 JUNIT_SUFFIX = ".junit.xml"  # the JUnit bytes a statement's junitSha256 names, beside it
@@ -39,7 +39,7 @@ class Verified:
     path: Path
     keyid: str
     signer: str
-    statement: statement.Statement
+    statement: SuiteStatement
     envelope_sha256: str
 
     junit: str = "not committed"  # "matches" when <suite>.junit.xml sits beside it
@@ -48,7 +48,7 @@ class Verified:
     def patch_shown(self) -> bool:
         """The suite proved it can fail: it failed on the pristine upstream tree."""
         sens = self.statement.probes.get("patch_sensitivity") or {}
-        return isinstance(sens, dict) and sens.get("status") == "ok"
+        return sens.get("status") == "ok"
 
     @property
     def counts_as_evidence(self) -> bool:
@@ -73,33 +73,17 @@ def evidence_path(evidence_dir: Path, image_digest: str, suite: str) -> Path:
     return evidence_dir / _digest_hex(image_digest) / f"{suite}{SUFFIX}"
 
 
-def load_result(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        fail("missing", f"suite result {path} does not exist",
-             hint="produce it with `patchbake fixtures run SUITE --results-out FILE`")
-    except OSError as exc:
-        fail("unreadable", f"suite result {path} is unreadable: {exc.strerror}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        fail("malformed", f"suite result {path} is not JSON: {exc}")
-    if not isinstance(data, dict):
-        fail("malformed", f"suite result {path} is not a JSON object")
-    return data
-
-
-def check_pristine_probe(result: dict[str, Any], pinned_vllm_digest: str) -> None:
+def check_pristine_probe(result: SuiteResult, pinned_vllm_digest: str) -> None:
     """Fail closed unless a patch-sensitivity probe ran on the pinned upstream's vLLM tree.
 
     The probe may run where the upstream cannot be fetched (a GPU box given
     ``--pristine-image``/``--pristine-tree``); it records the digest of the ``vllm/`` tree it
     ran on, and signing (where the pin can be fetched) compares it with the pin's.
     """
-    sens = ((result.get("probes") or {}).get("patch_sensitivity") or {})
-    if sens.get("status") in (None, "not-declared"):
+    if not result.probed_pristine:
         return
-    suite = (result.get("suite") or {}).get("name", "?")
-    got = sens.get("vllm_tree_digest")
+    suite = result.suite_name
+    got = result.probes["patch_sensitivity"].get("vllm_tree_digest")
     if not got:
         fail("foreign-pristine", f"suite '{suite}': the result does not record which vLLM tree "
              "its patch-sensitivity probe ran on, so it cannot show the suite fails on the "
@@ -110,19 +94,18 @@ def check_pristine_probe(result: dict[str, Any], pinned_vllm_digest: str) -> Non
              hint="probe on the pinned upstream (default) or on the unpatched base image")
 
 
-def sign_result(result: dict[str, Any], key: Ed25519PrivateKey, evidence_dir: Path,
-                ) -> tuple[Path, bool, dict[str, Any]]:
+def sign_result(result: SuiteResult, key: Ed25519PrivateKey, evidence_dir: Path,
+                ) -> tuple[Path, bool, SuiteStatement]:
     """Sign one suite result; store it; return (path, newly written, statement)."""
-    steps = list(result.get("steps") or [])
+    steps = [dict(s) for s in result.steps]
     # Where signing happened, without a time: re-signing the same result on the same
     # machine must give the same bytes, so the write-once store accepts it.
     steps.append({"step": "sign", "host": platform.node(), "platform": platform_line(),
                   "tool": f"patchbake {__version__}"})
-    stmt = statement.build(result, steps)
-    statement.check(stmt, "the statement about to be signed")
-    env = dsse.sign(canonical_json(stmt), key)
+    stmt = SuiteStatement.of(statement.build(result, steps), "the statement about to be signed")
+    env = dsse.sign(stmt.dump(), key)
     data = pretty_json(env.to_json())
-    path = evidence_path(evidence_dir, result["image"]["digest"], result["suite"]["name"])
+    path = evidence_path(evidence_dir, result.image.digest, result.suite_name)
     junit = _junit_bytes(result)
     jp = junit_path(path)
     if junit is not None and jp.exists() and jp.read_bytes() != junit:
@@ -143,22 +126,21 @@ def junit_path(envelope: Path) -> Path:
     return envelope.with_name(envelope.name.removesuffix(SUFFIX) + JUNIT_SUFFIX)
 
 
-def _junit_bytes(result: dict[str, Any]) -> bytes | None:
+def _junit_bytes(result: SuiteResult) -> bytes | None:
     """The JUnit XML the result carries, checked against the sha256 it names."""
-    raw = result.get("junit_b64")
-    if raw is None:
+    if result.junit_b64 is None:
         return None
     try:
-        data = base64.b64decode(str(raw), validate=True)
+        data = base64.b64decode(result.junit_b64, validate=True)
     except ValueError:
         fail("malformed", "the suite result's junit_b64 is not base64")
-    if sha256_bytes(data) != result.get("junit_sha256"):
+    if sha256_bytes(data) != result.junit_sha256:
         fail("junit-mismatch", f"the suite result's JUnit XML hashes to {sha256_bytes(data)}, "
-             f"its junit_sha256 says {result.get('junit_sha256')}")
+             f"its junit_sha256 says {result.junit_sha256}")
     return data
 
 
-def _check_junit(path: Path, stmt: statement.Statement) -> str:
+def _check_junit(path: Path, stmt: SuiteStatement) -> str:
     """``<suite>.junit.xml`` beside the envelope, when present, must be the signed one."""
     jp = junit_path(path)
     try:
@@ -167,7 +149,7 @@ def _check_junit(path: Path, stmt: statement.Statement) -> str:
         return "not committed"
     except OSError as exc:
         fail("unreadable", f"{jp} is unreadable: {exc.strerror}")
-    want = stmt.predicate.get("junitSha256")
+    want = stmt.junit_sha256
     if sha256_bytes(data) != want:
         fail("junit-mismatch", f"{jp} hashes to {sha256_bytes(data)}; the signed statement "
              f"names JUnit sha256 {want}: it is not the report of the signed run")
@@ -175,14 +157,10 @@ def _check_junit(path: Path, stmt: statement.Statement) -> str:
 
 
 def verify_bytes(data: bytes, where: str, image_digest: str, policy: Policy,
-                 suite: str | None = None) -> tuple[str, statement.Statement]:
+                 suite: str | None = None) -> tuple[str, SuiteStatement]:
     env = dsse.parse(data, where)
     keyid = dsse.verify(env, policy.public_keys(), where)
-    try:
-        obj = json.loads(env.payload)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        fail("bad-predicate", f"{where}: the signed payload is not JSON ({exc})")
-    stmt = statement.check(obj, where)
+    stmt = SuiteStatement.load(env.payload, where)
     policy.check_allowed(keyid, statement.PREDICATE_TYPE, stmt.suite, where)
     if stmt.subject_digest != image_digest:
         fail("wrong-subject", f"{where}: evidence is about image {stmt.subject_digest}, not "

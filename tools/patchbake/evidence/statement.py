@@ -1,4 +1,5 @@
-"""in-toto Statement v1 carrying the test-result predicate, built from a suite result.
+"""The test-result statement: an in-toto Statement v1 (``intoto.Statement``) whose
+predicate is the in-toto test-result type, built from a suite result.
 
 The predicate is the in-toto test-result type (``result``, ``configuration``,
 ``passedTests``, ``warnedTests``, ``failedTests``) plus patchbake's own fields: the suite
@@ -6,43 +7,112 @@ and its content hash, counts, environment, runner, probes, and where each step r
 ``result`` is PASSED only when the suite passed AND its probes hold (a patch-sensitive
 suite failed on pristine; repeats were bit-identical); passing tests with a flagged probe
 is WARNED, which never counts as evidence.
+
+``SuiteStatement`` is such a statement typed: ``SuiteStatement.load`` reads a signed
+payload (through ``Statement.load``) and checks the predicate once; ``dump`` is the
+statement's canonical JSON, the bytes that are signed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..digest import Digest, is_hex
+from ..suites.result import COUNT_KEYS, SuiteResult
 from .failures import fail
+from .intoto import Statement
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
-RESULT_FORMAT = "patchbake-suite-result/v1"
 RESULTS = ("PASSED", "WARNED", "FAILED")
-COUNT_KEYS = ("tests", "passed", "failed", "skipped", "errors")
+RUNNERS = ("host", "docker")
 
 
 @dataclass(frozen=True)
-class Statement:
-    """A statement that passed the shape check; fields others read are typed here."""
+class SuiteStatement:
+    """A test-result statement that passed the shape check: the statement as signed, and
+    the predicate's fields its readers use, typed."""
 
-    raw: dict[str, Any]
-    subject_name: str
-    subject_digest: str  # sha256:<hex>
+    statement: Statement
     suite: str
-    result: str
-    counts: dict[str, int]
-    environment: dict[str, Any]
-    runner: str
-    probes: dict[str, Any]
+    result: str  # PASSED | WARNED | FAILED
+    counts: Mapping[str, int]  # exactly COUNT_KEYS
+    environment: Mapping[str, Any]
+    runner: str  # host | docker
+    probes: Mapping[str, Mapping[str, Any]]
+    declaration: Mapping[str, Any]  # the suite's declaration as it ran
+    suite_path: str  # the suite's directory, as the pipeline declares it
+    content_sha256: str  # the suite's files, as a tree digest (hex)
+    junit_sha256: str  # the JUnit XML of the signed run (hex)
 
     @property
-    def predicate(self) -> dict[str, Any]:
-        return dict(self.raw["predicate"])
+    def subject_name(self) -> str:
+        return self.statement.subject_name
+
+    @property
+    def subject_digest(self) -> Digest:
+        return self.statement.subject_digest
+
+    @property
+    def predicate(self) -> Mapping[str, Any]:
+        return self.statement.predicate
+
+    @property
+    def needs_gpu(self) -> bool:
+        """The suite was declared to need a CUDA GPU."""
+        requires = self.declaration.get("requires")
+        return isinstance(requires, dict) and bool(requires.get("gpu"))
+
+    @property
+    def flags(self) -> list[str]:
+        """Why a passing run of this suite cannot count (empty when it can)."""
+        return probe_flags(self.probes, self.declaration)
+
+    @classmethod
+    def of(cls, st: Statement, where: str) -> SuiteStatement:
+        """Shape-check a statement's test-result predicate; anything unexpected is
+        ``bad-predicate``."""
+        if st.predicate_type != PREDICATE_TYPE:
+            fail("bad-predicate", f"{where}: predicateType is {st.predicate_type!r}, "
+                 f"expected {PREDICATE_TYPE!r}")
+        pred = st.predicate
+        result = _need(pred, "result", str, where)
+        if result not in RESULTS:
+            fail("bad-predicate", f"{where}: result {result!r} is not one of "
+                 f"{', '.join(RESULTS)}")
+        for key in ("passedTests", "failedTests", "configuration"):
+            _need(pred, key, list, where)
+        suite = _need(pred, "suite", str, where)
+        content = _need(pred, "suiteContentSha256", str, where)
+        if not is_hex(content):
+            fail("bad-predicate", f"{where}: suiteContentSha256 is not a sha256")
+        counts = _counts(pred, result, where)
+        env = _need(pred, "environment", dict, where)
+        runner = _need(pred, "runner", str, where)
+        if runner not in RUNNERS:
+            fail("bad-predicate", f"{where}: runner {runner!r} is not host or docker")
+        probes = _probes(pred, where)
+        decl = _need(pred, "suiteDeclaration", dict, where)
+        flags = probe_flags(probes, decl)
+        if result == "PASSED" and flags:
+            fail("bad-predicate", f"{where}: result PASSED although {flags[0]}")
+        junit = _need(pred, "junitSha256", str, where)
+        if not is_hex(junit):
+            fail("bad-predicate", f"{where}: junitSha256 is not a sha256")
+        return cls(st, suite, result, counts, env, runner, probes, decl,
+                   _configuration(pred, content, where), content, junit)
+
+    @classmethod
+    def load(cls, payload: bytes, where: str) -> SuiteStatement:
+        return cls.of(Statement.load(payload, where, PREDICATE_TYPE), where)
+
+    def dump(self) -> bytes:
+        return self.statement.dump()
 
 
-def probe_flags(probes: dict[str, Any], declared: dict[str, Any] | None = None) -> list[str]:
+def probe_flags(probes: Mapping[str, Any], declared: Mapping[str, Any] | None = None
+                ) -> list[str]:
     """Why a passing run cannot count (empty when it can).
 
     With the suite's ``declared`` declaration, a probe it asks for that has no verdict
@@ -65,92 +135,46 @@ def probe_flags(probes: dict[str, Any], declared: dict[str, Any] | None = None) 
     return flags
 
 
-def overall_result(result: dict[str, Any]) -> str:
-    if result.get("result") != "PASSED":
+def overall_result(result: SuiteResult) -> str:
+    if result.result != "PASSED":
         return "FAILED"
-    suite = result.get("suite")
-    return "WARNED" if probe_flags(result.get("probes") or {},
-                                   suite if isinstance(suite, dict) else None) else "PASSED"
+    return "WARNED" if probe_flags(result.probes, result.suite) else "PASSED"
 
 
-def build(result: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+def build(result: SuiteResult, steps: list[dict[str, Any]]) -> Statement:
     """The statement for one suite result (the document `fixtures run` writes)."""
-    if result.get("format") != RESULT_FORMAT:
-        fail("malformed", f"not a suite result: format is {result.get('format')!r}, expected "
-             f"{RESULT_FORMAT!r}", hint="produce it with `patchbake fixtures run --results-out`")
-    try:
-        return _build(result, steps)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        # a truncated or hand-edited result: a named error, never a traceback
-        fail("malformed", f"suite result is incomplete or mistyped ({type(exc).__name__}: "
-             f"{exc})", hint="produce it with `patchbake fixtures run --results-out`")
-
-
-def _build(result: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
-    image, suite = result["image"], result["suite"]
     predicate = {
         "result": overall_result(result),
-        "configuration": [{"name": suite["path"],
-                           "digest": {"sha256": suite["content_sha256"]}}],
-        "passedTests": list(result["passed_tests"]),
-        "warnedTests": list(result.get("skipped_tests", [])),
-        "failedTests": list(result["failed_tests"]),
-        "suite": suite["name"],
-        "suiteContentSha256": suite["content_sha256"],
-        "suiteDeclaration": suite,
-        "counts": {k: int(result["counts"][k]) for k in COUNT_KEYS},
-        "environment": result["environment"],
-        "runner": result["runner"],
-        "probes": result["probes"],
-        "startedAt": result["started_at"],
-        "durationSeconds": result["duration_s"],
-        "junitSha256": result["junit_sha256"],
+        "configuration": [{"name": result.suite_path,
+                           "digest": {"sha256": result.content_sha256}}],
+        "passedTests": list(result.passed_tests),
+        "warnedTests": list(result.skipped_tests),
+        "failedTests": list(result.failed_tests),
+        "suite": result.suite_name,
+        "suiteContentSha256": result.content_sha256,
+        "suiteDeclaration": dict(result.suite),
+        "counts": {k: result.counts[k] for k in COUNT_KEYS},
+        "environment": dict(result.environment),
+        "runner": result.runner,
+        "probes": {k: dict(v) for k, v in result.probes.items()},
+        "startedAt": result.started_at,
+        "durationSeconds": result.duration_s,
+        "junitSha256": result.junit_sha256,
         "steps": steps,
         "producer": {"name": "patchbake", "format": 1},
     }
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [{"name": image["name"],
-                     "digest": {"sha256": Digest(image["digest"]).hex}}],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": predicate,
-    }
+    return Statement(result.image.name, Digest(result.image.digest), PREDICATE_TYPE,
+                     predicate)
 
 
-def _need(obj: dict[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
+def _need(obj: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
     value = obj.get(key)
     if not isinstance(value, types) or isinstance(value, bool) and types is int:
         fail("bad-predicate", f"{where}: '{key}' is missing or not a {getattr(types, '__name__', types)}")
     return value
 
 
-def check(obj: Any, where: str) -> Statement:
-    """Shape-check a decoded statement; anything unexpected is ``bad-predicate``."""
-    if not isinstance(obj, dict):
-        fail("bad-predicate", f"{where}: the payload is not a JSON object")
-    if obj.get("_type") != STATEMENT_TYPE:
-        fail("bad-predicate", f"{where}: _type is {obj.get('_type')!r}, expected {STATEMENT_TYPE!r}")
-    if obj.get("predicateType") != PREDICATE_TYPE:
-        fail("bad-predicate", f"{where}: predicateType is {obj.get('predicateType')!r}, "
-             f"expected {PREDICATE_TYPE!r}")
-    subjects = obj.get("subject")
-    if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):
-        fail("bad-predicate", f"{where}: subject must list exactly one image")
-    digest = (subjects[0].get("digest") or {}).get("sha256") if isinstance(
-        subjects[0].get("digest"), dict) else None
-    if not is_hex(digest):
-        fail("bad-predicate", f"{where}: subject digest is not a sha256")
-    name = _need(subjects[0], "name", str, where + " subject")
-    pred = _need(obj, "predicate", dict, where)
-    result = _need(pred, "result", str, where)
-    if result not in RESULTS:
-        fail("bad-predicate", f"{where}: result {result!r} is not one of {', '.join(RESULTS)}")
-    for key in ("passedTests", "failedTests", "configuration"):
-        _need(pred, key, list, where)
-    suite = _need(pred, "suite", str, where)
-    content = _need(pred, "suiteContentSha256", str, where)
-    if not is_hex(content):
-        fail("bad-predicate", f"{where}: suiteContentSha256 is not a sha256")
+def _counts(pred: Mapping[str, Any], result: str, where: str) -> dict[str, int]:
     counts = _need(pred, "counts", dict, where)
     for key in COUNT_KEYS:
         _need(counts, key, int, where + " counts")
@@ -160,14 +184,25 @@ def check(obj: Any, where: str) -> Statement:
     if result == "PASSED" and (counts["failed"] or counts["errors"] or not counts["passed"]):
         fail("bad-predicate", f"{where}: result PASSED with {counts['failed']} failed, "
              f"{counts['errors']} errors and {counts['passed']} passed tests")
-    env = _need(pred, "environment", dict, where)
-    runner = _need(pred, "runner", str, where)
-    if runner not in ("host", "docker"):
-        fail("bad-predicate", f"{where}: runner {runner!r} is not host or docker")
+    return {k: int(counts[k]) for k in COUNT_KEYS}
+
+
+def _probes(pred: Mapping[str, Any], where: str) -> dict[str, Any]:
     probes = _need(pred, "probes", dict, where)
-    decl = pred.get("suiteDeclaration")
-    flags = probe_flags(probes, decl if isinstance(decl, dict) else None)
-    if result == "PASSED" and flags:
-        fail("bad-predicate", f"{where}: result PASSED although {flags[0]}")
-    return Statement(obj, name, Digest.from_hex(digest), suite, result,
-                     {k: int(counts[k]) for k in COUNT_KEYS}, env, runner, probes)
+    for name, probe in probes.items():
+        if not isinstance(probe, dict):
+            fail("bad-predicate", f"{where}: probe {name!r} is not an object")
+    return dict(probes)
+
+
+def _configuration(pred: Mapping[str, Any], content: str, where: str) -> str:
+    """The suite's path: the one configuration entry, naming the suite's content hash."""
+    conf = pred["configuration"]
+    entry = conf[0] if len(conf) == 1 and isinstance(conf[0], dict) else {}
+    if not isinstance(entry.get("name"), str) or entry.get("digest") != {"sha256": content}:
+        fail("bad-predicate", f"{where}: configuration must be the one suite directory, "
+             "with the suite's content sha256")
+    return str(entry["name"])
+
+
+__all__ = ["PREDICATE_TYPE", "SuiteStatement", "build", "overall_result", "probe_flags"]

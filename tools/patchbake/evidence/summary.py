@@ -8,6 +8,7 @@ is listed under "Not run" with its reason, never silently dropped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ def sm_of(capability: str | None) -> str | None:
     return "sm" + capability.replace(".", "")
 
 
-def gpu_label(env: dict[str, Any]) -> str:
+def gpu_label(env: Mapping[str, Any]) -> str:
     name = str(env.get("gpu_name") or "GPU").replace("NVIDIA ", "")
     name = name.split()[0] if name else "GPU"
     sm = sm_of(env.get("compute_capability"))
@@ -42,8 +43,7 @@ def gpu_label(env: dict[str, Any]) -> str:
 def _suite_sentence(v: Verified) -> str:
     s = v.statement
     env = s.environment
-    kind = "CUDA" if env.get("gpu_name") and s.predicate.get("suiteDeclaration", {}).get(
-        "requires", {}).get("gpu") else "CPU"
+    kind = "CUDA" if env.get("gpu_name") and s.needs_gpu else "CPU"
     where = f" ({gpu_label(env)})" if kind == "CUDA" else ""
     runner = "host runner on the image's materialised tree" if s.runner == "host" else \
         "Docker runner inside the image"

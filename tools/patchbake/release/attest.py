@@ -13,24 +13,25 @@ signed with Ed25519 (evidence/dsse.py), and are verified fail-closed:
 
 from __future__ import annotations
 
-import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from ..digest import Digest
 from ..errors import EvidenceError
 from ..evidence import dsse
 from ..evidence.failures import fail
+from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
 from ..evidence.records import _digest_hex  # one digest check for all evidence files
-from ..fsutil import canonical_json, pretty_json, sha256_bytes, write_once
+from ..fsutil import pretty_json, sha256_bytes, write_once
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 BENCHMARK_TYPE = "urn:patchbake:predicate:benchmark:v1"
 APPROVAL_TYPE = "urn:patchbake:predicate:approval:v1"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -41,7 +42,7 @@ class Signed:
     path: Path
     keyid: str
     signer: str
-    predicate: dict[str, Any]
+    predicate: Mapping[str, Any]
     envelope_sha256: str
 
 
@@ -56,10 +57,8 @@ def approval_dir(evidence_dir: Path, digest: str) -> Path:
 
 
 def _statement(name: str, digest: str, ptype: str, predicate: dict[str, Any]) -> bytes:
-    return canonical_json({"_type": STATEMENT_TYPE, "predicateType": ptype,
-                           "subject": [{"name": name,
-                                        "digest": {"sha256": _digest_hex(digest)}}],
-                           "predicate": predicate})
+    subject = Digest.parse(digest, "image manifest digest", EvidenceError)
+    return Statement(name, subject, ptype, predicate).dump()
 
 
 def _write(path: Path, payload: bytes, key: Ed25519PrivateKey) -> Path:
@@ -104,7 +103,7 @@ def sign_approval(evidence_dir: Path, channel: str, image: str, digest: str, app
 
 
 def _open(path: Path, digest: str, ptype: str, trusted: dict[str, Any]
-          ) -> tuple[str, dict[str, Any], bytes]:
+          ) -> tuple[str, Mapping[str, Any], bytes]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -113,19 +112,11 @@ def _open(path: Path, digest: str, ptype: str, trusted: dict[str, Any]
         fail("unreadable", f"{path} is unreadable: {exc.strerror}")
     env = dsse.parse(data, str(path))
     keyid = dsse.verify(env, trusted, str(path))
-    try:
-        obj = json.loads(env.payload)
-    except ValueError:
-        fail("bad-predicate", f"{path}: the signed payload is not JSON")
-    if not isinstance(obj, dict) or obj.get("_type") != STATEMENT_TYPE \
-            or obj.get("predicateType") != ptype or not isinstance(obj.get("predicate"), dict):
-        fail("bad-predicate", f"{path}: not a {ptype} statement")
-    subj = obj.get("subject")
-    got = subj[0].get("digest", {}).get("sha256") if isinstance(subj, list) and len(subj) == 1 \
-        and isinstance(subj[0], dict) and isinstance(subj[0].get("digest"), dict) else None
-    if "sha256:" + str(got) != digest:
-        fail("wrong-subject", f"{path}: the statement is about sha256:{got}, not {digest}")
-    return keyid, obj["predicate"], data
+    st = Statement.load(env.payload, str(path), ptype)
+    if st.subject_digest != digest:
+        fail("wrong-subject", f"{path}: the statement is about {st.subject_digest}, not "
+             f"{digest}")
+    return keyid, st.predicate, data
 
 
 def verify_benchmark(path: Path, digest: str, policy: Policy, name: str) -> Signed:

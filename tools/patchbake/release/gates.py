@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Lineage, Pipeline
 from ..digest import Digest
@@ -22,6 +22,9 @@ from ..errors import EvidenceError, PatchbakeError
 from ..fsutil import sha256_bytes
 from ..store import Store
 from .channels import Channel, Gate
+
+if TYPE_CHECKING:  # evidence/ needs cryptography, imported by the gates that verify
+    from ..evidence.records import Verified
 
 STATUSES = ("pass", "fail", "error")
 Outcome = tuple[str, str]  # (status, reason)
@@ -118,15 +121,16 @@ class Evaluation:
         found: dict[str, Any] | None = self.memo("record", load)
         return found
 
-    def evidence(self, suite: str) -> Any:
+    def evidence(self, suite: str) -> Verified:
         from ..evidence import records
 
-        def verify() -> Any:
+        def verify() -> Verified:
             return records.verify_file(records.evidence_path(self.evidence_dir, self.digest,
                                                              suite),
                                        self.digest, self.policy(), suite)
 
-        return self.memo(f"evidence:{suite}", verify)
+        found: Verified = self.memo(f"evidence:{suite}", verify)
+        return found
 
 
 def _rel(ev: Evaluation, path: Path) -> str:
@@ -214,7 +218,7 @@ def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
 
 
 # -- validated ------------------------------------------------------------------------
-def _suite_problem(ev: Evaluation, name: str, v: Any) -> str | None:
+def _suite_problem(ev: Evaluation, name: str, v: Verified) -> str | None:
     """Why verified evidence ``v`` for suite ``name`` does not satisfy the pipeline's own
     declaration of the suite (never the declaration the evidence carries)."""
     from ..suites.run import suite_content_sha256
@@ -238,12 +242,12 @@ def _suite_problem(ev: Evaluation, name: str, v: Any) -> str | None:
         return (f"repeats not shown bit-identical (probe {det.get('status', 'none')}, "
                 f"{det.get('repeats', 0)} repeats, {det.get('digests', 0)} output digests; "
                 f"declared {suite.repeats})")
-    if s.predicate.get("suiteContentSha256") != suite_content_sha256(suite.path):
+    if s.content_sha256 != suite_content_sha256(suite.path):
         return "it ran another version of the suite than the committed one"
     return None
 
 
-def _evidence_fact(ev: Evaluation, v: Any) -> dict[str, Any]:
+def _evidence_fact(ev: Evaluation, v: Verified) -> dict[str, Any]:
     env = v.statement.environment
     return {"suite": v.statement.suite, "path": _rel(ev, v.path),
             "envelope_sha256": v.envelope_sha256, "keyid": v.keyid, "signer": v.signer,

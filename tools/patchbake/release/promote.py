@@ -115,12 +115,12 @@ def check_recorded_inputs(root: Path, rel: manifest.Release, policy: Any) -> Non
 
 
 def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
+    from ..evidence.statement import PREDICATE_TYPE
     from .attest import APPROVAL_TYPE, BENCHMARK_TYPE
 
     out = []
     for e in rel.data.get("evidence") or []:
-        out.append(referrers.Statement((root / e["path"]).read_bytes(),
-                                       "https://in-toto.io/attestation/test-result/v0.1",
+        out.append(referrers.Statement((root / e["path"]).read_bytes(), PREDICATE_TYPE,
                                        Path(e["path"]).name))
     if rel.data.get("benchmark"):
         b = rel.data["benchmark"]

@@ -24,19 +24,17 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
 from ..digest import Digest
-from ..errors import ReleaseError
+from ..errors import EvidenceError, ReleaseError
 from ..evidence import dsse
+from ..evidence.intoto import Statement
 from ..evidence.policy import Policy
-from ..fsutil import canonical_json
 from .manifest import Release
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "urn:patchbake:release-gates"
 
@@ -45,46 +43,38 @@ VERIFIER_ID = "urn:patchbake:release-gates"
 class CheckedVsa:
     keyid: str
     signer: str
-    statement: dict[str, Any]
+    statement: Statement
 
 
 def level(channel: str) -> str:
     return "PATCHBAKE_CHANNEL_" + channel.upper().replace("-", "_").replace(".", "_")
 
 
-def build(release: Release, when: float | None = None) -> dict[str, Any]:
+def build(release: Release, when: float | None = None) -> Statement:
     inputs = [{"uri": e["path"], "digest": {"sha256": e["envelope_sha256"]}}
               for e in release.envelopes()]
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [{"name": release.image,
-                     "digest": {"sha256": Digest(release.digest).hex}}],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": {
-            "verifier": {"id": VERIFIER_ID, "version": {"patchbake": __version__}},
-            "timeVerified": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                          time.gmtime(time.time() if when is None else when)),
-            "resourceUri": f"oci:{release.image}@{release.digest}",
-            "policy": {"uri": f"pipeline.yaml#channels.{release.channel}",
-                       "digest": {"sha256": release.id}},
-            "inputAttestations": inputs,
-            "verificationResult": "PASSED",
-            "verifiedLevels": [level(release.channel)],
-            "slsaVersion": "1.0",
-        },
-    }
+    return Statement(release.image, Digest(release.digest), PREDICATE_TYPE, {
+        "verifier": {"id": VERIFIER_ID, "version": {"patchbake": __version__}},
+        "timeVerified": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                      time.gmtime(time.time() if when is None else when)),
+        "resourceUri": f"oci:{release.image}@{release.digest}",
+        "policy": {"uri": f"pipeline.yaml#channels.{release.channel}",
+                   "digest": {"sha256": release.id}},
+        "inputAttestations": inputs,
+        "verificationResult": "PASSED",
+        "verifiedLevels": [level(release.channel)],
+        "slsaVersion": "1.0",
+    })
 
 
 def sign(release: Release, key: Ed25519PrivateKey, when: float | None = None) -> bytes:
-    env = dsse.sign(canonical_json(build(release, when)), key)
+    env = dsse.sign(build(release, when).dump(), key)
     return json.dumps(env.to_json(), indent=2, sort_keys=True).encode() + b"\n"
 
 
 def verify(data: bytes, release: Release, policy: Policy, where: str) -> CheckedVsa:
     """Signature by a key with role ``release``; subject, policy digest and inputs must be
     exactly the release's. Any deviation is a ReleaseError naming it."""
-    from ..errors import EvidenceError
-
     try:
         env = dsse.parse(data, where)
         keyid = dsse.verify(env, policy.with_role("release"), where)
@@ -92,19 +82,16 @@ def verify(data: bytes, release: Release, policy: Policy, where: str) -> Checked
         raise ReleaseError(f"VSA {exc.message}; only a key whose trust-policy role is "
                            "'release' signs VSAs") from None
     try:
-        st = json.loads(env.payload)
-        pred = st["predicate"]
-        subject = st["subject"][0]["digest"]["sha256"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise ReleaseError(f"VSA {where}: not a verification-summary statement") from None
-    want = build(release, 0)["predicate"]
+        st = Statement.load(env.payload, where, PREDICATE_TYPE)
+    except EvidenceError as exc:
+        raise ReleaseError(f"VSA {exc.message}") from None
+    want = build(release, 0).predicate
     problems = []
-    if st.get("predicateType") != PREDICATE_TYPE:
-        problems.append(f"predicateType is {st.get('predicateType')!r}")
-    if "sha256:" + str(subject) != release.digest:
-        problems.append(f"its subject is sha256:{subject}, the release's image {release.digest}")
+    if st.subject_digest != release.digest:
+        problems.append(f"its subject is {st.subject_digest}, the release's image "
+                        f"{release.digest}")
     for key in ("policy", "inputAttestations", "verificationResult", "verifiedLevels"):
-        if pred.get(key) != want[key]:
+        if st.predicate.get(key) != want[key]:
             problems.append(f"its {key} differs from the release manifest's")
     if problems:
         raise ReleaseError(f"VSA {where}: {problems[0]}")
