@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from images_craft import add_member, layer, layout_dir
+from images_craft import Pairs, add_member, dumps, layer, layout_dir
 from images_support import SP, Repo, make_repo
 from patchbake.bake import bake_image
 from patchbake.errors import ImageError, RegistryError, StoreError
@@ -26,23 +26,6 @@ from patchbake.store import Store
 D = "sha256:" + "a" * 64
 E = "sha256:" + "b" * 64
 DESC = {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": D, "size": 1}
-
-
-class Pairs(list[tuple[str, Any]]):
-    """A JSON object written key by key: keys may repeat, order is kept."""
-
-
-def dumps(obj: Any) -> bytes:
-    def text(o: Any) -> str:
-        if isinstance(o, dict):
-            o = Pairs(o.items())
-        if isinstance(o, Pairs):
-            return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + text(v)
-                                  for k, v in o) + "}"
-        if isinstance(o, list):
-            return "[" + ",".join(text(x) for x in o) + "]"
-        return json.dumps(o, ensure_ascii=False)
-    return text(obj).encode("utf-8", "surrogatepass")
 
 
 def _manifest(*extra: tuple[str, Any], config: Any = None) -> Pairs:
