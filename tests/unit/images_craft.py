@@ -14,6 +14,24 @@ from patchbake.oci.media import Descriptor
 from patchbake.store import Store
 
 
+class Pairs(list[tuple[str, Any]]):
+    """A JSON object written key by key (``dumps``): keys may repeat, order is kept."""
+
+
+def dumps(obj: Any) -> bytes:
+    """JSON bytes of ``obj`` where ``Pairs`` objects keep repeated keys (UTF-8, no escapes)."""
+    def text(o: Any) -> str:
+        if isinstance(o, dict):
+            o = Pairs(o.items())
+        if isinstance(o, Pairs):
+            return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + text(v)
+                                  for k, v in o) + "}"
+        if isinstance(o, list):
+            return "[" + ",".join(text(x) for x in o) + "]"
+        return json.dumps(o, ensure_ascii=False)
+    return text(obj).encode("utf-8", "surrogatepass")
+
+
 def layer(entries: list[tuple[str, bytes]], *, links: dict[str, str] | None = None) -> bytes:
     """An uncompressed layer; ``links`` adds symlinks (name -> target)."""
     buf = io.BytesIO()

@@ -321,12 +321,13 @@ def test_inputs_nested_too_deeply_are_one_line_errors(
     config, envelope or ledger line is a one-line error, never a traceback."""
     from patchbake.errors import EvidenceError, ImageError
     from patchbake.evidence import dsse
+    from patchbake.oci import gojson
     from patchbake.oci.image import parse_json
 
     root, _, _ = released
     deep = b'{"a":' * 100_000
     with pytest.raises(ImageError, match="nested too deeply"):
-        parse_json(deep, "config")
+        parse_json(deep, "config", gojson.CONFIG)
     with pytest.raises(EvidenceError, match="nested too deeply"):
         dsse.parse(deep, "x.dsse.json")
     p = ledger.path_of(rdir(root))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config import Lineage
 from ..errors import ImageError, IntegrityError
+from ..oci import gojson
 from ..oci.image import DirBlobs, Image, StoreBlobs, load_image, parse_json, read_checked
 from ..oci.media import INDEX_TYPES
 from ..store import Store
@@ -63,7 +64,7 @@ def _from_layout(defn: Definition, store: Store) -> BaseImage:
         raise ImageError(f"{root} is not an OCI image layout (no oci-layout file)")
     blobs = DirBlobs(root)
     pinned = defn.base.digest
-    top = parse_json(read_checked(blobs, pinned, None, "base"), f"{pinned}")
+    top = parse_json(read_checked(blobs, pinned, None, "base"), f"{pinned}", gojson.MANIFEST)
     index_digest = None
     manifest = pinned
     if top.get("mediaType") in INDEX_TYPES or "manifests" in top:

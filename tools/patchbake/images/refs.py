@@ -26,7 +26,7 @@ from pathlib import Path
 from ..config import Pipeline
 from ..digest import is_digest
 from ..errors import ImageError
-from ..oci import layout
+from ..oci import gojson, layout
 from ..oci.image import Blobs, DirBlobs, Image, StoreBlobs, load_image, parse_json
 from ..store import Store
 from . import record as records
@@ -45,7 +45,8 @@ class Resolved:
 
 
 def _layout_manifest(root: Path, select: str | None) -> layout.Chosen:
-    index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json")
+    index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json",
+                       gojson.MANIFEST)
     return layout.choose_manifest(DirBlobs(root), index, f"{root}/index.json", select=select)
 
 

@@ -5,28 +5,31 @@ Export writes one deterministic tar (patchbake-tar/1) that is BOTH a docker-arch
 (``oci-layout``, ``index.json``, ``blobs/sha256/...``): ``docker load`` reads the first,
 and verify reads the second, so the manifest digest survives the round trip.
 
-Import accepts either form: an archive with ``index.json`` keeps its manifest; a classic
-``docker save`` archive (``<config-hex>.json`` + ``<id>/layer.tar``) carries no manifest,
-so one is made from its config and layers (identity = the config digest, "Image ID").
-Every blob is hashed before anything is stored: a tampered archive stores nothing.
+Import reads the archive as ``docker load`` does (:mod:`.archive_tar`: Go's tar rules,
+cleaned names, regular files and directories only) and requires ``manifest.json``, the
+description docker load reads. With ``index.json`` beside it, both must name the same
+image, whose manifest is kept; a classic ``docker save`` archive (``<config-hex>.json`` +
+``<id>/layer.tar``) carries no manifest, so one is made from its config and layers
+(identity = the config digest, "Image ID"). Every description is read as Go reads it
+(:mod:`.gojson`), and every blob is hashed before anything is stored: a tampered archive
+stores nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError
 from ..fsutil import atomic_writer, canonical_json
 from ..store import Store
-from . import layout
-from .image import Image, StoreBlobs, image_from_bytes, load_image, parse_json
+from . import gojson, layout
+from .archive_tar import ArchiveTar
+from .image import Image, StoreBlobs, image_from_bytes, load_image, parse_json, parse_manifest
 from .media import (
     INDEX_TYPES,
     OCI_CONFIG,
@@ -78,134 +81,57 @@ class Imported:
     from_oci_index: bool  # False: a classic docker save archive (manifest made here)
 
 
-def _hash_member(tf: tarfile.TarFile, name: str) -> tuple[str, str, int, bool]:
+def _hash_member(ar: ArchiveTar, name: str) -> tuple[str, str, int, bool]:
     """(digest, diff_id, size, gzipped) of an archive member, streamed."""
-    member = _member(tf, name)
-    f = tf.extractfile(member)
-    assert f is not None
+    member = ar.member(name)
+    gz = member.head == b"\x1f\x8b"
+    if not gz:  # the tar bytes are the blob: its digest was taken on the first pass
+        return member.digest, member.digest, member.size, False
     raw, tar = hashlib.sha256(), hashlib.sha256()
-    first = f.read(_READ)
-    gz = first[:2] == b"\x1f\x8b"
-    inflate = zlib.decompressobj(31) if gz else None
-    size = 0
-    chunk = first
+    inflate = zlib.decompressobj(31)
     try:
-        while chunk:
-            size += len(chunk)
+        for chunk in ar.chunks(name):
             raw.update(chunk)
-            tar.update(inflate.decompress(chunk) if inflate else chunk)
-            chunk = f.read(_READ)
-        if inflate:
-            tar.update(inflate.flush())
+            tar.update(inflate.decompress(chunk))
+        tar.update(inflate.flush())
     except zlib.error as exc:
         raise ImageError(f"archive member {name!r} is not a valid gzip stream ({exc}); "
                          "nothing was stored") from None
-    if inflate and not inflate.eof:
+    if not inflate.eof:
         raise ImageError(f"archive member {name!r} is a truncated gzip stream; nothing was stored")
-    return Digest.from_hex(raw.hexdigest()), Digest.from_hex(tar.hexdigest()), size, gz
+    if Digest.from_hex(raw.hexdigest()) != member.digest:
+        raise IntegrityError(f"{ar.path} changed while it was read (member {name!r}); "
+                             "nothing was stored")
+    return member.digest, Digest.from_hex(tar.hexdigest()), member.size, True
 
 
-def _member(tf: tarfile.TarFile, name: str) -> tarfile.TarInfo:
-    clean = _norm(name)
-    found = [m for m in tf.getmembers() if _norm(m.name) == clean]
-    if not found:
-        raise ImageError(f"archive has no member {name!r}")
-    m = found[-1]
-    if not m.isreg():
-        raise ImageError(f"archive member {name!r} is not a regular file")
-    return m
-
-
-def _read(tf: tarfile.TarFile, name: str) -> bytes:
-    f = tf.extractfile(_member(tf, name))
-    assert f is not None
-    return f.read()
-
-
-def _store_member(store: Store, tf: tarfile.TarFile, name: str, digest: str) -> None:
-    if store.has(digest):
-        return
-    f: IO[bytes] | None = tf.extractfile(_member(tf, name))
-    assert f is not None
-    store.put_stream(iter(lambda: f.read(_READ), b""), expected=digest)
+def _store_member(store: Store, ar: ArchiveTar, name: str, digest: str) -> None:
+    if not store.has(digest):
+        store.put_stream(ar.chunks(name), expected=digest)
 
 
 def import_docker_archive(store: Store, path: Path) -> Imported:
-    try:
-        tf = tarfile.open(path, "r:")  # noqa: SIM115 - closed by the `with` just below
-    except (OSError, tarfile.TarError) as exc:
-        raise ImageError(f"{path} is not a readable docker-archive tar: {exc}") from None
-    with tf:
-        try:
-            _check_members(tf, path)
-            _check_headers(tf, path)
-            names = {_norm(n) for n in tf.getnames()}
-            if "index.json" in names:
-                return _import_oci(store, tf, path, "manifest.json" in names)
-            return _import_classic(store, tf, path)
-        except (tarfile.TarError, EOFError) as exc:
-            raise ImageError(f"{path} is truncated or corrupt: {exc}; nothing was stored") from None
+    """Import the image ``docker load`` would load from ``path``, or refuse the archive.
+
+    The archive is read as docker load reads it (:mod:`.archive_tar`); it must carry
+    ``manifest.json`` (without it docker load falls back to its legacy loader, which
+    reads ``repositories`` and every top-level directory as an image, not what an
+    ``index.json`` names), and every description in it is read as Go reads it
+    (:mod:`.gojson`)."""
+    ar = ArchiveTar.read(path)
+    index = _index_descriptor(ar, path) if "index.json" in ar else None
+    if "manifest.json" not in ar:
+        raise ImageError(f"{path} has no manifest.json: docker load would read it with its "
+                         "legacy loader (repositories, one image per top-level directory), "
+                         "not as the image index.json names; refusing it",
+                         hint="export it with `docker save` or `patchbake image export`")
+    if index is not None:
+        return _import_oci(store, ar, path, index)
+    return _import_classic(store, ar, path)
 
 
-def _norm(name: str) -> str:
-    while name.startswith("./"):
-        name = name[2:]
-    return name.rstrip("/")
-
-
-def _check_members(tf: tarfile.TarFile, path: Path) -> None:
-    """Refuse unsafe entries, and a name that appears twice: `docker load` extracts the
-    archive (the later copy wins), other readers take the first; which bytes were meant
-    cannot be told, so neither is trusted."""
-    from ..errors import UnsafeArchiveError
-
-    seen: set[str] = set()
-    for m in tf.getmembers():
-        parts = m.name.split("/")
-        if m.name.startswith("/") or ".." in parts or not (m.isreg() or m.isdir() or
-                                                           m.issym()):
-            raise UnsafeArchiveError(f"{path}: unsafe archive entry {m.name!r}")
-        name = _norm(m.name)
-        if name in seen and not m.isdir():
-            raise ImageError(f"{path}: archive entry {name!r} appears twice; which copy is the "
-                             "image cannot be told, nothing was stored")
-        seen.add(name)
-
-
-# PAX records that do not touch a member's name; anything else (path, linkpath, sparse
-# maps, charset tricks) is read differently by Python's tarfile and Go's archive/tar.
-_NAMELESS_PAX = frozenset({"size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"})
-
-
-def _check_headers(tf: tarfile.TarFile, path: Path) -> None:
-    """Refuse archive members whose name two tar readers could read differently.
-
-    `docker load` reads the archive with Go's archive/tar, this import with Python's
-    tarfile. They disagree on bytes 345-500 of a header with GNU magic (a ustar ``prefix``
-    to Python, GNU atime/ctime to Go), and on which of a PAX path and a GNU long name wins;
-    an archive that uses any of these for a name cannot be read the way the engine reads
-    it, so it is refused rather than interpreted."""
-    if tf.pax_headers:
-        raise ImageError(f"{path}: the archive carries global PAX headers; how they name its "
-                         "members differs between tar readers, refusing it")
-    fileobj = tf.fileobj
-    assert fileobj is not None
-    for m in tf.getmembers():
-        header_at = m.offset_data - 512  # the member's own header, after any extension
-        extended = header_at != m.offset
-        if extended and (not m.pax_headers or set(m.pax_headers) - _NAMELESS_PAX):
-            raise ImageError(f"{path}: member {m.name!r} is named by a PAX or GNU long-name "
-                             "header; tar readers disagree on such names, refusing the archive")
-        fileobj.seek(header_at)
-        block = fileobj.read(512)
-        if block[345:500].strip(b"\0"):
-            raise ImageError(f"{path}: member {m.name!r} has bytes in the ustar prefix / GNU "
-                             "time fields; tar readers disagree on its name, refusing the "
-                             "archive")
-
-
-def _import_oci(store: Store, tf: tarfile.TarFile, path: Path, with_docker: bool) -> Imported:
-    index = parse_json(_read(tf, "index.json"), f"{path}:index.json")
+def _index_descriptor(ar: ArchiveTar, path: Path) -> Descriptor:
+    index = parse_json(ar.read_bytes("index.json"), f"{path}:index.json", gojson.MANIFEST)
     manifests = index.get("manifests") or []
     if not isinstance(manifests, list):
         raise ImageError(f"{path}: index.json's 'manifests' is not a list of descriptors")
@@ -215,32 +141,35 @@ def _import_oci(store: Store, tf: tarfile.TarFile, path: Path, with_docker: bool
     if desc.media_type in INDEX_TYPES:
         raise ImageError(f"{path}: index.json names a nested index ({desc.digest}), not one "
                          "image; docker load would choose a platform itself, verify does not")
-    mbytes = _read(tf, f"blobs/sha256/{desc.hex}")
+    return desc
+
+
+def _import_oci(store: Store, ar: ArchiveTar, path: Path, desc: Descriptor) -> Imported:
+    mbytes = ar.read_bytes(f"blobs/sha256/{desc.hex}")
     if len(mbytes) != desc.size:
         raise IntegrityError(f"{path}: manifest {desc.digest} is {len(mbytes)} bytes; "
                              f"index.json says {desc.size}; nothing was stored")
-    cdesc = Descriptor.from_json(parse_json(mbytes, "manifest").get("config"), "manifest")
-    cbytes = _read(tf, f"blobs/sha256/{cdesc.hex}")
+    _, cdesc, _ = parse_manifest(mbytes, desc.digest)
+    cbytes = ar.read_bytes(f"blobs/sha256/{cdesc.hex}")
     image = image_from_bytes(mbytes, desc.digest, cbytes)
     for i, layer in enumerate(image.layers):
-        digest, diff_id, size, _ = _hash_member(tf, f"blobs/sha256/{layer.hex}")
+        digest, diff_id, size, _ = _hash_member(ar, f"blobs/sha256/{layer.hex}")
         _check_layer(i, layer, digest, size, diff_id, image.diff_ids[i])
-    if with_docker:
-        _same_image(tf, path, image)
+    _same_image(ar, path, image)
     for layer in image.layers:
-        _store_member(store, tf, f"blobs/sha256/{layer.hex}", layer.digest)
+        _store_member(store, ar, f"blobs/sha256/{layer.hex}", layer.digest)
     store.put_bytes(cbytes, expected=cdesc.digest)
     store.put_bytes(mbytes, expected=desc.digest)
     return Imported(desc.digest, cdesc.digest, True)
 
 
-def _same_image(tf: tarfile.TarFile, path: Path, image: Image) -> None:
+def _same_image(ar: ArchiveTar, path: Path, image: Image) -> None:
     """manifest.json (what `docker load` reads) must name the config and layers, in order,
     of the image index.json names (what OCI tools and verify read): compared by the bytes'
     digests, so two paths holding the same bytes agree and one path cannot mean two."""
-    entry = _docker_entry(tf, path)
+    entry = _docker_entry(ar, path)
     where = f"{path}: manifest.json (read by docker load) and index.json (read by OCI tools)"
-    cdigest = Digest.of(_read(tf, entry["Config"]))
+    cdigest = ar.member(entry["Config"]).digest
     if cdigest != image.config_desc.digest:
         raise ImageError(f"{where} name different configs ({cdigest} vs "
                          f"{image.config_desc.digest}); refusing an archive with two images")
@@ -248,19 +177,16 @@ def _same_image(tf: tarfile.TarFile, path: Path, image: Image) -> None:
         raise ImageError(f"{where} name {len(entry['Layers'])} vs {len(image.layers)} layers; "
                          "refusing an archive with two images")
     for i, (name, layer) in enumerate(zip(entry["Layers"], image.layers, strict=True)):
-        own = _norm(name) == f"blobs/sha256/{layer.hex}"
-        digest = layer.digest if own else _hash_member(tf, name)[0]
+        digest = ar.member(name).digest
         if digest != layer.digest:
             raise ImageError(f"{where} name different layers at {i} ({name} is {digest}, "
                              f"index.json's is {layer.digest}); refusing an archive with two "
                              "images")
 
 
-def _docker_entry(tf: tarfile.TarFile, path: Path) -> dict[str, Any]:
-    try:
-        entries = json.loads(_read(tf, "manifest.json"))
-    except ValueError as exc:
-        raise ImageError(f"{path}: manifest.json is not JSON: {exc}") from None
+def _docker_entry(ar: ArchiveTar, path: Path) -> dict[str, Any]:
+    entries = gojson.load(ar.read_bytes("manifest.json"), f"{path}: manifest.json",
+                          gojson.ARCHIVE_MANIFEST)
     if not isinstance(entries, list) or len(entries) != 1:
         raise ImageError(f"{path}: manifest.json must describe exactly one image")
     entry = entries[0]
@@ -285,9 +211,9 @@ def _check_layer(i: int, layer: Descriptor, digest: str, size: int, diff_id: str
                              f"diff_id is {want_diff}; nothing was stored")
 
 
-def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
-    entry = _docker_entry(tf, path)
-    cbytes = _read(tf, entry["Config"])
+def _import_classic(store: Store, ar: ArchiveTar, path: Path) -> Imported:
+    entry = _docker_entry(ar, path)
+    cbytes = ar.read_bytes(entry["Config"])
     cdigest = Digest.of(cbytes)
     stem = Path(entry["Config"]).name.removesuffix(".json")
     if len(stem) == 64 and stem != cdigest.hex:
@@ -295,20 +221,20 @@ def _import_classic(store: Store, tf: tarfile.TarFile, path: Path) -> Imported:
                              "bytes were changed; nothing was stored")
     from .image import config_diff_ids
 
-    config = parse_json(cbytes, "config")
+    config = parse_json(cbytes, f"{path}: config {entry['Config']}", gojson.CONFIG)
     diff_ids = config_diff_ids(config, f"{path}: config {entry['Config']}")
     if len(diff_ids) != len(entry["Layers"]):
         raise ImageError(f"{path}: config lists {len(diff_ids)} diff_ids for "
                          f"{len(entry['Layers'])} layers")
     layers = []
     for i, name in enumerate(entry["Layers"]):
-        digest, diff_id, size, gz = _hash_member(tf, name)
+        digest, diff_id, size, gz = _hash_member(ar, name)
         if diff_id != diff_ids[i]:
             raise IntegrityError(f"layer {i} ({name}): uncompressed tar hashes to {diff_id}; "
                                  f"the config's diff_id is {diff_ids[i]}; nothing was stored")
         layers.append(Descriptor(OCI_LAYER_GZIP if gz else OCI_LAYER_TAR, digest, size))
     for name, layer in zip(entry["Layers"], layers, strict=True):
-        _store_member(store, tf, name, layer.digest)
+        _store_member(store, ar, name, layer.digest)
     store.put_bytes(cbytes, expected=cdigest)
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                 "config": {"mediaType": OCI_CONFIG, "digest": cdigest, "size": len(cbytes)},

@@ -7,7 +7,6 @@ any JSON whose bytes do not hash to the digest that names it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -15,6 +14,7 @@ from typing import Any, BinaryIO, Protocol
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError
 from ..store import Store
+from . import gojson
 from .media import INDEX_TYPES, MANIFEST_TYPES, Descriptor
 
 
@@ -75,13 +75,10 @@ def read_checked(blobs: Blobs, digest: str, size: int | None, what: str) -> byte
     return data
 
 
-def parse_json(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise ImageError(f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ImageError(f"{what} is JSON nested too deeply to read") from None
+def parse_json(data: bytes, what: str, shape: gojson.Shape) -> dict[str, Any]:
+    """A manifest, index or config (``shape``: ``gojson.MANIFEST``/``CONFIG``) read as the
+    engines' Go code reads it, or refused (see :mod:`.gojson`)."""
+    doc = gojson.load(data, what, shape)
     if not isinstance(doc, dict):
         raise ImageError(f"{what} is not a JSON object")
     return doc
@@ -112,7 +109,7 @@ class Image:
 
 def parse_manifest(data: bytes, digest: str) -> tuple[dict[str, Any], Descriptor,
                                                        tuple[Descriptor, ...]]:
-    doc = parse_json(data, f"manifest {digest}")
+    doc = parse_json(data, f"manifest {digest}", gojson.MANIFEST)
     mt = doc.get("mediaType")
     if mt in INDEX_TYPES or "manifests" in doc:
         raise ImageError(f"{digest} is an image index, not a manifest",
@@ -160,7 +157,7 @@ def image_from_bytes(manifest_bytes: bytes, manifest_digest: str, config_bytes: 
         raise IntegrityError(f"config of {manifest_digest} hashes to {got_cfg} "
                              f"({len(config_bytes)} bytes); the manifest names {cdesc.digest} "
                              f"({cdesc.size} bytes)")
-    config = parse_json(config_bytes, f"config {cdesc.digest}")
+    config = parse_json(config_bytes, f"config {cdesc.digest}", gojson.CONFIG)
     diff_ids = config_diff_ids(config, f"config {cdesc.digest}")
     if len(diff_ids) != len(layers):
         raise ImageError(f"config {cdesc.digest} lists "

@@ -23,7 +23,6 @@ move live in registries and are guarded there).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
+from . import gojson
 from .image import Blobs, parse_json, read_checked
 from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
 
@@ -74,10 +74,10 @@ def _read_index(store: Store) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        doc = json.loads(path.read_bytes())
-    except ValueError as exc:
-        raise StoreError(f"{path} is not valid JSON: {exc}",
-                         hint="remove it; baked images stay in blobs/ and can be re-named") from None
+        doc = gojson.load(path.read_bytes(), str(path), gojson.MANIFEST, error=StoreError)
+    except StoreError as exc:
+        raise StoreError(exc.message, hint="remove it; baked images stay in blobs/ and can be "
+                                           "re-named") from None
     manifests = doc.get("manifests", []) if isinstance(doc, dict) else None
     if not isinstance(manifests, list):
         raise StoreError(f"{path} has no 'manifests' list")
@@ -122,10 +122,10 @@ def resolve(store: Store, ref: str) -> Descriptor:
     """A ref name from index.json, or a manifest digest already in the store."""
     if ref.startswith("sha256:"):
         data = read_verified(store, ref)
-        try:
-            mt = json.loads(data).get("mediaType") or OCI_MANIFEST
-        except (ValueError, AttributeError):
-            raise ImageError(f"{ref} in the store is not a JSON manifest") from None
+        doc = gojson.load(data, f"{ref} in the store", gojson.MANIFEST)
+        if not isinstance(doc, dict):
+            raise ImageError(f"{ref} in the store is not a JSON manifest")
+        mt = doc.get("mediaType") or OCI_MANIFEST
         return Descriptor(str(mt), ref, len(data))
     known = refs(store)
     if ref not in known:
@@ -176,7 +176,8 @@ def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
             if depth >= _MAX_NESTING:
                 raise ImageError(f"{where}: indexes nested more than {_MAX_NESTING} deep; "
                                  "refusing to guess which image is meant")
-            doc = parse_json(read_checked(blobs, d.digest, d.size, "index"), f"index {d.digest}")
+            doc = parse_json(read_checked(blobs, d.digest, d.size, "index"), f"index {d.digest}",
+                             gojson.MANIFEST)
             out += _candidates(blobs, doc.get("manifests"), f"{where} > {d.digest}",
                                depth + 1, name)
         elif d.media_type in MANIFEST_TYPES or not d.media_type:
@@ -188,10 +189,10 @@ def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
 def _config_platform(blobs: Blobs, digest: str) -> str:
     """os/arch[/variant] from the manifest's config, for descriptors that carry none."""
     mbytes = read_checked(blobs, digest, None, "manifest")
-    cdesc = Descriptor.from_json(parse_json(mbytes, f"manifest {digest}").get("config"),
-                                 f"manifest {digest} config")
+    cdesc = Descriptor.from_json(parse_json(mbytes, f"manifest {digest}", gojson.MANIFEST)
+                                 .get("config"), f"manifest {digest} config")
     config = parse_json(read_checked(blobs, cdesc.digest, cdesc.size, "config"),
-                        f"config {cdesc.digest}")
+                        f"config {cdesc.digest}", gojson.CONFIG)
     return _platform_text(config) or "unknown"
 
 

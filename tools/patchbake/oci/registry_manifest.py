@@ -7,12 +7,12 @@ exact bytes, so they are parsed only to find what they point to.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from ..digest import is_digest
 from ..errors import RegistryError
+from . import gojson
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -66,10 +66,7 @@ def _descriptor(d: Any, where: str) -> Descriptor:
 
 def parse_manifest(data: bytes, content_type: str | None = None) -> Manifest:
     """Parse manifest bytes; the ``mediaType`` field wins over the HTTP Content-Type."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RegistryError(f"manifest is not JSON: {exc}") from exc
+    doc = gojson.load(data, "manifest", gojson.MANIFEST, error=RegistryError)
     if not isinstance(doc, dict):
         raise RegistryError("manifest is not a JSON object")
     mt = doc.get("mediaType") or (content_type or "").split(";")[0].strip()
