@@ -16,7 +16,7 @@ from patchbake import verify_memo
 from patchbake.bake import bake_image
 from patchbake.errors import IntegrityError
 from patchbake.identity import VerifyResult, verify_image
-from patchbake.oci import layout
+from patchbake.oci import layout, scan
 from patchbake.oci.media import Descriptor
 
 SP_REL = SP.strip("/")
@@ -87,12 +87,28 @@ def test_memoised_findings_are_those_of_a_fresh_verify(tmp_path: Path,
     assert _same(_verify(repo, ref)) == _same(fresh) and json.loads(memo.read_bytes())
 
 
+def test_memoised_layer_ops_give_the_findings_of_a_fresh_verify(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # no findings memo (another version of the code, say), every layer's ops memoised: the
+    # ops are replayed while the layers are hashed in the background
+    repo, ref = _image_with_findings(tmp_path)
+    fresh = _verify(repo, ref, use_cache=False)
+    _verify(repo, ref)
+    monkeypatch.setattr(verify_memo, "load", lambda *a: None)
+    monkeypatch.setattr(scan, "LayerBytes", None)  # no layer is parsed
+    assert _same(_verify(repo, ref)) == _same(fresh)
+
+
+@pytest.mark.parametrize("memo", ["findings", "layer ops"])
 @pytest.mark.parametrize("index", [0, 1, 2, 3])
-def test_memoised_findings_still_hash_every_layer(tmp_path: Path, index: int) -> None:
+def test_memoised_findings_still_hash_every_layer(tmp_path: Path, index: int, memo: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     repo, ref = _image_with_findings(tmp_path)
     for _ in range(2):
         _verify(repo, ref)
     assert len(_memos(repo)) == 1
+    if memo == "layer ops":
+        monkeypatch.setattr(verify_memo, "load", lambda *a: None)
     layer = json.loads(repo.store.read_blob(ref))["layers"][index]["digest"]
     path = repo.store.blob_path(layer)
     os.chmod(path, 0o644)
