@@ -143,25 +143,29 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
     gen = set(generated)
     changed, missing, extra, excluded = [], [], [], sorted(gen)
     same = 0
-    for rel, sha in sorted(pristine.items()):
-        full = f"vllm/{rel}"
+    files = view.files
+    for rel, sha in pristine.items():  # each list is sorted once it is complete
+        full = PACKAGE + rel
         if full in touched or full in deleted or full in gen:
             continue
-        info = view.files.get(prefix + full)
+        info = files.get(prefix + full)
         if info is None:
             missing.append(full)
         elif info.sha256 != sha:
             changed.append(full)
         else:
             same += 1
-    for path in sorted(view.files):
-        if not path.startswith(prefix + PACKAGE):
+    pkg, cut = prefix + PACKAGE, len(prefix) + len(PACKAGE)
+    for path in files:
+        if not path.startswith(pkg) or path[cut:] in pristine:
             continue
         rel = path[len(prefix):]
-        if rel[len(PACKAGE):] in pristine or rel in touched or rel in gen \
-                or any(x in rel for x in _IGNORED_DRIFT):
+        if rel in touched or rel in gen or any(x in rel for x in _IGNORED_DRIFT):
             continue
         extra.append(rel)
+    changed.sort()
+    missing.sort()
+    extra.sort()
     drift = {"unchanged": same, "changed": changed, "missing": missing, "extra": extra,
              "excluded_generated": excluded, "counts": {"changed": len(changed),
                                                         "missing": len(missing),

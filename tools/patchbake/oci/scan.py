@@ -78,6 +78,19 @@ def _clean_name(name: str, where: str) -> str:
 
 
 
+def _ancestors(paths: tuple[str, ...]) -> set[str]:
+    """Each path (trailing '/' dropped) and every prefix of it ending before a '/'."""
+    out: set[str] = set()
+    for t in paths:
+        p = t.rstrip("/")
+        while p not in out:  # a path already in holds its ancestors too
+            out.add(p)
+            if "/" not in p:
+                break
+            p = p.rpartition("/")[0]
+    return out
+
+
 class _Scanner:
     """The image's filesystem as the engines build it, kept for the tracked region (files,
     directories) and, for the whole image, the symlinks that an entry could be written
@@ -102,9 +115,7 @@ class _Scanner:
         self.write_prefix = write_prefix
         self._left = 0
         # directories above the tracked region: replacing one with a file hides it all
-        self.above = {"/".join(t.rstrip("/").split("/")[:i])
-                      for t in (*self.tracked, *self.named)
-                      for i in range(1, len(t.rstrip("/").split("/")) + 1)}
+        self.above = _ancestors((*self.tracked, *self.named))
         self._on = {"p": self._on_p, "s": self._on_s, "d": self._on_d, "n": self._on_n,
                     "f": self._on_f, "h": self._on_h, "w": self._on_w, "o": self._on_o}
         self.new_layer(0)
