@@ -96,6 +96,29 @@ def test_a_memoised_layer_is_checked_against_the_layers_below_it(tmp_path: Path)
                        cache_dir=cache)
 
 
+def test_a_changed_blob_below_is_reported_before_a_memoised_refusal(tmp_path: Path) -> None:
+    # a fresh read reports layer 1's bad digest before it reaches layer 2; replaying the
+    # memos (hashed in the background) must report the same, not layer 2's refusal
+    from patchbake.errors import IntegrityError
+
+    top = layer(file(b"vllm/sub/c.py", EVIL))
+    link = layer(symlink(b"vllm/sub", b"../opt"))
+    cache = tmp_path / "cache"
+    for name, layers in (("ok", [BASE, top]), ("link", [BASE, link])):
+        d = write_oci_layout(tmp_path / name, layers)
+        scan_image(load_image(DirBlobs(tmp_path / name), d), DirBlobs(tmp_path / name),
+                   ("vllm/",), cache_dir=cache)
+    bad = tmp_path / "bad"
+    digest = write_oci_layout(bad, [BASE, link, top])
+    blob = bad / "blobs" / "sha256" / _sha(link)
+    blob.chmod(0o644)
+    blob.write_bytes(link[:-1] + b"\1")  # in the zero padding after the archive's end
+    for cache_dir in (None, cache):  # read fresh; every layer memoised
+        with pytest.raises(IntegrityError, match="layer 1: blob"):
+            scan_image(load_image(DirBlobs(bad), digest), DirBlobs(bad), ("vllm/",),
+                       cache_dir=cache_dir)
+
+
 def test_refusal_names_the_entry_for_a_tracked_region_scan(tmp_path: Path) -> None:
     # verify scans only the vLLM package and /opt/patchbake: a symlinked parent above the
     # tracked region is still seen (symlinks are followed for the whole image)

@@ -9,7 +9,7 @@ from .expected import Expected
 from .images.overlay import ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH, Patched
 from .images.tree import TREE_PATH
 from .images.refs import Resolved
-from .oci.scan import View, layer_ops
+from .oci.scan import LayerDigests, View, layer_ops
 
 PACKAGE = "vllm/"
 KEEP_DIR = "opt/patchbake/"
@@ -21,12 +21,14 @@ KEEP_FILES = frozenset(p.lstrip("/") for p in (ENTRYPOINT_PATH, IDENTITY_PATH, V
 
 
 def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[str, str],
-                cache_dir: Path | None) -> list[dict[str, Any]]:
+               cache_dir: Path | None, digests: LayerDigests | None = None
+               ) -> list[dict[str, Any]]:
     """The base is pinned by digest; above it may only be written the baked files (or a
     vllm file byte-identical to upstream), the four files bake writes to /opt/patchbake
     (regular files), directories, and whiteouts of
     the files the patch deletes. Anything else -- under ``vllm/`` or anywhere else (the
-    interpreter, its standard library, the entrypoint's scripts) -- is a failure."""
+    interpreter, its standard library, the entrypoint's scripts) -- is a failure. With
+    ``digests``, memoised layers are checked there (see ``layer_ops``)."""
     pkg = f"{exp.sp}/{PACKAGE}"
     touched = {f"{exp.sp}/{p}" for p in patched.files if p.startswith(PACKAGE)}
     deleted = {f"{exp.sp}/{p}" for p in patched.deleted if p.startswith(PACKAGE)}
@@ -43,7 +45,7 @@ def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[st
                     "why": f"layer {i} (above the base) {what}"})
 
     for i in range(len(exp.base_diff_ids), len(res.image.layers)):
-        for op in layer_ops(res.image, res.blobs, i, ("",), cache_dir):
+        for op in layer_ops(res.image, res.blobs, i, ("",), cache_dir, digests):
             path = op[1]
             if op[0] == "f":
                 if path in touched or (path in KEEP_FILES and op[2] == "file") or (

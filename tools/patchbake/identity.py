@@ -14,16 +14,18 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import startup
+from . import startup, verify_memo
 from .above_base import after_base, drift_before_overlay, stale_bytecode
 from .config import Lineage, Pipeline
 from .errors import ImageError, IntegrityError, VerifyError
 from .expected import (
+    Expected,
     bind_lineage,
     expected_for,
     label_checks,
@@ -42,7 +44,7 @@ from .images.overlay import (
 )
 from .images.tree import TREE_PATH
 from .images.refs import Resolved, resolve
-from .oci.scan import View, scan_image
+from .oci.scan import LayerDigests, View, memoised, scan_image
 from .store import Store
 
 PACKAGE = "vllm/"
@@ -148,25 +150,29 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
     gen = set(generated)
     changed, missing, extra, excluded = [], [], [], sorted(gen)
     same = 0
-    for rel, sha in sorted(pristine.items()):
-        full = f"vllm/{rel}"
+    files = view.files
+    for rel, sha in pristine.items():  # each list is sorted once it is complete
+        full = PACKAGE + rel
         if full in touched or full in deleted or full in gen:
             continue
-        info = view.files.get(prefix + full)
+        info = files.get(prefix + full)
         if info is None:
             missing.append(full)
         elif info.sha256 != sha:
             changed.append(full)
         else:
             same += 1
-    for path in sorted(view.files):
-        if not path.startswith(prefix + PACKAGE):
+    pkg, cut = prefix + PACKAGE, len(prefix) + len(PACKAGE)
+    for path in files:
+        if not path.startswith(pkg) or path[cut:] in pristine:
             continue
         rel = path[len(prefix):]
-        if rel[len(PACKAGE):] in pristine or rel in touched or rel in gen \
-                or any(x in rel for x in _IGNORED_DRIFT):
+        if rel in touched or rel in gen or any(x in rel for x in _IGNORED_DRIFT):
             continue
         extra.append(rel)
+    changed.sort()
+    missing.sort()
+    extra.sort()
     drift = {"unchanged": same, "changed": changed, "missing": missing, "extra": extra,
              "excluded_generated": excluded, "counts": {"changed": len(changed),
                                                         "missing": len(missing),
@@ -182,69 +188,132 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
     """Verify ``ref``; returns the result (check ``.ok``); raises on a tampered image.
 
     Where to look (site-packages, which layers are the base, which start-up hooks are
-    allowed) comes from the image definition and record, never from the image's labels."""
+    allowed) comes from the image definition and record, never from the image's labels.
+    With ``use_cache`` the findings and each layer's ops are memoised (``verify_memo``,
+    ``oci.scan``); every layer is still read and hashed to EOF and checked every time."""
     t0 = time.monotonic()
-    with resolve(store, ref, pipeline) as res:
+    with resolve(store, ref, pipeline) as res, _hashing(res, use_cache) as early:
         exp = expected_for(pipeline, store, res, definition, site_packages)
         # The lineage is the definition's: a fresh apply or pristine tree of another
         # upstream would verify (or fail) the image against the wrong thing.
         lin = bind_lineage(pipeline, lineage.key if isinstance(lineage, Lineage) else lineage,
                            definition=exp.definition.name)
-        if patched is None:
-            from .patchset import patched_tree
-
-            patched = patched_tree(lin, store)
-        if pristine_root is None:
-            from .sources import fetch
-
-            fetched = fetch(lin, store, base=pipeline.root)
-            pristine_root, pristine_digest = fetched.root, fetched.tree_digest
-        else:
-            from .sources import tree_digest as compute_digest
-
-            pristine_digest = compute_digest(pristine_root)
-        sp = exp.sp
+        patched, pristine_root, pristine_digest = _fresh_inputs(
+            pipeline, lin, store, patched, pristine_root)
+        memo_key = verify_memo.key(res, exp, lin, patched, pristine_digest) if use_cache \
+            else None
+        memo = verify_memo.load(store, memo_key, len(res.image.layers)) if memo_key else None
         env = startup.env_of(res.image.config)
         where = startup.places(exp.definition.site_packages, env)
-        tracked = (f"{sp}/{PACKAGE}", "opt/patchbake/", *where.tracked())
-        view = scan_image(res.image, res.blobs, tracked, progress=progress,
-                          cache_dir=None if not use_cache else store.root / "bakes" / "layer-ops")
-        identity, problems = _identity_checks(view, res)
-        problems = label_checks(res, exp) + problems
-        pristine = _pristine_hashes(pristine_root, pristine_digest, store)
-        after = after_base(res, exp, patched, pristine, None if not use_cache
-                            else store.root / "bakes" / "layer-ops")
-        after += stale_bytecode(view, sp, patched)
-        problems += record_checks(view, exp)
-        problems += startup.findings(view, where, sp, startup.allow_list(
-            exp.definition.startup_allow), env, exp.base_config, res.image.config,
-            wrapped(exp.base_config), {"TORCH_CUDA_ARCH_LIST":
-                                       exp.definition.torch_cuda_arch_list}
-        ) + wrapper_checks(view, res)
-        matched, total, mismatched, drift = compare(
-            view, sp, patched, pristine, lin.upstream.generated, None)
-        mismatched += after
-        drift_before_overlay(drift, {m["path"] for m in after})
-        baked_patch = (identity.get("patch") or {}).get("sha256") if identity else None
-        if identity and baked_patch is None:
-            problems.append(f"{IDENTITY_PATH} names no patch sha256: which patch was baked "
-                            "cannot be checked")
-        elif identity and baked_patch != patched.patch_sha256:
-            problems.append(f"the image was baked from patch sha256:{baked_patch}; the fresh "
-                            f"apply is of patch sha256:{patched.patch_sha256}")
-        if identity:
-            problems += identity_binding(identity, exp.definition, lin, patched)
-            problems += tree_manifest_checks(view, identity, exp.definition.site_packages)
+        tracked = (f"{exp.sp}/{PACKAGE}", "opt/patchbake/", *where.tracked())
+        cache_dir = store.root / "bakes" / "layer-ops" if use_cache else None
+        digests = _keep_hashing(early, res, exp, tracked, cache_dir, memo is not None)
+        if memo is not None and digests is not None:
+            view, found = View(), memo
+            digests.entries = list(memo["entries"])
+        else:
+            view = scan_image(res.image, res.blobs, tracked, progress=progress,
+                              cache_dir=cache_dir, digests=digests)
+            pristine = _pristine_hashes(pristine_root, pristine_digest, store)
+            found = _findings(view, res, exp, lin, patched, pristine, where, env, cache_dir,
+                              digests)
+        # every layer's digest, size and diff_id: nothing above may be returned before
+        layers = digests.settle(view, progress) if digests is not None else view.layers
+        if memo_key is not None and memo is None:
+            verify_memo.save(store, memo_key, {**found, "entries": [x.entries for x in layers]})
         return VerifyResult(
             ref=ref, kind=res.kind, digest=res.image.manifest_digest,
-            config_digest=res.image.config_desc.digest, matched=matched, total=total,
-            mismatched=mismatched, base_drift=drift, problems=problems,
+            config_digest=res.image.config_desc.digest, matched=found["matched"],
+            total=found["total"], mismatched=found["mismatched"],
+            base_drift=found["base_drift"], problems=found["problems"],
             layers=[{"digest": x.digest, "diff_id": x.diff_id, "size": x.size,
                      "entries": x.entries, "from": "base" if i < len(exp.base_diff_ids)
-                     else "after the base"} for i, x in enumerate(view.layers)],
-            identity=identity, bytes_read=view.bytes_read,
+                     else "after the base"} for i, x in enumerate(layers)],
+            identity=found["identity"], bytes_read=view.bytes_read,
             seconds=round(time.monotonic() - t0, 3), definition=exp.definition.name,
             extra={"selected": res.chosen or _selected(res), "expected_from": exp.how})
+
+
+def _findings(view: View, res: Resolved, exp: Expected, lin: Lineage, patched: Patched,
+              pristine: dict[str, str], where: startup.Places, env: dict[str, str],
+              cache_dir: Path | None, digests: LayerDigests | None) -> dict[str, Any]:
+    """What verify finds in a scanned image: the fields ``verify_memo`` keeps."""
+    sp = exp.sp
+    identity, problems = _identity_checks(view, res)
+    problems = label_checks(res, exp) + problems
+    after = after_base(res, exp, patched, pristine, cache_dir, digests)
+    after += stale_bytecode(view, sp, patched)
+    problems += record_checks(view, exp)
+    problems += startup.findings(view, where, sp, startup.allow_list(
+        exp.definition.startup_allow), env, exp.base_config, res.image.config,
+        wrapped(exp.base_config), {"TORCH_CUDA_ARCH_LIST":
+                                   exp.definition.torch_cuda_arch_list}
+    ) + wrapper_checks(view, res)
+    matched, total, mismatched, drift = compare(
+        view, sp, patched, pristine, lin.upstream.generated, None)
+    mismatched += after
+    drift_before_overlay(drift, {m["path"] for m in after})
+    problems += _patch_checks(identity, patched)
+    if identity:
+        problems += identity_binding(identity, exp.definition, lin, patched)
+        problems += tree_manifest_checks(view, identity, exp.definition.site_packages)
+    return {"matched": matched, "total": total, "mismatched": mismatched,
+            "base_drift": drift, "problems": problems, "identity": identity}
+
+
+@contextmanager
+def _hashing(res: Resolved, use_cache: bool) -> Iterator[LayerDigests | None]:
+    """Start hashing the image's layers at once when verify may use memos (it usually
+    can: see ``_keep_hashing``); stopped on the way out, whatever happened."""
+    if not use_cache:
+        yield None
+        return
+    with LayerDigests(res.image, res.blobs) as digests:
+        yield digests
+
+
+def _keep_hashing(early: LayerDigests | None, res: Resolved, exp: Expected,
+                  tracked: tuple[str, ...], cache_dir: Path | None, memoised_findings: bool
+                  ) -> LayerDigests | None:
+    """The background hashing, when the findings or every layer's ops (the region verify
+    tracks, and the layers above the base whole) are memoised; otherwise it is stopped and
+    None returned: the layers are parsed, each hashed as it is read."""
+    above = range(len(exp.base_diff_ids), len(res.image.layers))
+    if early is not None and cache_dir is not None and (memoised_findings or (
+            memoised(res.image, tracked, cache_dir)
+            and memoised(res.image, ("",), cache_dir, above))):
+        return early
+    if early is not None:
+        early.cancel()
+    return None
+
+
+def _fresh_inputs(pipeline: Pipeline, lin: Lineage, store: Store, patched: Patched | None,
+                  pristine_root: Path | None) -> tuple[Patched, Path, str]:
+    """The fresh apply and the pristine tree (with its digest) an image is held to."""
+    if patched is None:
+        from .patchset import patched_tree
+
+        patched = patched_tree(lin, store)
+    if pristine_root is None:
+        from .sources import fetch
+
+        fetched = fetch(lin, store, base=pipeline.root)
+        return patched, fetched.root, fetched.tree_digest
+    from .sources import tree_digest as compute_digest
+
+    return patched, pristine_root, compute_digest(pristine_root)
+
+
+def _patch_checks(identity: dict[str, Any] | None, patched: Patched) -> list[str]:
+    baked_patch = (identity.get("patch") or {}).get("sha256") if identity else None
+    if identity and baked_patch is None:
+        return [f"{IDENTITY_PATH} names no patch sha256: which patch was baked cannot be "
+                "checked"]
+    if identity and baked_patch != patched.patch_sha256:
+        return [f"the image was baked from patch sha256:{baked_patch}; the fresh apply is "
+                f"of patch sha256:{patched.patch_sha256}"]
+    return []
 
 
 def _selected(res: Resolved) -> str:

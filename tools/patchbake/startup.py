@@ -115,6 +115,18 @@ def _is_hook(path: str, pl: Places, sp: str, dirs: frozenset[str]) -> str | None
     return None
 
 
+def _hooks(view: View, pl: Places, sp: str) -> list[tuple[str, str]]:
+    """(path, why) of every start-up hook in the view, sorted by path."""
+    dirs = frozenset(pl.path_dirs)
+    pkg = f"{sp}/vllm/"  # the verified package, most of the view: _is_hook passes it over
+    out = []
+    for path in view.files:
+        why = None if path.startswith(pkg) else _is_hook(path, pl, sp, dirs)
+        if why is not None:
+            out.append((path, why))
+    return sorted(out)
+
+
 def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[str, str],
              base_config: dict[str, Any] | None, config: dict[str, Any],
              wrapped: dict[str, Any] | None = None,
@@ -125,11 +137,7 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
     wrapper cannot be dropped. ``declared_env``: variables the definition has bake set
     (the engine backend's ``TORCH_CUDA_ARCH_LIST``), admitted with exactly that value."""
     out: list[str] = []
-    dirs = frozenset(pl.path_dirs)
-    for path in sorted(view.files):
-        why = _is_hook(path, pl, sp, dirs)
-        if why is None:
-            continue
+    for path, why in _hooks(view, pl, sp):
         info = view.files[path]
         shown = "/" + path
         if info.kind != "file":  # a symlink's target (or a device) is not a checked file

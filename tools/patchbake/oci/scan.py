@@ -29,7 +29,7 @@ from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArch
 from ..fsutil import atomic_write
 from .image import Blobs, Image
 from .media import Descriptor, compression_of
-from .tarstream import HashedBlob, LayerBytes, Member, members
+from .tarstream import HASH_READ, HashedBlob, LayerBytes, Member, members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -78,6 +78,19 @@ def _clean_name(name: str, where: str) -> str:
 
 
 
+def _ancestors(paths: tuple[str, ...]) -> set[str]:
+    """Each path (trailing '/' dropped) and every prefix of it ending before a '/'."""
+    out: set[str] = set()
+    for t in paths:
+        p = t.rstrip("/")
+        while p not in out:  # a path already in holds its ancestors too
+            out.add(p)
+            if "/" not in p:
+                break
+            p = p.rpartition("/")[0]
+    return out
+
+
 class _Scanner:
     """The image's filesystem as the engines build it, kept for the tracked region (files,
     directories) and, for the whole image, the symlinks that an entry could be written
@@ -102,9 +115,7 @@ class _Scanner:
         self.write_prefix = write_prefix
         self._left = 0
         # directories above the tracked region: replacing one with a file hides it all
-        self.above = {"/".join(t.rstrip("/").split("/")[:i])
-                      for t in (*self.tracked, *self.named)
-                      for i in range(1, len(t.rstrip("/").split("/")) + 1)}
+        self.above = _ancestors((*self.tracked, *self.named))
         self._on = {"p": self._on_p, "s": self._on_s, "d": self._on_d, "n": self._on_n,
                     "f": self._on_f, "h": self._on_h, "w": self._on_w, "o": self._on_o}
         self.new_layer(0)
@@ -405,12 +416,22 @@ class _Scanner:
         self._on_f(op)
 
 
+def _memo_name(desc_digest: str, tracked: tuple[str, ...]) -> str:
+    key = hashlib.sha256("\0".join(tracked).encode()).hexdigest()[:16]
+    return f"{desc_digest.removeprefix('sha256:')}-{key}.json"
+
+
 def _cache_file(cache_dir: Path | None, desc_digest: str, tracked: tuple[str, ...]
                 ) -> Path | None:
-    if cache_dir is None:
-        return None
-    key = hashlib.sha256("\0".join(tracked).encode()).hexdigest()[:16]
-    return cache_dir / f"{desc_digest.removeprefix('sha256:')}-{key}.json"
+    return None if cache_dir is None else cache_dir / _memo_name(desc_digest, tracked)
+
+
+def memoised(image: Image, tracked: tuple[str, ...], cache_dir: Path,
+             layers: range | None = None) -> bool:
+    """Whether every one of ``layers`` (all by default) has a memo for ``tracked`` (which
+    may still fail its checks when it is loaded)."""
+    return all((cache_dir / _memo_name(image.layers[i].digest, tracked)).is_file()
+               for i in (range(len(image.layers)) if layers is None else layers))
 
 
 def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | None:
@@ -453,13 +474,18 @@ def _save_ops(path: Path, doc: dict[str, Any]) -> None:
 def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
                write_root: Path | None = None, write_prefix: str = "",
                progress: Callable[[int], None] | None = None,
-               cache_dir: Path | None = None) -> View:
+               cache_dir: Path | None = None, digests: LayerDigests | None = None) -> View:
     """Stream every layer of ``image``; return the tracked region's final view.
 
     With ``cache_dir``, what a layer does to the tracked region (its "ops") is memoised by
     the layer digest: a later scan still reads and hashes every byte of the layer to EOF
     and checks digest and diff_id, and only when both match replays the ops instead of
     re-parsing -- the parse is a pure function of bytes that just hashed to that digest.
+
+    With ``digests`` (hashing this image's blobs in the background) and every layer
+    memoised, the view comes back before the digests are checked and with no layer
+    reports: ``digests.settle(view)`` checks every layer and adds them, and nothing may be
+    taken from the view before it returned.
     """
     scanner = _Scanner(tracked, write_root, write_prefix)
     diff_ids = image.diff_ids
@@ -467,7 +493,14 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
         memos = [_load_ops(_cache_file(cache_dir, d.digest, tracked), d.digest, diff_ids[i])
                  for i, d in enumerate(image.layers)]
         if all(m is not None for m in memos):
-            return _replay_all(scanner, image, blobs, memos, progress)  # type: ignore[arg-type]
+            if digests is not None:
+                return _replay_all(scanner, image, memos, digests)  # type: ignore[arg-type]
+            with LayerDigests(image, blobs) as own:
+                view = _replay_all(scanner, image, memos, own)  # type: ignore[arg-type]
+                own.settle(view, progress)
+            return view
+    if digests is not None:
+        digests.cancel()  # read layer by layer below, each hashed as it is parsed
     for i, desc in enumerate(image.layers):
         compression = compression_of(desc.media_type)
         cache = _cache_file(cache_dir, desc.digest, tracked) if write_root is None else None
@@ -501,37 +534,106 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
     return scanner.view
 
 
-def _replay_all(scanner: _Scanner, image: Image, blobs: Blobs, memos: list[dict[str, Any]],
-                progress: Callable[[int], None] | None) -> View:
-    """Every layer memoised: hash all blobs in a thread (hashlib drops the GIL) while this
-    thread replays the ops; nothing is returned before every digest and diff_id matched."""
-    hashed: list[HashedBlob] = []
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            for d in image.layers:
-                with blobs.open(d.digest) as raw:
-                    hashed.append(HashedBlob(raw, compression_of(d.media_type)))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            failed.append(exc)
-
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
+def _replay_all(scanner: _Scanner, image: Image, memos: list[dict[str, Any]],
+                digests: LayerDigests) -> View:
+    """Every layer memoised: replay the ops in this thread while ``digests`` hashes the
+    blobs in its own. A layer refused on replay is reported as a fresh read reports it:
+    a changed blob at or below it first."""
     for i, memo in enumerate(memos):
-        scanner.replay(memo["ops"], i, image.layers[i].digest)
-    worker.join()
-    if failed:
-        raise failed[0]
-    for i, (desc, h, memo) in enumerate(zip(image.layers, hashed, memos, strict=True)):
-        _check_digests(h, desc.digest, desc.size, image.diff_ids[i], i)
-        scanner.view.layers.append(LayerReport(desc.digest, image.diff_ids[i], h.raw_size,
-                                               int(memo["entries"])))
-        scanner.view.bytes_read += h.raw_size
-        if progress:
-            progress(h.raw_size)
+        try:
+            scanner.replay(memo["ops"], i, image.layers[i].digest)
+        except (IntegrityError, ImageError, UnsafeArchiveError):
+            digests.check_through(i)
+            raise
+    digests.entries = [int(m["entries"]) for m in memos]
     return scanner.view
 
+
+class LayerDigests:
+    """Every layer blob of an image hashed front to back in one background thread while
+    the caller works on the layers' memoised ops (hashlib drops the GIL as it hashes).
+    ``settle`` checks each layer's digest, size and diff_id in layer order, as a fresh read
+    does; a result built from memoised ops is sound only once it returned. ``cancel``
+    stops the hashing (the caller then reads and hashes the layers itself)."""
+
+    def __init__(self, image: Image, blobs: Blobs) -> None:
+        self.image = image
+        self.blobs = blobs
+        self.entries: list[int] | None = None  # per layer, set by a deferred replay
+        self._hashed: list[HashedBlob] = []
+        self._failed: BaseException | None = None
+        self._checked = 0  # layers [0, _checked) passed
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> LayerDigests:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    @property
+    def active(self) -> bool:
+        return not self._stop.is_set()
+
+    def cancel(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _work(self) -> None:
+        try:
+            # one buffer for every blob: as big as the largest layer, up to HASH_READ
+            size = min(HASH_READ, max([d.size for d in self.image.layers if d.size > 0],
+                                       default=1))
+            buf = memoryview(bytearray(max(size, 1 << 16)))
+            for d in self.image.layers:
+                compression = compression_of(d.media_type)
+                with self.blobs.open(d.digest) as raw:
+                    h = HashedBlob(raw, compression, self._stop, buf)
+                if not h.complete:
+                    return
+                with self._cond:
+                    self._hashed.append(h)
+                    self._cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            with self._cond:
+                self._failed = exc
+                self._cond.notify_all()
+
+    def _result(self, i: int) -> HashedBlob:
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._hashed) > i or self._failed is not None
+                                or not self._thread.is_alive())
+            if len(self._hashed) > i:
+                return self._hashed[i]
+            if self._failed is not None:
+                raise self._failed
+        raise ImageError(f"layer {i} was not hashed (the hashing was cancelled)")
+
+    def check_through(self, last: int) -> None:
+        """Check layers up to ``last`` (inclusive), in order."""
+        while self._checked <= last:
+            i = self._checked
+            desc = self.image.layers[i]
+            _check_digests(self._result(i), desc.digest, desc.size, self.image.diff_ids[i], i)
+            self._checked += 1
+
+    def settle(self, view: View, progress: Callable[[int], None] | None = None
+               ) -> list[LayerReport]:
+        """Check every layer; add the deferred layer reports to ``view``; its reports."""
+        if self.entries is not None and not view.layers:
+            self.check_through(len(self.image.layers) - 1)
+            for i, (desc, h) in enumerate(zip(self.image.layers, self._hashed, strict=True)):
+                view.layers.append(LayerReport(desc.digest, self.image.diff_ids[i],
+                                               h.raw_size, self.entries[i]))
+                view.bytes_read += h.raw_size
+                if progress:
+                    progress(h.raw_size)
+        if len(view.layers) != len(self.image.layers):
+            raise ImageError("not every layer of the image was checked")
+        return view.layers
 
 
 def _read_entries(scanner: _Scanner, src: LayerBytes, desc: Descriptor, diff_id: str,
@@ -580,7 +682,8 @@ def final_files(image: Image, blobs: Blobs) -> dict[str, FileInfo]:
 
 
 def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
-              cache_dir: Path | None = None) -> list[list[Any]]:
+              cache_dir: Path | None = None, digests: LayerDigests | None = None
+              ) -> list[list[Any]]:
     """What layer ``index`` alone does, after its digest and diff_id were checked to EOF
     and it was read as the engines read it (or refused): ``["f", path, kind, mode, size,
     sha256, base64-or-None]`` for a file or symlink set in the tracked region (a hard link
@@ -588,16 +691,21 @@ def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
     (an opaque directory), ``["d", path]`` for a directory, ``["x", path]`` for a
     non-directory on a path above the tracked region. Verify reads the layers above the
     base with it. With ``cache_dir`` the layer is memoised like ``scan_image``'s (bytes
-    still hashed)."""
+    still hashed); with ``digests`` too, a memoised layer's bytes are hashed and checked
+    there, and the ops may be used only once ``digests.settle`` returned."""
     desc = image.layers[index]
     diff_id = image.diff_ids[index]
     cache = _cache_file(cache_dir, desc.digest, tracked)
     memo = _load_ops(cache, desc.digest, diff_id)
+    if memo is not None and digests is not None and digests.active:
+        return _plain_ops(memo["ops"])  # checked when the caller settles ``digests``
     if memo is not None:
         with blobs.open(desc.digest) as raw:
             hashed = HashedBlob(raw, compression_of(desc.media_type))
         _check_digests(hashed, desc.digest, desc.size, diff_id, index)
         return _plain_ops(memo["ops"])
+    if digests is not None and digests.active:  # the layers below it are reported first
+        digests.check_through(index - 1)
     scanner = _Scanner(tracked, None, "")
     scanner.ops = []
     scanner.new_layer(index, desc.digest)

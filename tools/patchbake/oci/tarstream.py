@@ -24,6 +24,7 @@ from ..errors import AmbiguousLayerError, ImageError, IntegrityError
 
 BLOCK = 512
 _READ = 1 << 20
+HASH_READ = 4 << 20  # the most a background hasher reads at once: few GIL hand-offs a layer
 _ZERO = bytes(BLOCK)
 _END = object()
 _TRUNCATED = ("layer is a truncated gzip stream (no end of stream): Go's gzip reader, so "
@@ -160,31 +161,62 @@ class LayerBytes:
 
 
 class HashedBlob:
-    """Digest, diff_id and size of a blob read straight through in this thread (the
-    memoised path of a scan needs no tar parsing, so no reader thread either)."""
+    """Digest, diff_id and size of a blob read straight through (the memoised path of a
+    scan needs no tar parsing). An uncompressed blob is read into one reused buffer in
+    large pieces: hashlib drops the GIL while it hashes a piece, so a hashing thread needs
+    the GIL a few times per layer and the caller's thread keeps it the rest of the time.
+    ``buf`` is that buffer (a caller hashing several blobs allocates it once); ``stop``
+    (set by another thread) ends the read early; ``complete`` says whether it ran to EOF."""
 
-    def __init__(self, raw: BinaryIO, compression: str) -> None:
+    def __init__(self, raw: BinaryIO, compression: str, stop: threading.Event | None = None,
+                 buf: memoryview | None = None) -> None:
         self.raw_hash = hashlib.sha256()
         self.tar_hash = hashlib.sha256() if compression == "gzip" else self.raw_hash
         self.raw_size = 0
-        inflate = zlib.decompressobj(31) if compression == "gzip" else None
-        try:
-            for chunk in iter(lambda: raw.read(_READ), b""):
+        self.complete = False
+        if compression == "gzip":
+            self._gzip(raw, stop)
+        else:
+            self._plain(raw, stop, buf if buf is not None else memoryview(bytearray(_READ)))
+
+    def _plain(self, raw: BinaryIO, stop: threading.Event | None, buf: memoryview) -> None:
+        readinto = getattr(raw, "readinto", None)
+        if readinto is None:  # a reader without readinto: plain reads of the same size
+            for chunk in iter(lambda: raw.read(len(buf)), b""):
+                if stop is not None and stop.is_set():
+                    return
                 self.raw_size += len(chunk)
                 self.raw_hash.update(chunk)
-                if inflate is not None:
-                    out = inflate.decompress(chunk)
-                    while inflate.eof and inflate.unused_data:
-                        rest = inflate.unused_data
-                        inflate = zlib.decompressobj(31)
-                        out += inflate.decompress(rest)
-                    self.tar_hash.update(out)
-            if inflate is not None:
-                self.tar_hash.update(inflate.flush())
-                if not inflate.eof:
-                    raise IntegrityError(_TRUNCATED)
+            self.complete = True
+            return
+        while not (stop is not None and stop.is_set()):
+            n = readinto(buf)
+            if not n:
+                self.complete = True
+                return
+            self.raw_size += n
+            self.raw_hash.update(buf[:n])
+
+    def _gzip(self, raw: BinaryIO, stop: threading.Event | None) -> None:
+        inflate = zlib.decompressobj(31)
+        try:
+            for chunk in iter(lambda: raw.read(_READ), b""):
+                if stop is not None and stop.is_set():
+                    return
+                self.raw_size += len(chunk)
+                self.raw_hash.update(chunk)
+                out = inflate.decompress(chunk)
+                while inflate.eof and inflate.unused_data:
+                    rest = inflate.unused_data
+                    inflate = zlib.decompressobj(31)
+                    out += inflate.decompress(rest)
+                self.tar_hash.update(out)
+            self.tar_hash.update(inflate.flush())
+            if not inflate.eof:
+                raise IntegrityError(_TRUNCATED)
         except zlib.error as exc:
             raise IntegrityError(f"layer is not valid gzip: {exc}") from None
+        self.complete = True
 
 
 @dataclass
