@@ -6,14 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import requests
 from patchbake.errors import ImageError, RegistryError, TagMovedError
 from patchbake.oci.registry import RegistryClient
 from patchbake.oci.registry_auth import Credentials
 from patchbake.oci.registry_blobs import SMALL_BODY
 from patchbake.oci.registry_http import RetryPolicy
 from patchbake.store import Store
-from registry_fake import HOST, FakeRegistry, Seen, make_image, make_index, session_for, store_image
+from registry_fake import HOST, FakeRegistry, Seen, make_image, make_index, store_image
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def client(fake: FakeRegistry, sleeps: list[float], **kw: object) -> RegistryClient:
-    return RegistryClient(HOST, session=session_for(fake), sleep=sleeps.append,
+    return RegistryClient(HOST, sender=fake, sleep=sleeps.append,
                           retry=RetryPolicy(attempts=4), auth=kw.pop("auth", None), **kw)  # type: ignore[arg-type]
 
 
@@ -168,7 +167,7 @@ def test_429_and_transport_errors_back_off(store: Store, sleeps: list[float]) ->
             if calls[0] == 1:
                 return 429, {}, b""
             if calls[0] == 2:
-                raise requests.ConnectionError("connection reset")
+                raise ConnectionResetError(104, "Connection reset by peer")
         return None
 
     fake.fail = fail  # type: ignore[assignment]

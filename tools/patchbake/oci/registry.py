@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import requests
-
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
 from ..store import Store
@@ -32,7 +30,7 @@ from . import registry_blobs as blobs
 from . import registry_record
 from .registry_auth import Credentials, credentials_for
 from .registry_blobs import Progress
-from .registry_http import RetryPolicy, Transport
+from .registry_http import RetryPolicy, Sender, Transport
 from .registry_manifest import (
     MANIFEST_ACCEPT,
     MAX_MANIFEST_BYTES,
@@ -98,14 +96,14 @@ class RegistryClient:
     """A client for one registry host (``127.0.0.1:5000`` or ``https://host``)."""
 
     def __init__(self, base_url_or_host: str, *, insecure_loopback_http: bool = True,
-                 auth: Credentials | None = None, session: requests.Session | None = None,
+                 auth: Credentials | None = None, sender: Sender | None = None,
                  retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
                  record_mounts: bool = True) -> None:
         self.base = base_url(base_url_or_host, insecure_loopback_http=insecure_loopback_http)
         self.host = urlsplit(self.base).netloc.lower()
         host = self.host
         creds = auth if auth is not None else (lambda: credentials_for(host))
-        self.http = Transport(self.base, session=session, credentials=creds, retry=retry,
+        self.http = Transport(self.base, sender=sender, credentials=creds, retry=retry,
                               sleep=sleep, insecure_loopback_http=insecure_loopback_http)
         self.record_mounts = record_mounts
         self._pinged = False

@@ -11,30 +11,39 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import IO, Any, TypeVar
-from urllib.parse import urljoin, urlsplit
-
-import requests
+from typing import Any, TypeVar
+from urllib.parse import urlencode, urljoin, urlsplit
 
 from ..errors import RegistryError
 from ..netpolicy import Budget, RetryPolicy, is_retry_status, retry_after_seconds, retrying
 from ..netpolicy import Retryable as RetryableError
 from .registry_auth import Credentials, parse_challenge
+from .registry_conn import TRANSPORT_ERRORS, ConnectionPool, FileBody, Response, Sender
 from .registry_ref import check_url_allowed
 from .unreachable import nothing_listens
 
-__all__ = ["Budget", "RetryPolicy", "RetryableError", "Transport", "is_retry_status",
-           "retry_after_seconds"]
+__all__ = ["TRANSPORT_ERRORS", "Budget", "FileBody", "Response", "RetryPolicy",
+           "RetryableError", "Sender", "Transport", "is_retry_status", "retry_after_seconds"]
 
 T = TypeVar("T")
-Body = bytes | IO[bytes] | None
-
-TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout,
-                    requests.exceptions.ChunkedEncodingError)
+Body = bytes | FileBody | None
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-def registry_error_text(resp: requests.Response) -> str:
+def with_query(url: str, params: Mapping[str, str] | list[tuple[str, str]] | None) -> str:
+    """``url`` with ``params`` appended to its query (after any it already has)."""
+    if not params:
+        return url
+    query = urlencode(list(params.items()) if isinstance(params, Mapping) else params)
+    return f"{url}{'&' if urlsplit(url).query else '?'}{query}"
+
+
+def registry_error_text(resp: Response) -> str:
     """The registry's own ``errors[].code: message``, else the first bytes of the body."""
+    try:
+        resp.preload()
+    except TRANSPORT_ERRORS:  # the error document itself did not arrive: the status says it
+        return resp.reason or ""
     try:
         doc = resp.json()
         errs = doc.get("errors") if isinstance(doc, dict) else None
@@ -48,15 +57,15 @@ def registry_error_text(resp: requests.Response) -> str:
 
 
 class Transport:
-    """One registry endpoint: base URL, session, cached tokens, retry policy."""
+    """One registry endpoint: base URL, connections, cached tokens, retry policy."""
 
-    def __init__(self, base: str, *, session: requests.Session | None = None,
+    def __init__(self, base: str, *, sender: Sender | None = None,
                  credentials: Credentials | Callable[[], Credentials | None] | None = None,
                  retry: RetryPolicy | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  insecure_loopback_http: bool = True) -> None:
         self.base = base.rstrip("/")
-        self.session = session or requests.Session()
+        self.sender: Sender = sender or ConnectionPool()
         # A callable is asked only when a registry first challenges: anonymous registries
         # never make us read (or trip over) Docker's config file.
         self._credentials = credentials
@@ -97,7 +106,7 @@ class Transport:
                 headers: Mapping[str, str] | None = None,
                 body: Callable[[], Body] | None = None, params: Mapping[str, str] | None = None,
                 stream: bool = False, ok: Iterable[int] = (200,),
-                retry: bool = True) -> requests.Response:
+                retry: bool = True) -> Response:
         """Send one logical request; return the response if its status is in ``ok``.
 
         ``body`` is a factory so a retry or an auth round-trip resends from the start.
@@ -107,7 +116,7 @@ class Transport:
         scope_list = tuple(scopes)
         oks = frozenset(ok)
 
-        def once() -> requests.Response:
+        def once() -> Response:
             return self._authorized(method, self.url(path), scope_list, headers, body,
                                     params, stream, oks)
 
@@ -118,7 +127,7 @@ class Transport:
     def _authorized(self, method: str, url: str, scopes: tuple[str, ...],
                     headers: Mapping[str, str] | None, body: Callable[[], Body] | None,
                     params: Mapping[str, str] | None, stream: bool,
-                    oks: frozenset[int]) -> requests.Response:
+                    oks: frozenset[int]) -> Response:
         key = " ".join(sorted(scopes))
         resp = self._send(method, url, headers, body, params, stream, self._auth.get(key))
         if resp.status_code == 401:
@@ -148,23 +157,26 @@ class Transport:
 
     def _send(self, method: str, url: str, headers: Mapping[str, str] | None,
               body: Callable[[], Body] | None, params: Mapping[str, str] | None,
-              stream: bool, authorization: str | None) -> requests.Response:
+              stream: bool, authorization: str | None) -> Response:
         hdrs = dict(headers or {})
         if authorization:
             hdrs["Authorization"] = authorization
+        url = with_query(url, params)
         for _hop in range(6):
             check_url_allowed(url, insecure_loopback_http=self.insecure_loopback_http)
             data = body() if body else None
+            if data is not None or method in _BODY_METHODS:
+                hdrs["Content-Length"] = str(len(data) if data is not None else 0)
             try:
                 timeout = self.budget.charge()
-                resp = self.session.request(method, url, headers=hdrs, data=data, params=params,
-                                            stream=stream, timeout=timeout,
-                                            allow_redirects=False)
+                resp = self.sender.send(method, url, hdrs, data, timeout)
+                if not stream:
+                    resp.preload()
             except TRANSPORT_ERRORS as exc:
                 refused = nothing_listens(url, exc)
                 if refused is not None:  # loopback, connection refused: not transient
                     raise refused from exc
-                raise RetryableError(f"{method} {urlsplit(url).path}: {exc}") from exc
+                raise RetryableError(f"{method} {urlsplit(url).path}: {_why(exc)}") from exc
             finally:
                 close = getattr(data, "close", None)
                 if close:
@@ -176,7 +188,7 @@ class Transport:
                 resp.close()
                 if urlsplit(target).netloc != urlsplit(url).netloc:
                     hdrs.pop("Authorization", None)
-                url, params = target, None
+                url = target
                 continue
             return resp
         raise RegistryError(f"{method} {urlsplit(url).path}: too many redirects")
@@ -211,10 +223,12 @@ class Transport:
         def once() -> Any:
             try:
                 timeout = self.budget.charge()
-                resp = self.session.get(realm, params=query, headers=hdrs, timeout=timeout,
-                                        allow_redirects=False)
+                resp = self.sender.send("GET", with_query(realm, query), hdrs, None, timeout)
+                resp.preload()
+                resp.close()
             except TRANSPORT_ERRORS as exc:
-                raise RetryableError(f"token request to {urlsplit(realm).netloc}: {exc}") from exc
+                raise RetryableError(f"token request to {urlsplit(realm).netloc}: "
+                                     f"{_why(exc)}") from exc
             if is_retry_status(resp.status_code):
                 raise RetryableError(f"token request: HTTP {resp.status_code}",
                                      retry_after=retry_after_seconds(
@@ -235,3 +249,10 @@ class Transport:
         if not isinstance(token, str) or not token:
             raise RegistryError("the token service's answer carries no token")
         return token
+
+
+def _why(exc: BaseException) -> str:
+    """A transport error as words (a bare timeout or reset says too little by its str)."""
+    text = str(exc)
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
