@@ -176,3 +176,22 @@ def test_docker_pulls_what_we_pushed(registry: str, store: Store, docker_engine:
         assert doc["Config"]["Labels"]["patchbake.test"] == "docker-pull"
     finally:
         subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, timeout=60, check=False)
+
+
+def test_cli_push_and_pull_start_without_heavy_imports(registry: str, tmp_path: Path) -> None:
+    """A push or pull process is timed against skopeo: it runs without click, requests
+    (urllib3, charset_normalizer, idna, certifi), rich or yaml (docs/registry.md)."""
+    home = tmp_path / "home"
+    img = build_image(Store.open(home), "startup")
+    heavy = ("click", "requests", "urllib3", "charset_normalizer", "idna", "certifi", "rich",
+             "yaml", "jinja2", "cryptography")
+    for home_, args in ((home, ["push", img.digest, f"{registry}/pb/startup:1", "--json"]),
+                        (tmp_path / "home2", ["pull", f"{registry}/pb/startup:1", "--json"])):
+        code = ("import sys\nfrom patchbake.entry import main\n"
+                f"rc = main({args!r})\n"
+                f"print(rc, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
+        env = {**os.environ, "PATCHBAKE_HOME": str(home_), "PATCHBAKE_NO_PROGRESS": "1"}
+        r = subprocess.run([sys.executable, "-c", code], env=env, check=False,
+                           capture_output=True, text=True, timeout=120)
+        assert r.stderr.splitlines()[-1] == "0 []", r.stderr
+        assert json.loads(r.stdout)["digest"] == img.digest

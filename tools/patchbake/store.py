@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import platformdirs
-
 from .digest import hex_of
 from .errors import IntegrityError, PatchbakeError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
@@ -82,6 +80,8 @@ def default_root() -> Path:
     env = os.environ.get("PATCHBAKE_HOME")
     if env:
         return Path(env).expanduser()
+    import platformdirs  # only without PATCHBAKE_HOME: a short command's start-up skips it
+
     return Path(platformdirs.user_cache_dir("patchbake"))
 
 

@@ -25,14 +25,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
-from .image import Blobs, parse_json, read_checked
 from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
+
+if TYPE_CHECKING:  # .image is imported where an index is walked: push/pull never do
+    from .image import Blobs
 
 REF_NAME = "org.opencontainers.image.ref.name"
 LAYOUT_VERSION = b'{"imageLayoutVersion":"1.0.0"}'
@@ -166,6 +168,8 @@ def _platform_text(plat: Any) -> str | None:
 
 def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
                 inherited: str | None) -> list[_Candidate]:
+    from .image import parse_json, read_checked
+
     if not isinstance(manifests, list):
         raise ImageError(f"{where} has no 'manifests' list")
     out: list[_Candidate] = []
@@ -187,6 +191,8 @@ def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
 
 def _config_platform(blobs: Blobs, digest: str) -> str:
     """os/arch[/variant] from the manifest's config, for descriptors that carry none."""
+    from .image import parse_json, read_checked
+
     mbytes = read_checked(blobs, digest, None, "manifest")
     cdesc = Descriptor.from_json(parse_json(mbytes, f"manifest {digest}").get("config"),
                                  f"manifest {digest} config")

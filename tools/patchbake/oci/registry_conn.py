@@ -20,8 +20,8 @@ import io
 import os
 import select
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import IO, Any, Protocol, overload
 from urllib.parse import urlsplit
 
 from .. import __version__
@@ -40,11 +40,16 @@ class Headers:
     """Response header fields by case-insensitive name; a repeated field's values are
     joined with ", " (RFC 9110 5.3)."""
 
-    def __init__(self, fields: Mapping[str, str] | list[tuple[str, str]] = ()) -> None:
+    def __init__(self, fields: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
         self._d: dict[str, str] = {}
         for k, v in (fields.items() if isinstance(fields, Mapping) else fields):
             key = k.lower()
             self._d[key] = f"{self._d[key]}, {v}" if key in self._d else v
+
+    @overload
+    def get(self, name: str) -> str | None: ...
+    @overload
+    def get(self, name: str, default: str) -> str: ...
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self._d.get(name.lower(), default)
@@ -302,7 +307,7 @@ def _tunnel_through_proxy(conn: http.client.HTTPConnection, host: str, port: int
     import urllib.request
 
     proxy = urllib.request.getproxies_environment().get("https")
-    if not proxy or urllib.request.proxy_bypass_environment(host):
+    if not proxy or urllib.request.proxy_bypass(host):  # NO_PROXY, on POSIX
         return
     p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
     if not p.hostname:
