@@ -21,7 +21,6 @@ The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
 
 from __future__ import annotations
 
-import email.utils
 import threading
 import time
 from collections.abc import Callable
@@ -76,6 +75,8 @@ def retry_after_seconds(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    import email.utils  # an HTTP date: rare, and the email package is slow to import
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
