@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import PatchbakeError
 
@@ -76,8 +76,7 @@ def hoist_json(args: list[str]) -> list[str]:
 
 # -- the plain parse -----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PlainCommand:
+class PlainCommand(NamedTuple):
     """A command's click declaration, as far as the plain parse needs it."""
 
     function: str  # in patchbake.commands.registry: f(ctx, **arguments)

@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..digest import Digest
@@ -28,7 +29,6 @@ from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagM
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
-from .registry_auth import Credentials, credentials_for
 from .registry_blobs import Progress
 from .registry_http import RetryPolicy, Sender, Transport
 from .registry_manifest import (
@@ -40,6 +40,9 @@ from .registry_manifest import (
     select_platform,
 )
 from .registry_ref import DEFAULT_REGISTRY_ENV, RegistryRef, base_url, parse_ref
+
+if TYPE_CHECKING:  # credentials are looked up only when a registry challenges
+    from .registry_auth import Credentials
 
 DEFAULT_PLATFORM = "linux/amd64"
 
@@ -102,7 +105,7 @@ class RegistryClient:
         self.base = base_url(base_url_or_host, insecure_loopback_http=insecure_loopback_http)
         self.host = urlsplit(self.base).netloc.lower()
         host = self.host
-        creds = auth if auth is not None else (lambda: credentials_for(host))
+        creds = auth if auth is not None else (lambda: _credentials_for(host))
         self.http = Transport(self.base, sender=sender, credentials=creds, retry=retry,
                               sleep=sleep, insecure_loopback_http=insecure_loopback_http)
         self.record_mounts = record_mounts
@@ -374,6 +377,12 @@ class RegistryClient:
              layers: bool = True) -> str:
         """Pull ``ref`` into ``store``; returns the (platform's) image manifest digest."""
         return self.pull_image(store, ref, platform=platform, layers=layers).digest
+
+
+def _credentials_for(host: str) -> Credentials | None:
+    from .registry_auth import credentials_for
+
+    return credentials_for(host)
 
 
 def push(store: Store, manifest_digest: str, ref: str, **kw: object) -> PushResult:

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from ..errors import RegistryError
 from ..netpolicy import Budget, RetryPolicy, is_retry_status, retry_after_seconds, retrying
 from ..netpolicy import Retryable as RetryableError
-from .registry_auth import Credentials, parse_challenge
 from .registry_conn import TRANSPORT_ERRORS, ConnectionPool, FileBody, Response, Sender
 from .registry_ref import check_url_allowed
 from .unreachable import nothing_listens
+
+if TYPE_CHECKING:  # imported when a registry first challenges: anonymous pulls never do
+    from .registry_auth import Credentials
 
 __all__ = ["TRANSPORT_ERRORS", "Budget", "FileBody", "Response", "RetryPolicy",
            "RetryableError", "Sender", "Transport", "is_retry_status", "retry_after_seconds"]
@@ -195,6 +197,8 @@ class Transport:
 
     # -- auth --------------------------------------------------------------------------
     def _answer_challenge(self, header: str, scopes: tuple[str, ...]) -> str:
+        from .registry_auth import parse_challenge
+
         ch = parse_challenge(header)
         if ch is None:
             raise RegistryError("the registry answered 401 without a WWW-Authenticate challenge")
