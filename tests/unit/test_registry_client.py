@@ -408,3 +408,17 @@ def test_short_body_under_a_consistent_content_length_is_retried(
     res = client(fake, sleeps).pull_image(store, f"{HOST}/app:v1")
     assert layer in res.fetched and store.read_blob(layer) == img.blobs[layer]
     assert cut["n"] == 2 and list((store.root / "tmp").iterdir()) == []
+
+
+def test_concurrent_first_requests_answer_one_challenge_per_scope(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A push sends its first reads at once; a bearer challenge is still answered once
+    per scope (one token for the ping, one for the repository), not once per request."""
+    monkeypatch.setenv("PATCHBAKE_REGISTRY_CONCURRENCY", "8")
+    fake = FakeRegistry(auth="bearer")
+    img = make_image()
+    digest = store_image(store, img)
+    res = RegistryClient(HOST, sender=fake, sleep=lambda s: None).push(
+        store, digest, f"{HOST}/team/app:v1")
+    assert res.digest == digest and fake.manifests["team/app"]["v1"][0] == img.manifest
+    assert len(fake.token_requests) == 2

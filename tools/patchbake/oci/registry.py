@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 from ..digest import Digest
@@ -79,6 +80,10 @@ class PullResult:
 
 def _sha(data: bytes) -> str:
     return Digest.of(data)
+
+
+def _call(job: Callable[[], object]) -> object:
+    return job()
 
 
 @dataclass
@@ -207,9 +212,7 @@ class RegistryClient:
 
     def _push_blob(self, store: Store, repo: str, desc: Descriptor, mount_from: Sequence[str],
                    tally: _PushTally, progress: Progress | None) -> None:
-        if blobs.blob_present(self.http, repo, desc):
-            tally.skipped.append(desc.digest)
-            return
+        """Mount or upload a blob the repository does not hold (its HEAD said so)."""
         if not store.has(desc.digest):
             raise ImageError(
                 f"blob {desc.digest} is neither in {self.host}/{repo} nor in the local store",
@@ -253,24 +256,24 @@ class RegistryClient:
             )
         return True
 
-    def _put_manifest(self, repo: str, digest: str, data: bytes, media_type: str) -> bool:
-        """PUT by digest unless already there; read back and compare. True if it was put."""
-        existing = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
-                                        push_scope=True, missing_ok=True)
-        if existing is not None and existing[0] == data:
-            return False
-        resp = self.http.request("PUT", f"/v2/{repo}/manifests/{digest}", body=lambda: data,
+    def _held_manifest(self, repo: str, digest: str) -> bytes | None:
+        """The repository's bytes for manifest ``digest``, None if it has none."""
+        got = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
+                                   push_scope=True, missing_ok=True)
+        return got[0] if got is not None else None
+
+    def _put_manifest(self, repo: str, ref: str, data: bytes, media_type: str) -> None:
+        resp = self.http.request("PUT", f"/v2/{repo}/manifests/{ref}", body=lambda: data,
                                  headers={"Content-Type": media_type}, ok=(201,),
                                  scopes=[blobs.push_scope(repo)])
         resp.close()
-        back = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
-                                    push_scope=True)
-        if back is None or back[0] != data:
+
+    def _read_back(self, repo: str, digest: str, data: bytes) -> None:
+        if self._held_manifest(repo, digest) != data:
             raise RegistryError(
                 f"reading {repo}@{digest} back gave different bytes than were pushed",
                 hint="the registry rewrote the manifest; do not tag or release it",
             )
-        return True
 
     def push(self, store: Store, manifest_digest: str, ref: str | RegistryRef, *,
              mount_from: Iterable[str] = (), progress: Progress | None = None) -> PushResult:
@@ -296,33 +299,69 @@ class RegistryClient:
     def _push(self, store: Store, manifest_digest: str, r: RegistryRef,
               plan: list[tuple[str, bytes, Manifest]], top: bytes, top_m: Manifest,
               mount_from: list[str], progress: Progress | None) -> PushResult:
-        self.ping()
-        tag_existed = self._check_tag(r, manifest_digest) if r.tag else False
-        tally = _PushTally()
         wanted = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
+        descs = list(wanted.values())
+        # Reads first, all at once (each waits on the registry, not on the others): the API
+        # check, the tag (one that names another digest stops the push before anything is
+        # sent), which blobs and manifests the repository already holds.
+        reads: list[Callable[[], object]] = [
+            self.ping, lambda: bool(r.tag) and self._check_tag(r, manifest_digest),
+            *(partial(blobs.blob_present, self.http, r.repo, d) for d in descs),
+            *(partial(self._held_manifest, r.repo, d) for d, _, _ in plan)]
+        got = blobs.each_concurrently(_call, reads)
+        tag_existed = got[1] is True
+        held = dict(zip(wanted, got[2:2 + len(descs)], strict=True))
+        existing = dict(zip([d for d, _, _ in plan], got[2 + len(descs):], strict=True))
 
         def one(desc: Descriptor) -> _PushTally:  # blobs are independent: sent concurrently
             part = _PushTally()
-            self._push_blob(store, r.repo, desc, list(mount_from), part, progress)
+            if held[desc.digest]:
+                part.skipped.append(desc.digest)
+            else:
+                self._push_blob(store, r.repo, desc, mount_from, part, progress)
             return part
 
-        for part in blobs.each_concurrently(one, list(wanted.values())):
+        tally = _PushTally()
+        for part in blobs.each_concurrently(one, descs):
             tally.merge(part)
-        put = [d for d, data, m in plan if self._put_manifest(r.repo, d, data, m.media_type)]
-        if r.tag and not tag_existed:
-            # Re-check just before tagging: another pusher may have taken the tag meanwhile.
-            if not self._check_tag(r, manifest_digest):
-                resp = self.http.request("PUT", f"/v2/{r.repo}/manifests/{r.tag}",
-                                         body=lambda: top, ok=(201,),
-                                         headers={"Content-Type": top_m.media_type},
-                                         scopes=[blobs.push_scope(r.repo)])
-                resp.close()
-            if not self._check_tag(r, manifest_digest):
-                raise RegistryError(f"{r.host}/{r.repo}:{r.tag} does not resolve after tagging")
-        warnings = self._note_blobs(store, r.repo, wanted)
+        # The mount record is written while the manifests go up (it only says where the
+        # blobs now are).
+        done = blobs.each_concurrently(_call, [
+            lambda: self._put_manifests(r, plan, existing, tag_existed),
+            lambda: self._note_blobs(store, r.repo, wanted)])
+        put, warnings = cast("list[str]", done[0]), cast("tuple[str, ...]", done[1])
         return PushResult(str(r), manifest_digest, top_m.media_type, tuple(tally.uploaded),
-                          tuple(tally.mounted), tuple(tally.skipped), tuple(put),
-                          tag_existed, tally.nbytes, warnings, self.http.requests_sent)
+                          tuple(tally.mounted), tuple(tally.skipped), tuple(put), tag_existed,
+                          tally.nbytes, warnings, self.http.requests_sent)
+
+    def _put_manifests(self, r: RegistryRef, plan: list[tuple[str, bytes, Manifest]],
+                       existing: dict[str, object], tag_existed: bool) -> list[str]:
+        """Manifests by digest (an index's children first, each read back before the
+        next), then the tag: re-checked just before (another pusher may have taken it
+        meanwhile, checked as the top manifest is read back) and read back after."""
+        put: list[str] = []
+        top_digest, top, top_m = plan[-1]
+        for digest, data, m in plan:
+            if existing[digest] == data:
+                continue
+            self._put_manifest(r.repo, digest, data, m.media_type)
+            put.append(digest)
+            if digest != top_digest:
+                self._read_back(r.repo, digest, data)
+        tagging = bool(r.tag) and not tag_existed
+        checks: list[Callable[[], object]] = []
+        if top_digest in put:
+            checks.append(partial(self._read_back, r.repo, top_digest, top))
+        if tagging:
+            checks.append(lambda: self._check_tag(r, top_digest))
+        got = blobs.each_concurrently(_call, checks)
+        if tagging:
+            assert r.tag
+            if got[-1] is not True:
+                self._put_manifest(r.repo, r.tag, top, top_m.media_type)
+            if not self._check_tag(r, top_digest):
+                raise RegistryError(f"{r.host}/{r.repo}:{r.tag} does not resolve after tagging")
+        return put
 
     # -- pull --------------------------------------------------------------------------
     def pull_image(self, store: Store, ref: str | RegistryRef, *,

@@ -46,6 +46,10 @@ class ProtocolError(Exception):
     it would (a body shorter than its Content-Length, a chunk cut off)."""
 
 
+# A reused keep-alive connection the server had already closed: sending fails, or the
+# answer is the end of the connection.
+_STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
 # What a failed exchange raises: socket errors (refused, reset, timed out: all OSError,
 # TLS errors included) and answers that break HTTP's framing.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, ProtocolError)
@@ -189,6 +193,12 @@ class FileBody:
         if self._progress and data:
             self._progress(len(data))
         return data
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seek(self, offset: int) -> None:
+        self._f.seek(offset)
 
     def send_to(self, sock: socket.socket) -> None:
         """All ``len(self)`` bytes onto ``sock``: ``sendfile(2)`` where the socket allows
@@ -422,7 +432,8 @@ class ConnectionPool:
             raise
         return Connection(sock, host_header)
 
-    def _take(self, key: tuple[str, str, int], timeout: Timeout) -> Connection:
+    def _take(self, key: tuple[str, str, int], timeout: Timeout) -> tuple[Connection, bool]:
+        """A connection for ``key`` and whether it is a reused one."""
         conn: Connection | None = None
         with self._lock:
             idle = self._idle.get(key, [])
@@ -431,10 +442,11 @@ class ConnectionPool:
                 if conn.dropped():
                     conn.close()
                     conn = None
+        reused = conn is not None
         if conn is None:
             conn = self._connect(key, timeout[0])
         conn.sock.settimeout(timeout[1])
-        return conn
+        return conn, reused
 
     def _give_back(self, key: tuple[str, str, int], conn: Connection, reusable: bool) -> None:
         if not reusable:
@@ -456,17 +468,36 @@ class ConnectionPool:
         scheme = parts.scheme.lower()
         key = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn = self._take(key, timeout)
-        try:
-            status, reason, hdrs, framing, keep = conn.exchange(method, target, headers, body)
-        except BaseException:
-            conn.close()
-            raise
+        conn, (status, reason, hdrs, framing, keep) = self._exchange(
+            key, timeout, method, target, headers, body)
 
         def release(done: bool) -> None:
             self._give_back(key, conn, done and keep and framing.done)
 
         return Response(status, reason, hdrs, url, framing, release)
+
+    def _exchange(self, key: tuple[str, str, int], timeout: Timeout, method: str,
+                  target: str, headers: Mapping[str, str], body: bytes | FileBody | None
+                  ) -> tuple[Connection, tuple[int, str, Headers, Body, bool]]:
+        start = body.tell() if isinstance(body, FileBody) else 0
+        conn, reused = self._take(key, timeout)
+        try:
+            try:
+                return conn, conn.exchange(method, target, headers, body)
+            except _STALE:
+                if not reused:
+                    raise
+            # The server closed the idle connection as we reused it (it had not read the
+            # request): once more on a new connection, as HTTP clients do.
+            conn.close()
+            if isinstance(body, FileBody):
+                body.seek(start)
+            conn = self._connect(key, timeout[0])
+            conn.sock.settimeout(timeout[1])
+            return conn, conn.exchange(method, target, headers, body)
+        except BaseException:
+            conn.close()
+            raise
 
 
 # -- proxies -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ same session.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -76,6 +77,7 @@ class Transport:
         self.insecure_loopback_http = insecure_loopback_http
         self.budget = Budget("registry request", self.retry, sleep=sleep)
         self._auth: dict[str, str] = {}  # scope -> Authorization header value
+        self._auth_lock = threading.Lock()
 
     @property
     def credentials(self) -> Credentials | None:
@@ -131,11 +133,14 @@ class Transport:
                     params: Mapping[str, str] | None, stream: bool,
                     oks: frozenset[int]) -> Response:
         key = " ".join(sorted(scopes))
-        resp = self._send(method, url, headers, body, params, stream, self._auth.get(key))
+        used = self._auth.get(key)
+        resp = self._send(method, url, headers, body, params, stream, used)
         if resp.status_code == 401:
             header = resp.headers.get("WWW-Authenticate", "")
             resp.close()
-            self._auth[key] = self._answer_challenge(header, scopes)
+            with self._auth_lock:  # requests sent at once answer one challenge, once
+                if self._auth.get(key) == used:
+                    self._auth[key] = self._answer_challenge(header, scopes)
             resp = self._send(method, url, headers, body, params, stream, self._auth[key])
             if resp.status_code == 401:
                 detail = registry_error_text(resp)
