@@ -19,6 +19,8 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Limits:
+    """The caps in force (defaults, or ``PATCHBAKE_<FIELD>`` overrides)."""
+
     # extraction (sources/extract.py)
     extract_total_bytes: int = 2048 * MiB
     extract_members: int = 100_000

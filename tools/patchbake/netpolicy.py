@@ -40,6 +40,8 @@ def is_retry_status(status: int) -> bool:
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How often, how long and how patiently one operation's requests are retried."""
+
     attempts: int = 5  # total tries, the first included
     backoff_s: float = 0.5  # first wait; doubles each retry
     max_backoff_s: float = 8.0

@@ -46,6 +46,8 @@ def compression_of(media_type: str) -> str:
 
 @dataclass(frozen=True)
 class Descriptor:
+    """An OCI descriptor: media type, digest, size, annotations."""
+
     media_type: str
     digest: str  # "sha256:<hex>"
     size: int

@@ -50,6 +50,8 @@ DEFAULT_PLATFORM = "linux/amd64"
 
 @dataclass(frozen=True)
 class PushResult:
+    """What a push did, and what the registry now holds."""
+
     ref: str  # the destination as given (tag and/or digest)
     digest: str  # manifest (or index) digest now in the registry
     media_type: str
@@ -65,6 +67,8 @@ class PushResult:
 
 @dataclass(frozen=True)
 class PullResult:
+    """What a pull fetched and stored."""
+
     ref: str
     digest: str  # the image manifest stored (the platform's, for an index)
     media_type: str
@@ -88,6 +92,8 @@ def _call(job: Callable[[], object]) -> object:
 
 @dataclass
 class _PushTally:
+    """Blobs one push (or one of its threads) uploaded, mounted or found there."""
+
     uploaded: list[str] = field(default_factory=list)
     mounted: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)

@@ -419,7 +419,11 @@ class ConnectionPool:
         name = f"[{host}]" if ":" in host else host
         host_header = name if port == default else f"{name}:{port}"
         proxy = _proxy_for(host) if scheme == "https" else None
-        sock = socket.create_connection(proxy[0] if proxy else (host, port),
+        # An ASCII name as bytes (getaddrinfo takes either): a str has the socket module
+        # import the idna codec first, a millisecond of a short push.
+        target = proxy[0] if proxy else (host, port)
+        address = (target[0].encode("ascii") if target[0].isascii() else target[0], target[1])
+        sock = socket.create_connection(address,  # type: ignore[arg-type]  # bytes host: see above
                                         timeout=connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -26,6 +26,8 @@ MAX_MANIFEST_BYTES = 4 << 20  # the distribution registry's own limit for manife
 
 @dataclass(frozen=True)
 class Descriptor:
+    """What a manifest says about one blob or child manifest it references."""
+
     media_type: str
     digest: str
     size: int

@@ -8,7 +8,6 @@ the parsing, and not by whoever builds a URL.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -202,10 +201,21 @@ def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
     raise RegistryError(f"refusing URL with scheme '{scheme}': {url!r:.120}")
 
 
+_IPV4_RE = re.compile(r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\."
+                      r"(0|[1-9][0-9]{0,2})")
+
+
 def is_loopback_host(host: str) -> bool:
     """localhost or a loopback address: the one test of 'loopback' for URLs."""
     if host == "localhost":
         return True
+    v4 = _IPV4_RE.fullmatch(host)
+    if v4:  # dotted-quad IPv4 as ipaddress reads it (no leading zeros), without importing it
+        return all(int(o) <= 255 for o in v4.groups()) and v4.group(1) == "127"
+    if ":" not in host:
+        return False  # a name (ipaddress reads only dotted quads and IPv6 addresses)
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
