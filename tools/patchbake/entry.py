@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import PatchbakeError
@@ -27,16 +26,17 @@ if TYPE_CHECKING:
     from .store import Store
 
 
-@dataclass
 class Ctx:
     """What the global options say, and the pipeline and store, opened on first use."""
 
-    pipeline_path: str | None
-    lineage_key: str | None
-    as_json: bool
-    debug: bool
-    _pipeline: Pipeline | None = field(default=None, repr=False)
-    _store: Store | None = field(default=None, repr=False)
+    def __init__(self, pipeline_path: str | None, lineage_key: str | None, as_json: bool,
+                 debug: bool) -> None:
+        self.pipeline_path = pipeline_path
+        self.lineage_key = lineage_key
+        self.as_json = as_json
+        self.debug = debug
+        self._pipeline: Pipeline | None = None
+        self._store: Store | None = None
 
     @property
     def pipeline(self) -> Pipeline:

@@ -8,8 +8,9 @@ the parsing, and not by whoever builds a URL.
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from ..digest import is_digest
@@ -22,8 +23,9 @@ TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _HOST_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
 
 
-@dataclass(frozen=True)
-class RegistryRef:
+# NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
+# a sixth of a short push's start-up; see patchbake.entry).
+class RegistryRef(NamedTuple):
     """One parsed reference. ``tag`` and ``digest`` may both be set (``repo:tag@sha256:..``)."""
 
     host: str
@@ -201,21 +203,10 @@ def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
     raise RegistryError(f"refusing URL with scheme '{scheme}': {url!r:.120}")
 
 
-_IPV4_RE = re.compile(r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\."
-                      r"(0|[1-9][0-9]{0,2})")
-
-
 def is_loopback_host(host: str) -> bool:
     """localhost or a loopback address: the one test of 'loopback' for URLs."""
     if host == "localhost":
         return True
-    v4 = _IPV4_RE.fullmatch(host)
-    if v4:  # dotted-quad IPv4 as ipaddress reads it (no leading zeros), without importing it
-        return all(int(o) <= 255 for o in v4.groups()) and v4.group(1) == "127"
-    if ":" not in host:
-        return False  # a name (ipaddress reads only dotted quads and IPv6 addresses)
-    import ipaddress
-
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
