@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from patchbake.fsutil import canonical_json
-from patchbake.oci.registry_conn import FileBody, Headers, Response
+from patchbake.oci.registry_conn import FileBody
+from patchbake.oci.registry_wire import Headers, Response
 from patchbake.store import Store
 
 HOST = "registry.test"

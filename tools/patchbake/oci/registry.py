@@ -19,27 +19,23 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from functools import partial
-from typing import TYPE_CHECKING, NamedTuple, cast
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from ..digest import Digest
-from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
+from ..errors import RegistryError, StoreError
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
 from .registry_blobs import Progress
 from .registry_http import RetryPolicy, Sender, Transport
-from .registry_manifest import (
-    MANIFEST_ACCEPT,
-    MAX_MANIFEST_BYTES,
-    Descriptor,
-    Manifest,
-    parse_manifest,
-    select_platform,
-)
+from .registry_manifest import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, parse_manifest, select_platform
+from .registry_push import Push, PushResult
 from .registry_ref import DEFAULT_REGISTRY_ENV, RegistryRef, base_url, parse_ref
+
+__all__ = ["DEFAULT_PLATFORM", "PullResult", "PushResult", "RegistryClient", "parse_pull_ref",
+           "pull", "push"]
 
 if TYPE_CHECKING:  # credentials are looked up only when a registry challenges
     from .registry_auth import Credentials
@@ -49,22 +45,6 @@ DEFAULT_PLATFORM = "linux/amd64"
 
 # NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
 # a sixth of a short push's start-up; see patchbake.entry).
-class PushResult(NamedTuple):
-    """What a push did, and what the registry now holds."""
-
-    ref: str  # the destination as given (tag and/or digest)
-    digest: str  # manifest (or index) digest now in the registry
-    media_type: str
-    uploaded: tuple[str, ...]  # blob digests sent
-    mounted: tuple[str, ...]  # blob digests mounted from another repository
-    skipped: tuple[str, ...]  # blob digests the repository already held
-    manifests: tuple[str, ...]  # manifest digests put (index children first)
-    tag_existed: bool = False  # the tag already pointed at this digest
-    bytes_uploaded: int = 0
-    warnings: tuple[str, ...] = ()  # optional local writes that were skipped
-    requests: int = 0  # HTTP requests sent (retries included)
-
-
 class PullResult(NamedTuple):
     """What a pull fetched and stored."""
 
@@ -83,26 +63,6 @@ class PullResult(NamedTuple):
 
 def _sha(data: bytes) -> str:
     return Digest.of(data)
-
-
-def _call(job: Callable[[], object]) -> object:
-    return job()
-
-
-class _PushTally:
-    """Blobs one push (or one of its threads) uploaded, mounted or found there."""
-
-    def __init__(self) -> None:
-        self.uploaded: list[str] = []
-        self.mounted: list[str] = []
-        self.skipped: list[str] = []
-        self.nbytes = 0
-
-    def merge(self, other: _PushTally) -> None:
-        self.uploaded += other.uploaded
-        self.mounted += other.mounted
-        self.skipped += other.skipped
-        self.nbytes += other.nbytes
 
 
 class RegistryClient:
@@ -215,158 +175,21 @@ class RegistryClient:
                                 f"{_sha(data)}; nothing was stored")
         return data
 
-    def _push_blob(self, store: Store, repo: str, desc: Descriptor, mount_from: Sequence[str],
-                   tally: _PushTally, progress: Progress | None) -> None:
-        """Mount or upload a blob the repository does not hold (its HEAD said so)."""
-        if not store.has(desc.digest):
-            raise ImageError(
-                f"blob {desc.digest} is neither in {self.host}/{repo} nor in the local store",
-                hint="pull the image (or its base) into the store first, or pass --mount-from "
-                     "a repository on this registry that holds it",
-            )
-        known = registry_record.repos_holding(store, self.host, desc.digest)
-        sources = blobs.mount_sources(mount_from, known, repo)
-        session = blobs.try_mount(self.http, repo, desc, sources[0]) if sources else ""
-        if session is None:
-            tally.mounted.append(desc.digest)
-            return
-        blobs.upload_blob(self.http, store, repo, desc, session, progress)
-        tally.uploaded.append(desc.digest)
-        tally.nbytes += desc.size
-
     # -- push --------------------------------------------------------------------------
-    def _local_manifest(self, store: Store, digest: str) -> tuple[bytes, Manifest]:
-        try:
-            data = store.read_blob(digest)
-        except StoreError as exc:
-            raise ImageError(f"manifest {digest} is not in the local store at {store.root}",
-                             hint="bake or pull the image first") from exc
-        if _sha(data) != digest:
-            raise IntegrityError(f"the store's copy of {digest} hashes to {_sha(data)}",
-                                 hint="the store is damaged; run a store fsck")
-        return data, parse_manifest(data)
-
-    def _check_tag(self, r: RegistryRef, digest: str) -> bool:
-        """True if the tag already names ``digest``; TagMovedError if it names another."""
-        assert r.tag
-        got = self._fetch_manifest(r, r.tag, push_scope=True, missing_ok=True)
-        if got is None:
-            return False
-        current = _sha(got[0])
-        if current != digest:
-            raise TagMovedError(
-                f"{r.host}/{r.repo}:{r.tag} already points to {current}; refusing to move it "
-                f"to {digest}; nothing was pushed",
-                hint="tags never move: push under a new tag, or by digest",
-            )
-        return True
-
-    def _held_manifest(self, repo: str, digest: str) -> bytes | None:
-        """The repository's bytes for manifest ``digest``, None if it has none."""
-        got = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
-                                   push_scope=True, missing_ok=True)
-        return got[0] if got is not None else None
-
-    def _put_manifest(self, repo: str, ref: str, data: bytes, media_type: str) -> None:
-        resp = self.http.request("PUT", f"/v2/{repo}/manifests/{ref}", body=lambda: data,
-                                 headers={"Content-Type": media_type}, ok=(201,),
-                                 scopes=[blobs.push_scope(repo)])
-        resp.close()
-
-    def _read_back(self, repo: str, digest: str, data: bytes) -> None:
-        if self._held_manifest(repo, digest) != data:
-            raise RegistryError(
-                f"reading {repo}@{digest} back gave different bytes than were pushed",
-                hint="the registry rewrote the manifest; do not tag or release it",
-            )
-
     def push(self, store: Store, manifest_digest: str, ref: str | RegistryRef, *,
              mount_from: Iterable[str] = (), progress: Progress | None = None) -> PushResult:
-        """Push the image (or index) ``manifest_digest`` from ``store`` to ``ref``."""
+        """Push the image (or index) ``manifest_digest`` from ``store`` to ``ref``
+        (``registry_push`` says how)."""
         r = self._ref(ref)
         if r.digest and r.digest != manifest_digest:
             raise RegistryError(f"destination {r} names {r.digest}, the image is {manifest_digest}")
-        top, top_m = self._local_manifest(store, manifest_digest)
-        plan: list[tuple[str, bytes, Manifest]] = []
-        for child in top_m.manifests:
-            cdata, cm = self._local_manifest(store, child.digest)
-            plan.append((child.digest, cdata, cm))
-        plan.append((manifest_digest, top, top_m))
-        nblobs = len({b.digest for _, _, m in plan for b in m.blobs}) + len(plan)
-        self.http.begin(f"push of {manifest_digest} to {r}", blobs=nblobs)
+        job = Push(self, store, manifest_digest, r, list(mount_from), progress)
+        self.http.begin(f"push of {manifest_digest} to {r}", blobs=job.blobs_moved)
         self._in_op = True
         try:
-            return self._push(store, manifest_digest, r, plan, top, top_m,
-                              list(mount_from), progress)
+            return job.run()
         finally:
             self._in_op = False
-
-    def _push(self, store: Store, manifest_digest: str, r: RegistryRef,
-              plan: list[tuple[str, bytes, Manifest]], top: bytes, top_m: Manifest,
-              mount_from: list[str], progress: Progress | None) -> PushResult:
-        wanted = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
-        descs = list(wanted.values())
-        # Reads first, all at once (each waits on the registry, not on the others): the API
-        # check, the tag (one that names another digest stops the push before anything is
-        # sent), which blobs and manifests the repository already holds.
-        reads: list[Callable[[], object]] = [
-            self.ping, lambda: bool(r.tag) and self._check_tag(r, manifest_digest),
-            *(partial(blobs.blob_present, self.http, r.repo, d) for d in descs),
-            *(partial(self._held_manifest, r.repo, d) for d, _, _ in plan)]
-        got = blobs.each_concurrently(_call, reads)
-        tag_existed = got[1] is True
-        held = dict(zip(wanted, got[2:2 + len(descs)], strict=True))
-        existing = dict(zip([d for d, _, _ in plan], got[2 + len(descs):], strict=True))
-
-        def one(desc: Descriptor) -> _PushTally:  # blobs are independent: sent concurrently
-            part = _PushTally()
-            if held[desc.digest]:
-                part.skipped.append(desc.digest)
-            else:
-                self._push_blob(store, r.repo, desc, mount_from, part, progress)
-            return part
-
-        tally = _PushTally()
-        for part in blobs.each_concurrently(one, descs):
-            tally.merge(part)
-        # The mount record is written while the manifests go up (it only says where the
-        # blobs now are).
-        done = blobs.each_concurrently(_call, [
-            lambda: self._put_manifests(r, plan, existing, tag_existed),
-            lambda: self._note_blobs(store, r.repo, wanted)])
-        put, warnings = cast("list[str]", done[0]), cast("tuple[str, ...]", done[1])
-        return PushResult(str(r), manifest_digest, top_m.media_type, tuple(tally.uploaded),
-                          tuple(tally.mounted), tuple(tally.skipped), tuple(put), tag_existed,
-                          tally.nbytes, warnings, self.http.requests_sent)
-
-    def _put_manifests(self, r: RegistryRef, plan: list[tuple[str, bytes, Manifest]],
-                       existing: dict[str, object], tag_existed: bool) -> list[str]:
-        """Manifests by digest (an index's children first, each read back before the
-        next), then the tag: re-checked just before (another pusher may have taken it
-        meanwhile, checked as the top manifest is read back) and read back after."""
-        put: list[str] = []
-        top_digest, top, top_m = plan[-1]
-        for digest, data, m in plan:
-            if existing[digest] == data:
-                continue
-            self._put_manifest(r.repo, digest, data, m.media_type)
-            put.append(digest)
-            if digest != top_digest:
-                self._read_back(r.repo, digest, data)
-        tagging = bool(r.tag) and not tag_existed
-        checks: list[Callable[[], object]] = []
-        if top_digest in put:
-            checks.append(partial(self._read_back, r.repo, top_digest, top))
-        if tagging:
-            checks.append(lambda: self._check_tag(r, top_digest))
-        got = blobs.each_concurrently(_call, checks)
-        if tagging:
-            assert r.tag
-            if got[-1] is not True:
-                self._put_manifest(r.repo, r.tag, top, top_m.media_type)
-            if not self._check_tag(r, top_digest):
-                raise RegistryError(f"{r.host}/{r.repo}:{r.tag} does not resolve after tagging")
-        return put
 
     # -- pull --------------------------------------------------------------------------
     def pull_image(self, store: Store, ref: str | RegistryRef, *,

@@ -8,15 +8,8 @@ import io
 
 import pytest
 from patchbake.errors import RegistryError
-from patchbake.oci.registry_conn import (
-    Body,
-    Connection,
-    FileBody,
-    Headers,
-    ProtocolError,
-    Response,
-    read_head,
-)
+from patchbake.oci.registry_conn import Connection, FileBody
+from patchbake.oci.registry_wire import Body, Headers, ProtocolError, Response, read_head
 
 
 def answer(raw: bytes, method: str = "GET") -> tuple[int, Headers, Body]:
