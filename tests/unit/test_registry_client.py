@@ -332,6 +332,26 @@ def test_redirect_to_plain_http_elsewhere_is_refused(store: Store, sleeps: list[
     assert not store.has(img.digest)
 
 
+@pytest.mark.parametrize("location", ["http://[::1]@registry.test/x",
+                                      "https://user:pw@registry.test/x"])
+def test_redirect_to_a_url_with_user_info_is_refused(store: Store, sleeps: list[float],
+                                                      location: str) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+
+    def redirect(seen: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if "/blobs/" in seen.path and seen.method == "GET":
+            return 307, {"Location": location}, b""
+        return None
+
+    fake.fail = redirect  # type: ignore[assignment]
+    with pytest.raises(RegistryError, match="refusing") as ei:
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 31 and sleeps == []
+    assert not store.has(img.digest)
+
+
 def test_stream_dying_mid_blob_is_retried_cleanly(store: Store, sleeps: list[float]) -> None:
     fake = FakeRegistry(break_streams=1)
     img = make_image(layer_size=3 << 20)

@@ -23,13 +23,14 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import IntegrityError, RegistryError
 from ..fsutil import CHUNK
 from ..store import Store
 from .registry_http import TRANSPORT_ERRORS, FileBody, Response, RetryableError, Transport
 from .registry_manifest import Descriptor
+from .registry_ref import resolve_location
 
 SMALL_BODY = 1 << 20  # blobs below this are sent from memory
 PREFETCH_DEPTH = 8  # chunks (of CHUNK bytes) read ahead of the hash+write side
@@ -207,7 +208,7 @@ def _location(resp: Response) -> str:
     loc = resp.headers.get("Location")
     if not loc:
         raise RegistryError("the registry opened an upload without a Location header")
-    return urljoin(resp.url, loc)
+    return resolve_location(resp.url, loc, "upload location")
 
 
 def _add_query(url: str, **params: str) -> str:

@@ -13,13 +13,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from ..errors import RegistryError
 from ..netpolicy import Budget, RetryPolicy, is_retry_status, retry_after_seconds, retrying
 from ..netpolicy import Retryable as RetryableError
 from .registry_conn import TRANSPORT_ERRORS, ConnectionPool, FileBody, Response, Sender
-from .registry_ref import check_url_allowed
+from .registry_ref import check_url_allowed, resolve_location
 from .unreachable import nothing_listens
 
 if TYPE_CHECKING:  # imported when a registry first challenges: anonymous pulls never do
@@ -191,7 +191,7 @@ class Transport:
             # Redirects are followed by hand so each hop passes the transport policy, and
             # credentials never follow a redirect to another host (blob storage backends).
             if resp.status_code in (301, 302, 303, 307, 308) and method in ("GET", "HEAD"):
-                target = urljoin(url, resp.headers.get("Location", ""))
+                target = resolve_location(url, resp.headers.get("Location", ""), "redirect")
                 resp.close()
                 if urlsplit(target).netloc != urlsplit(url).netloc:
                     hdrs.pop("Authorization", None)

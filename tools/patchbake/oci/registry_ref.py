@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from ..digest import is_digest
 from ..errors import RegistryError, UsageError
@@ -182,6 +182,17 @@ def _url_host(url: str) -> tuple[str, str]:
     if ours and not _URL_NETLOC_RE.match(ours):
         raise RegistryError(f"refusing URL whose host is not a plain host[:port]: {url!r:.120}")
     return parts.scheme.lower(), hostname.lower()
+
+
+def resolve_location(base: str, location: str, what: str) -> str:
+    """A ``Location`` header against the URL that answered it; one the URL parser refuses
+    (``http://[::1]@host/``: a bracketed "host" that is none) is refused here, as the
+    transport policy refuses what it cannot read one way only."""
+    try:
+        return urljoin(base, location)
+    except ValueError as exc:
+        raise RegistryError(f"refusing {what} to a malformed URL {location!r:.120}: "
+                            f"{exc}") from None
 
 
 def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
