@@ -201,3 +201,25 @@ def test_cli_push_and_pull_start_without_heavy_imports(registry: str, tmp_path: 
                            capture_output=True, text=True, timeout=120)
         assert r.stderr.splitlines()[-1] == "0 []", r.stderr
         assert json.loads(r.stdout)["digest"] == img.digest
+
+
+def test_four_pushes_of_one_image_at_once_all_succeed(registry: str, store: Store) -> None:
+    """Concurrent pushers of the same blobs race in the registry (one rewrites a blob's
+    link file as another's manifest is checked against it): every push still succeeds."""
+    import threading
+    import uuid
+
+    img = build_image(store, "race")
+    for _ in range(3):
+        ref = f"{registry}/pb/race-{uuid.uuid4().hex[:8]}:t1"
+        out: list[str] = []
+
+        def one(ref: str = ref, out: list[str] = out) -> None:
+            out.append(RegistryClient(registry).push(store, img.digest, ref).digest)
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert out == [img.digest] * 4

@@ -442,3 +442,35 @@ def test_concurrent_first_requests_answer_one_challenge_per_scope(
         store, digest, f"{HOST}/team/app:v1")
     assert res.digest == digest and fake.manifests["team/app"]["v1"][0] == img.manifest
     assert len(fake.token_requests) == 2
+
+
+def test_manifest_put_answered_blob_unknown_is_retried(store: Store, sleeps: list[float]) -> None:
+    """Another pusher committing the same blob rewrites its link file as the registry
+    checks the manifest: the registry says a blob it just confirmed is unknown. Retried."""
+    fake = FakeRegistry()
+    img = make_image()
+    digest = store_image(store, img)
+    fail = {"n": 1}
+
+    def racing(seen: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if seen.method == "PUT" and "/manifests/" in seen.path and fail["n"]:
+            fail["n"] -= 1
+            return 400, {}, (b'{"errors":[{"code":"DIGEST_INVALID","message":"provided digest '
+                             b'did not match uploaded content"},{"code":"MANIFEST_BLOB_UNKNOWN",'
+                             b'"message":"blob unknown to registry"}]}')
+        return None
+
+    fake.fail = racing  # type: ignore[assignment]
+    res = client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert res.digest == digest and sleeps == [0.5]
+    assert fake.manifests["app"]["v1"][0] == img.manifest
+
+
+def test_other_manifest_refusals_are_not_retried(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    digest = store_image(store, make_image())
+    fake.fail = lambda s: ((400, {}, b'{"errors":[{"code":"MANIFEST_INVALID","message":"x"}]}')  # type: ignore[assignment]
+                           if s.method == "PUT" and "/manifests/" in s.path else None)
+    with pytest.raises(RegistryError, match="HTTP 400 MANIFEST_INVALID") as ei:
+        client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 31 and sleeps == []

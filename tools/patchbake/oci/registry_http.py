@@ -41,22 +41,29 @@ def with_query(url: str, params: Mapping[str, str] | list[tuple[str, str]] | Non
     return f"{url}{'&' if urlsplit(url).query else '?'}{query}"
 
 
-def registry_error_text(resp: Response) -> str:
-    """The registry's own ``errors[].code: message``, else the first bytes of the body."""
+def registry_errors(resp: Response) -> tuple[str, frozenset[str]]:
+    """The registry's own ``errors[].code: message`` (else the first bytes of the body),
+    and the set of its error codes."""
     try:
         resp.preload()
     except TRANSPORT_ERRORS:  # the error document itself did not arrive: the status says it
-        return resp.reason or ""
+        return resp.reason or "", frozenset()
     try:
         doc = resp.json()
         errs = doc.get("errors") if isinstance(doc, dict) else None
         if isinstance(errs, list) and errs:
-            return "; ".join(f"{e.get('code', '?')}: {e.get('message', '')}".strip()
-                             for e in errs if isinstance(e, dict))
+            errs = [e for e in errs if isinstance(e, dict)]
+            return ("; ".join(f"{e.get('code', '?')}: {e.get('message', '')}".strip()
+                              for e in errs), frozenset(str(e.get("code")) for e in errs))
     except ValueError:
         pass
     text = (resp.text or "").strip().replace("\n", " ")
-    return text[:200] or (resp.reason or "")
+    return text[:200] or (resp.reason or ""), frozenset()
+
+
+def registry_error_text(resp: Response) -> str:
+    """The registry's own ``errors[].code: message``, else the first bytes of the body."""
+    return registry_errors(resp)[0]
 
 
 class Transport:
@@ -110,19 +117,24 @@ class Transport:
                 headers: Mapping[str, str] | None = None,
                 body: Callable[[], Body] | None = None, params: Mapping[str, str] | None = None,
                 stream: bool = False, ok: Iterable[int] = (200,),
-                retry: bool = True) -> Response:
+                retry: bool = True, transient: Iterable[str] = ()) -> Response:
         """Send one logical request; return the response if its status is in ``ok``.
 
         ``body`` is a factory so a retry or an auth round-trip resends from the start.
         With ``retry=False`` a retryable failure raises RetryableError for the caller's
         own loop (uploads restart with a fresh session instead of replaying).
+        ``transient``: registry error codes that, for this request, are retried like a 5xx.
         """
         scope_list = tuple(scopes)
         oks = frozenset(ok)
+        retry_codes = frozenset(transient)
 
         def once() -> Response:
-            return self._authorized(method, self.url(path), scope_list, headers, body,
-                                    params, stream, oks)
+            resp = self._authorized(method, self.url(path), scope_list, headers, body,
+                                    params, stream)
+            if resp.status_code in oks:
+                return resp
+            raise self._refusal(method, self.url(path), resp, retry_codes)
 
         if retry:
             return self.with_retries(f"{method} {path}", once)
@@ -130,8 +142,7 @@ class Transport:
 
     def _authorized(self, method: str, url: str, scopes: tuple[str, ...],
                     headers: Mapping[str, str] | None, body: Callable[[], Body] | None,
-                    params: Mapping[str, str] | None, stream: bool,
-                    oks: frozenset[int]) -> Response:
+                    params: Mapping[str, str] | None, stream: bool) -> Response:
         key = " ".join(sorted(scopes))
         used = self._auth.get(key)
         resp = self._send(method, url, headers, body, params, stream, used)
@@ -149,18 +160,23 @@ class Transport:
                     f"{method} {urlsplit(url).path}: unauthorized after authenticating ({detail})",
                     hint="check PATCHBAKE_REGISTRY_USER/PASSWORD or docker login for this host",
                 )
-        if resp.status_code in oks:
-            return resp
-        detail = registry_error_text(resp)
+        return resp
+
+    @staticmethod
+    def _refusal(method: str, url: str, resp: Response,
+                 transient: frozenset[str]) -> Exception:
+        """The error for an answer outside ``ok``: RetryableError for 408, 429, 5xx and
+        the ``transient`` error codes, else RegistryError."""
+        detail, codes = registry_errors(resp)
         resp.close()
         where = f"{method} {urlsplit(url).path}"
-        if is_retry_status(resp.status_code):
-            raise RetryableError(f"{where}: HTTP {resp.status_code} {detail}",
-                                 retry_after=retry_after_seconds(resp.headers.get("Retry-After")))
+        if is_retry_status(resp.status_code) or codes & transient:
+            return RetryableError(f"{where}: HTTP {resp.status_code} {detail}",
+                                  retry_after=retry_after_seconds(resp.headers.get("Retry-After")))
         if resp.status_code == 403:
-            raise RegistryError(f"{where}: access denied (HTTP 403: {detail})",
-                                hint="the account lacks pull/push rights on this repository")
-        raise RegistryError(f"{where}: HTTP {resp.status_code} {detail}")
+            return RegistryError(f"{where}: access denied (HTTP 403: {detail})",
+                                 hint="the account lacks pull/push rights on this repository")
+        return RegistryError(f"{where}: HTTP {resp.status_code} {detail}")
 
     def _send(self, method: str, url: str, headers: Mapping[str, str] | None,
               body: Callable[[], Body] | None, params: Mapping[str, str] | None,

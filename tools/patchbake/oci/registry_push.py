@@ -167,9 +167,14 @@ class Push:
         return got[0] if got is not None else None
 
     def put_manifest(self, ref: str, data: bytes, media_type: str) -> None:
+        # Every blob it names was just found or put there: a registry that says one is
+        # unknown is another pusher's commit of the same blob rewriting its link file as
+        # the registry reads it (the distribution registry does not write it atomically),
+        # which a moment later reads whole again.
         resp = self.http.request("PUT", f"/v2/{self.r.repo}/manifests/{ref}", body=lambda: data,
                                  headers={"Content-Type": media_type}, ok=(201,),
-                                 scopes=[blobs.push_scope(self.r.repo)])
+                                 scopes=[blobs.push_scope(self.r.repo)],
+                                 transient=("MANIFEST_BLOB_UNKNOWN",))
         resp.close()
 
     def read_back(self, digest: str, data: bytes) -> None:
