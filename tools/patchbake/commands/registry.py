@@ -14,8 +14,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import ui
-from ..digest import Digest
 from ..errors import ImageError
+from ..oci import layout
+from ..oci.media import Descriptor
 from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient, parse_pull_ref
 from ..oci.registry_ref import parse_ref
 from ..store import Store
@@ -32,12 +33,8 @@ PUSH_JSON_VERSION = 1
 def resolve_source(ctx: Ctx, store: Store, source: str) -> str:
     """``sha256:<hex>`` in the store, an image definition (its latest recorded bake) or a
     name in the store's index.json -> manifest digest (the images stage's resolver)."""
-    if source.startswith("sha256:"):  # the push reads and verifies the manifest itself
-        digest = Digest.parse(source, "image", ImageError)
-        if not store.has(digest):
-            raise ImageError(f"manifest {digest} is not in the store at {store.root}",
-                             hint="bake or pull the image first")
-        return digest
+    if source.startswith("sha256:"):
+        return layout.resolve(store, source).digest
     from ..images.refs import store_digest  # reads pipeline.yaml: only for a name
 
     named = store_digest(store, source, ctx.pipeline) if "@" not in source else None
@@ -109,9 +106,6 @@ def pull(ctx: Ctx, ref: str, platform: str = DEFAULT_PLATFORM) -> None:
         res = client.pull_image(store, r, platform=platform, progress=bar.advance)
     for w in res.warnings:
         print(f"patchbake: warning: {w}", file=sys.stderr)
-    from ..oci import layout
-    from ..oci.media import Descriptor
-
     size = store.blob_path(res.digest).stat().st_size
     name = str(r)
     layout.add_ref(store, name, Descriptor(res.media_type, res.digest, size))
