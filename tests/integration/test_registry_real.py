@@ -176,3 +176,47 @@ def test_docker_pulls_what_we_pushed(registry: str, store: Store, docker_engine:
         assert doc["Config"]["Labels"]["patchbake.test"] == "docker-pull"
     finally:
         subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, timeout=60, check=False)
+
+
+def test_cli_push_and_pull_start_without_heavy_imports(registry: str, tmp_path: Path) -> None:
+    """A push or pull process is timed against skopeo: it runs without click, requests
+    (urllib3, charset_normalizer, idna, certifi), rich, yaml, http.client (the email
+    package), ssl, dataclasses or inspect (patchbake.entry)."""
+    home = tmp_path / "home"
+    img = build_image(Store.open(home), "startup")
+    heavy = ("click", "requests", "urllib3", "charset_normalizer", "idna", "certifi", "rich",
+             "yaml", "jinja2", "cryptography", "http.client", "email", "ssl",
+             "encodings.idna", "dataclasses", "inspect")
+    for home_, args in ((home, ["push", img.digest, f"{registry}/pb/startup:1", "--json"]),
+                        (tmp_path / "home2", ["pull", f"{registry}/pb/startup:1", "--json"])):
+        code = ("import sys\nfrom patchbake.entry import main\n"
+                f"rc = main({args!r})\n"
+                f"print(rc, sorted(m for m in {heavy!r} if m in sys.modules), "
+                "file=sys.stderr)")
+        env = {**os.environ, "PATCHBAKE_HOME": str(home_), "PATCHBAKE_NO_PROGRESS": "1"}
+        r = subprocess.run([sys.executable, "-c", code], env=env, check=False,
+                           capture_output=True, text=True, timeout=120)
+        assert r.stderr.splitlines()[-1] == "0 []", r.stderr
+        assert json.loads(r.stdout)["digest"] == img.digest
+
+
+def test_four_pushes_of_one_image_at_once_all_succeed(registry: str, store: Store) -> None:
+    """Concurrent pushers of the same blobs race in the registry (one rewrites a blob's
+    link file as another's manifest is checked against it): every push still succeeds."""
+    import threading
+    import uuid
+
+    img = build_image(store, "race")
+    for _ in range(3):
+        ref = f"{registry}/pb/race-{uuid.uuid4().hex[:8]}:t1"
+        out: list[str] = []
+
+        def one(ref: str = ref, out: list[str] = out) -> None:
+            out.append(RegistryClient(registry).push(store, img.digest, ref).digest)
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert out == [img.digest] * 4

@@ -1,5 +1,5 @@
-"""An in-memory distribution registry mounted into a requests.Session as a transport
-adapter: no sockets, so the registry client's unit tests stay hermetic.
+"""An in-memory distribution registry that the registry client sends its requests to
+(in place of its connection pool): no sockets, so the client's unit tests stay hermetic.
 
 It implements just the endpoints the client uses, records every request, and lets a test
 inject failures (``fail``), auth (``auth``), tampering and a lying Docker-Content-Digest.
@@ -11,16 +11,15 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import requests
 from patchbake.fsutil import canonical_json
+from patchbake.oci.registry_conn import FileBody
+from patchbake.oci.registry_wire import Headers, Response
 from patchbake.store import Store
-from requests.adapters import BaseAdapter
-from requests.structures import CaseInsensitiveDict
 
 HOST = "registry.test"
 REALM = "https://auth.test/token"
@@ -40,7 +39,15 @@ class Seen:
 
 
 @dataclass
-class FakeRegistry(BaseAdapter):  # type: ignore[misc]
+class Request:
+    """What the client sent (the fields the fake answers from)."""
+
+    method: str
+    url: str
+
+
+@dataclass
+class FakeRegistry:
     auth: str | None = None  # None, "bearer" or "basic"
     user: str = "alice"
     password: str = "s3cret"
@@ -60,21 +67,14 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
     break_streams: int = 0  # this many blob GETs die mid-body (connection reset)
     extra_blob_bytes: bytes = b""  # appended to every blob GET answer
 
-    def __post_init__(self) -> None:
-        super().__init__()
-
-    # -- requests adapter --------------------------------------------------------------
-    def close(self) -> None:
-        pass
-
-    def send(self, request: requests.PreparedRequest, **kw: Any) -> requests.Response:
-        parts = urlsplit(request.url or "")
-        body = request.body
-        data = body.read() if hasattr(body, "read") else (body or b"")
-        if isinstance(data, str):
-            data = data.encode()
-        hdrs = {k: str(v) for k, v in request.headers.items()}
-        seen = Seen(request.method or "", parts.path, parse_qs(parts.query), hdrs, len(data))
+    # -- the client's Sender -----------------------------------------------------------
+    def send(self, method: str, url: str, headers: Mapping[str, str],
+             body: bytes | FileBody | None, timeout: tuple[float, float]) -> Response:
+        request = Request(method, url)
+        parts = urlsplit(url)
+        data = body.read() if isinstance(body, FileBody) else (body or b"")
+        hdrs = dict(headers)
+        seen = Seen(method, parts.path, parse_qs(parts.query), hdrs, len(data))
         self.log.append(seen)
         # The client must never use chunked uploads of any kind.
         assert request.method != "PATCH", "chunked PATCH upload used"
@@ -94,17 +94,12 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
                               b'{"errors":[{"code":"UNAUTHORIZED","message":"auth required"}]}')
         return self._route(request, seen, data)
 
-    def _resp(self, request: requests.PreparedRequest, status: int, headers: dict[str, str],
-              body: bytes) -> requests.Response:
-        r = requests.Response()
-        r.status_code = status
-        r.headers = CaseInsensitiveDict(headers)
-        r.headers.setdefault("Content-Length", str(len(body)))
-        r.raw = io.BytesIO(b"" if request.method == "HEAD" else body)
-        r.url = request.url or ""
-        r.request = request
-        r.reason = "fake"
-        return r
+    def _resp(self, request: Request, status: int, headers: dict[str, str],
+              body: bytes) -> Response:
+        hdrs = Headers(headers)
+        hdrs.setdefault("Content-Length", str(len(body)))
+        raw = io.BytesIO(b"" if request.method == "HEAD" else body)
+        return Response(status, "fake", hdrs, request.url, raw)
 
     # -- auth --------------------------------------------------------------------------
     def _authorized(self, header: str) -> bool:
@@ -118,14 +113,14 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
         m = re.match(r"^/v2/(.+)/(blobs|manifests)/", path)
         return f"repository:{m.group(1)}:pull" if m else ""
 
-    def _token(self, request: requests.PreparedRequest, seen: Seen) -> requests.Response:
+    def _token(self, request: Request, seen: Seen) -> Response:
         self.token_requests.append(seen.query)
         return self._resp(request, 200, {"Content-Type": "application/json"},
                           b'{"token":"tok-123"}')
 
     # -- registry ----------------------------------------------------------------------
-    def _route(self, request: requests.PreparedRequest, seen: Seen,
-               data: bytes) -> requests.Response:
+    def _route(self, request: Request, seen: Seen,
+               data: bytes) -> Response:
         path, method, q = seen.path, seen.method, seen.query
         if path == "/v2/":
             return self._resp(request, 200, {}, b"{}")
@@ -140,18 +135,18 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
             if self.tamper_blobs and method == "GET":
                 blob = blob[:-1] + bytes([blob[-1] ^ 1])
             blob += self.extra_blob_bytes if method == "GET" else b""
-            resp = self._resp(request, 200, {"Docker-Content-Digest": m.group(2)}, blob)
             if self.break_streams and method == "GET":
                 self.break_streams -= 1
-                resp.raw = _BrokenRaw(blob[: len(blob) // 2])
-            return resp
+                return Response(200, "fake", Headers({"Content-Length": str(len(blob))}),
+                                request.url, _BrokenRaw(blob[: len(blob) // 2]))
+            return self._resp(request, 200, {"Docker-Content-Digest": m.group(2)}, blob)
         m = re.match(r"^/v2/(.+)/manifests/(.+)$", path)
         if m:
             return self._manifest(request, m.group(1), m.group(2), method, data, seen)
         return self._resp(request, 404, {}, b"")
 
-    def _upload(self, request: requests.PreparedRequest, repo: str, uid: str, method: str,
-                q: dict[str, list[str]], data: bytes) -> requests.Response:
+    def _upload(self, request: Request, repo: str, uid: str, method: str,
+                q: dict[str, list[str]], data: bytes) -> Response:
         if method == "POST":
             if "mount" in q and not self.refuse_mounts:
                 src = self.blobs.get(q["from"][0], {}).get(q["mount"][0])
@@ -174,8 +169,8 @@ class FakeRegistry(BaseAdapter):  # type: ignore[misc]
             return self._resp(request, 201, {}, b"")
         return self._resp(request, 404, {}, b'{"errors":[{"code":"BLOB_UPLOAD_UNKNOWN"}]}')
 
-    def _manifest(self, request: requests.PreparedRequest, repo: str, ref: str, method: str,
-                  data: bytes, seen: Seen) -> requests.Response:
+    def _manifest(self, request: Request, repo: str, ref: str, method: str,
+                  data: bytes, seen: Seen) -> Response:
         store = self.manifests.setdefault(repo, {})
         if method == "PUT":
             stored = data + b" " if self.rewrite_on_put else data
@@ -211,13 +206,11 @@ class _BrokenRaw:
     def __init__(self, head: bytes) -> None:
         self.head = head
 
-    def stream(self, amt: int, decode_content: bool = True) -> Any:
-        from urllib3.exceptions import ProtocolError
-        yield self.head
-        raise ProtocolError("connection reset by peer")
-
-    def close(self) -> None:
-        pass
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            out, self.head = self.head, b""
+            return out
+        raise ConnectionResetError(104, "Connection reset by peer")
 
 
 @dataclass
@@ -257,13 +250,6 @@ def store_image(store: Store, image: Image) -> str:
         store.put_bytes(b)
     store.put_bytes(image.manifest)
     return image.digest
-
-
-def session_for(fake: FakeRegistry) -> requests.Session:
-    s = requests.Session()
-    s.mount("https://", fake)
-    s.mount("http://", fake)
-    return s
 
 
 def json_dump(obj: Any) -> bytes:

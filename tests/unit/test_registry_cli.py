@@ -11,7 +11,7 @@ from patchbake import cli
 from patchbake.commands import registry as cmd
 from patchbake.oci.registry import RegistryClient
 from patchbake.store import Store
-from registry_fake import HOST, FakeRegistry, make_image, session_for, store_image
+from registry_fake import HOST, FakeRegistry, make_image, store_image
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRegistry:
     reg = FakeRegistry()
 
     def factory(host: str, **kw: Any) -> RegistryClient:
-        return RegistryClient(host, session=session_for(reg), sleep=lambda s: None, **kw)
+        return RegistryClient(host, sender=reg, sleep=lambda s: None, **kw)
 
     monkeypatch.setattr(cmd, "RegistryClient", factory)
     monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")

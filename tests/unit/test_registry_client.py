@@ -6,14 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import requests
 from patchbake.errors import ImageError, RegistryError, TagMovedError
 from patchbake.oci.registry import RegistryClient
 from patchbake.oci.registry_auth import Credentials
 from patchbake.oci.registry_blobs import SMALL_BODY
 from patchbake.oci.registry_http import RetryPolicy
 from patchbake.store import Store
-from registry_fake import HOST, FakeRegistry, Seen, make_image, make_index, session_for, store_image
+from registry_fake import HOST, FakeRegistry, Seen, make_image, make_index, store_image
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def client(fake: FakeRegistry, sleeps: list[float], **kw: object) -> RegistryClient:
-    return RegistryClient(HOST, session=session_for(fake), sleep=sleeps.append,
+    return RegistryClient(HOST, sender=fake, sleep=sleeps.append,
                           retry=RetryPolicy(attempts=4), auth=kw.pop("auth", None), **kw)  # type: ignore[arg-type]
 
 
@@ -168,7 +167,7 @@ def test_429_and_transport_errors_back_off(store: Store, sleeps: list[float]) ->
             if calls[0] == 1:
                 return 429, {}, b""
             if calls[0] == 2:
-                raise requests.ConnectionError("connection reset")
+                raise ConnectionResetError(104, "Connection reset by peer")
         return None
 
     fake.fail = fail  # type: ignore[assignment]
@@ -333,6 +332,26 @@ def test_redirect_to_plain_http_elsewhere_is_refused(store: Store, sleeps: list[
     assert not store.has(img.digest)
 
 
+@pytest.mark.parametrize("location", ["http://[::1]@registry.test/x",
+                                      "https://user:pw@registry.test/x"])
+def test_redirect_to_a_url_with_user_info_is_refused(store: Store, sleeps: list[float],
+                                                      location: str) -> None:
+    fake = FakeRegistry()
+    img = make_image()
+    fake.seed_image("app", img, tag="v1")
+
+    def redirect(seen: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if "/blobs/" in seen.path and seen.method == "GET":
+            return 307, {"Location": location}, b""
+        return None
+
+    fake.fail = redirect  # type: ignore[assignment]
+    with pytest.raises(RegistryError, match="refusing") as ei:
+        client(fake, sleeps).pull(store, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 31 and sleeps == []
+    assert not store.has(img.digest)
+
+
 def test_stream_dying_mid_blob_is_retried_cleanly(store: Store, sleeps: list[float]) -> None:
     fake = FakeRegistry(break_streams=1)
     img = make_image(layer_size=3 << 20)
@@ -409,3 +428,49 @@ def test_short_body_under_a_consistent_content_length_is_retried(
     res = client(fake, sleeps).pull_image(store, f"{HOST}/app:v1")
     assert layer in res.fetched and store.read_blob(layer) == img.blobs[layer]
     assert cut["n"] == 2 and list((store.root / "tmp").iterdir()) == []
+
+
+def test_concurrent_first_requests_answer_one_challenge_per_scope(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A push sends its first reads at once; a bearer challenge is still answered once
+    per scope (one token for the ping, one for the repository), not once per request."""
+    monkeypatch.setenv("PATCHBAKE_REGISTRY_CONCURRENCY", "8")
+    fake = FakeRegistry(auth="bearer")
+    img = make_image()
+    digest = store_image(store, img)
+    res = RegistryClient(HOST, sender=fake, sleep=lambda s: None).push(
+        store, digest, f"{HOST}/team/app:v1")
+    assert res.digest == digest and fake.manifests["team/app"]["v1"][0] == img.manifest
+    assert len(fake.token_requests) == 2
+
+
+def test_manifest_put_answered_blob_unknown_is_retried(store: Store, sleeps: list[float]) -> None:
+    """Another pusher committing the same blob rewrites its link file as the registry
+    checks the manifest: the registry says a blob it just confirmed is unknown. Retried."""
+    fake = FakeRegistry()
+    img = make_image()
+    digest = store_image(store, img)
+    fail = {"n": 1}
+
+    def racing(seen: Seen) -> tuple[int, dict[str, str], bytes] | None:
+        if seen.method == "PUT" and "/manifests/" in seen.path and fail["n"]:
+            fail["n"] -= 1
+            return 400, {}, (b'{"errors":[{"code":"DIGEST_INVALID","message":"provided digest '
+                             b'did not match uploaded content"},{"code":"MANIFEST_BLOB_UNKNOWN",'
+                             b'"message":"blob unknown to registry"}]}')
+        return None
+
+    fake.fail = racing  # type: ignore[assignment]
+    res = client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert res.digest == digest and sleeps == [0.5]
+    assert fake.manifests["app"]["v1"][0] == img.manifest
+
+
+def test_other_manifest_refusals_are_not_retried(store: Store, sleeps: list[float]) -> None:
+    fake = FakeRegistry()
+    digest = store_image(store, make_image())
+    fake.fail = lambda s: ((400, {}, b'{"errors":[{"code":"MANIFEST_INVALID","message":"x"}]}')  # type: ignore[assignment]
+                           if s.method == "PUT" and "/manifests/" in s.path else None)
+    with pytest.raises(RegistryError, match="HTTP 400 MANIFEST_INVALID") as ei:
+        client(fake, sleeps).push(store, digest, f"{HOST}/app:v1")
+    assert ei.value.exit_code == 31 and sleeps == []

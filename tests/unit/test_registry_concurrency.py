@@ -7,8 +7,6 @@ import threading
 import time
 
 import pytest
-import requests
-import urllib3
 from patchbake.errors import RegistryError
 from patchbake.oci.registry_blobs import concurrency, each_concurrently
 from patchbake.oci.unreachable import nothing_listens
@@ -64,27 +62,31 @@ def test_concurrency_setting(value: str, want: int, monkeypatch: pytest.MonkeyPa
     assert concurrency() == want
 
 
-def _requests_refused() -> requests.ConnectionError:
-    """The exception chain requests raises for a refused TCP connection."""
+def _refused() -> ConnectionRefusedError:
+    """What http.client raises for a refused TCP connection."""
+    return ConnectionRefusedError(111, "Connection refused")
+
+
+def _refused_wrapped() -> Exception:
+    """A refusal wrapped by another layer (as an HTTP library's own error, chained)."""
     try:
         try:
-            raise ConnectionRefusedError(111, "Connection refused")
+            raise _refused()
         except ConnectionRefusedError as inner:
-            raise urllib3.exceptions.NewConnectionError(
-                None, "Failed to establish a new connection") from inner  # type: ignore[arg-type]
-    except urllib3.exceptions.NewConnectionError as nce:
-        mre = urllib3.exceptions.MaxRetryError(None, "/v2/", nce)  # type: ignore[arg-type]
-        return requests.ConnectionError(mre)
+            raise RuntimeError("Failed to establish a new connection") from inner
+    except RuntimeError as outer:
+        return outer
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:5099/v2/", "http://localhost:5000/v2/",
                                  "http://[::1]:5000/v2/"])
 def test_refused_on_loopback_is_not_transient(url: str) -> None:
-    err = nothing_listens(url, _requests_refused())
-    assert err is not None and err.exit_code == 31
-    assert "nothing listens at" in err.message and "`make services`" in (err.hint or "")
+    for exc in (_refused(), _refused_wrapped()):
+        err = nothing_listens(url, exc)
+        assert err is not None and err.exit_code == 31
+        assert "nothing listens at" in err.message and "`make services`" in (err.hint or "")
 
 
 def test_refused_elsewhere_or_other_failures_stay_retryable() -> None:
-    assert nothing_listens("https://registry.example:443/v2/", _requests_refused()) is None
-    assert nothing_listens("http://127.0.0.1:5000/v2/", requests.Timeout("slow")) is None
+    assert nothing_listens("https://registry.example:443/v2/", _refused()) is None
+    assert nothing_listens("http://127.0.0.1:5000/v2/", TimeoutError("timed out")) is None

@@ -1,55 +1,22 @@
 """Command line: argv -> settings -> one library call -> table or JSON, and an exit code.
 
 Each stage's commands live in ``patchbake.commands.<stage>`` and register themselves here.
+The process starts in ``patchbake.entry``, which runs plain ``push``/``pull`` itself and
+hands everything else to :func:`run_click`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
 import click
 
 from . import __version__
-from .errors import PatchbakeError, UsageError
+from .entry import Ctx as Ctx
+from .entry import fail, guarded, interrupted, terminated
+from .entry import hoist_json
+from .entry import main as main
+from .errors import UsageError
 
-if TYPE_CHECKING:  # imported on first use: --help, --version and push need neither yaml
-    from .config import Lineage, Pipeline
-    from .store import Store
-
-
-@dataclass
-class Ctx:
-    pipeline_path: str | None
-    lineage_key: str | None
-    as_json: bool
-    debug: bool
-    _pipeline: Pipeline | None = field(default=None, repr=False)
-    _store: Store | None = field(default=None, repr=False)
-
-    @property
-    def pipeline(self) -> Pipeline:
-        if self._pipeline is None:
-            from .config import load
-
-            self._pipeline = load(self.pipeline_path)
-        return self._pipeline
-
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            from .store import Store
-
-            self._store = Store.open()
-        return self._store
-
-    def lineage(self) -> Lineage:
-        return self.pipeline.lineage(self.lineage_key)
-
-
+_hoist_json = hoist_json  # the name tests and callers use
 pass_ctx = click.make_pass_decorator(Ctx)
 _JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
 
@@ -139,104 +106,25 @@ def _register() -> None:
     _load_all()
 
 
-def _hoist_json(args: list[str]) -> list[str]:
-    """``--json`` is accepted anywhere (``patchbake series verify --json`` as well as
-    ``patchbake --json series verify``): it becomes the global flag every command reads."""
-    if "--" in args:
-        cut = args.index("--")
-        head, tail = args[:cut], args[cut:]
-    else:
-        head, tail = args, []
-    if "--json" not in head:
-        return args
-    return ["--json", *[a for a in head if a != "--json"], *tail]
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, CI cancellation): unwinds like Ctrl-C, so every ``finally``
-    and context manager removes its staging; the exit status is 143."""
-
-
-_terminated: list[int] = []
-
-
-def _on_sigterm(signum: int, _frame: Any) -> None:
-    if not _terminated:  # a second TERM during clean-up does not cut the clean-up short
-        _terminated.append(signum)
-        raise Terminated()
-
-
-def _fail(exc: PatchbakeError | None, as_json: bool, *, cls: str = "", code: int = 1,
-          message: str = "") -> int:
-    """One line on stderr for people; under --json the error as JSON on stderr."""
-    if exc is not None:
-        cls, code, message = type(exc).__name__, exc.exit_code, exc.message
-    hint = exc.hint if exc is not None else None
-    if as_json:
-        from .ui import FORMAT_VERSION
-
-        doc = {"format_version": FORMAT_VERSION, "error": {
-            "class": cls, "code": code, "message": " ".join(message.split()), "hint": hint}}
-        sys.stderr.write(json.dumps(doc, sort_keys=True) + "\n")
-    else:
-        line = exc.one_line() if exc is not None else " ".join(message.split())
-        print(f"patchbake: error: {line}", file=sys.stderr)
-    return code
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _hoist_json(list(sys.argv[1:] if argv is None else argv))
-    debug = "--debug" in args or bool(os.environ.get("PATCHBAKE_DEBUG"))
-    as_json = bool(args) and args[0] == "--json"
-    import signal
-
-    if argv is None:  # the real process, not a test calling main() in-process
-        signal.signal(signal.SIGTERM, _on_sigterm)
+def run_click(args: list[str], debug: bool, as_json: bool) -> int:
+    """Parse and run ``args`` with click; usage errors and aborts as one line."""
     try:
-        return _main(args, debug, as_json)
-    except OSError as exc:
-        from .store import write_failure
-
-        err = write_failure(exc, "a file")
-        if err is None:
-            raise
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        return _fail(err, as_json)
-
-
-def _main(args: list[str], debug: bool, as_json: bool) -> int:
-    try:
-        main_group.main(args=args, prog_name="patchbake", standalone_mode=False)
-        return 0
-    except PatchbakeError as exc:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        return _fail(exc, as_json)
+        return guarded(lambda: main_group.main(args=args, prog_name="patchbake",
+                                               standalone_mode=False), debug, as_json)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
         hint = None
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             hint = f"see `{exc.ctx.command_path} --help`"
-        return _fail(UsageError(exc.format_message(), hint=hint), as_json)
+        return fail(UsageError(exc.format_message(), hint=hint), as_json)
     except click.exceptions.Abort:
-        if _terminated:
-            return _fail(None, as_json, cls="Terminated", code=143,
-                         message="terminated (SIGTERM); partial work removed")
-        return _fail(None, as_json, cls="Aborted", code=130, message="aborted")
+        return interrupted(as_json)
     except KeyboardInterrupt:
-        return 143 if _terminated else 130
-    except RecursionError:  # json.loads of a crafted input; readers that know it say which
-        from .errors import InputLimitError
-
-        return _fail(InputLimitError("an input (JSON or YAML) is nested too deeply to read; "
-                                     "refusing it"), as_json)
+        return 143 if terminated() else 130
 
 
 if __name__ == "__main__":
+    import sys
+
     sys.exit(main())

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,6 +98,8 @@ def staging_owner(name: str) -> int | None:
 def _sweep_siblings(target: Path) -> None:
     """Remove ``.<name>.<pid>.<r>.tmp`` left beside ``target`` by a writer that died."""
     try:
+        import glob
+
         stale = list(target.parent.glob(f".{glob.escape(target.name)}.*.tmp"))
     except OSError:
         return
@@ -118,6 +118,8 @@ def atomic_writer(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[B
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     _sweep_siblings(target)
+    import tempfile  # where used: a push or pull's start-up does without it
+
     # the pid in the name lets `patchbake store gc` tell a crash's leftovers from a live write
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
                                dir=target.parent)

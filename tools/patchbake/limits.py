@@ -10,15 +10,18 @@ InputLimitError (15) for YAML/JSON, DeadlineError (16) for the network budget.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 from .errors import ConfigError
 
 MiB = 1 << 20
 
 
-@dataclass(frozen=True)
-class Limits:
+# A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with
+# inspect, a sixth of a short push's start-up; see patchbake.entry).
+class Limits(NamedTuple):
+    """The caps in force (defaults, or ``PATCHBAKE_<FIELD>`` overrides)."""
+
     # extraction (sources/extract.py)
     extract_total_bytes: int = 2048 * MiB
     extract_members: int = 100_000
@@ -41,22 +44,22 @@ class Limits:
 
 
 # field -> environment variable
-ENV = {f.name: "PATCHBAKE_" + f.name.upper() for f in fields(Limits)}
+ENV = {name: "PATCHBAKE_" + name.upper() for name in Limits._fields}
 
 
 def current() -> Limits:
     """The defaults, with any ``PATCHBAKE_<FIELD>`` environment override applied."""
     kw: dict[str, int | float] = {}
-    for f in fields(Limits):
-        raw = os.environ.get(ENV[f.name])
+    for name in Limits._fields:
+        raw = os.environ.get(ENV[name])
         if raw is None or raw == "":
             continue
-        typ = float if f.type in ("float", float) else int
+        typ = float if isinstance(Limits._field_defaults[name], float) else int
         try:
             value = typ(raw)
         except ValueError:
-            raise ConfigError(f"{ENV[f.name]}={raw!r} is not a number") from None
+            raise ConfigError(f"{ENV[name]}={raw!r} is not a number") from None
         if value <= 0:
-            raise ConfigError(f"{ENV[f.name]}={raw!r} must be positive")
-        kw[f.name] = value
+            raise ConfigError(f"{ENV[name]}={raw!r} must be positive")
+        kw[name] = value
     return Limits(**kw)  # type: ignore[arg-type]

@@ -21,12 +21,10 @@ The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
 
 from __future__ import annotations
 
-import email.utils
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from . import limits
 from .errors import DeadlineError, PatchbakeError
@@ -39,8 +37,11 @@ def is_retry_status(status: int) -> bool:
     return status in RETRY_STATUS
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+# NamedTuple and a plain class, not dataclasses: `patchbake push`/`pull` import no
+# dataclasses (with inspect, a sixth of a short push's start-up; see patchbake.entry).
+class RetryPolicy(NamedTuple):
+    """How often, how long and how patiently one operation's requests are retried."""
+
     attempts: int = 5  # total tries, the first included
     backoff_s: float = 0.5  # first wait; doubles each retry
     max_backoff_s: float = 8.0
@@ -76,6 +77,8 @@ def retry_after_seconds(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    import email.utils  # an HTTP date: rare, and the email package is slow to import
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
@@ -93,23 +96,28 @@ class Retryable(Exception):
         self.retry_after = retry_after
 
 
-@dataclass
 class Budget:
     """One operation's deadline and request count, shared by all its retry loops."""
 
-    what: str
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
-    max_requests: int = 0
-    requests: int = 0
-    started: float = 0.0
-    # Blobs move on several threads at once: the request count is shared (under a lock),
-    # the nesting of retrying() loops is each thread's own (one thread's outer loop must
-    # not stop another thread's loop from retrying).
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    _local: threading.local = field(default_factory=threading.local, repr=False,
-                                    compare=False)
+    def __init__(self, what: str, policy: RetryPolicy | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, max_requests: int = 0) -> None:
+        self.what = what
+        self.policy = policy if policy is not None else RetryPolicy()
+        self.clock = clock
+        self.sleep = sleep
+        self.requests = 0
+        self.started = clock()
+        self.max_requests = max_requests or self.policy.requests_base
+        # Blobs move on several threads at once: the request count is shared (under a
+        # lock), the nesting of retrying() loops is each thread's own (one thread's outer
+        # loop must not stop another thread's loop from retrying).
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return (f"Budget({self.what!r}, requests={self.requests}/{self.max_requests}, "
+                f"left_s={self.left_s():.1f})")
 
     @property
     def depth(self) -> int:
@@ -118,11 +126,6 @@ class Budget:
     @depth.setter
     def depth(self, value: int) -> None:
         self._local.depth = value
-
-    def __post_init__(self) -> None:
-        self.started = self.clock()
-        if not self.max_requests:
-            self.max_requests = self.policy.requests_base
 
     def allow_blobs(self, n: int) -> None:
         """Widen the request budget for an operation that moves ``n`` more blobs."""

@@ -22,16 +22,11 @@ import fcntl
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
-
-import platformdirs
+from typing import BinaryIO, NamedTuple
 
 from .digest import hex_of
 from .errors import IntegrityError, PatchbakeError, StoreError
@@ -70,6 +65,8 @@ def is_litter(path: Path, now: float | None = None) -> bool:
 
 def remove_entry(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
+        import shutil  # shutil and tempfile are imported where used: a push's start-up
+
         shutil.rmtree(path, ignore_errors=True)
     else:
         try:
@@ -82,6 +79,8 @@ def default_root() -> Path:
     env = os.environ.get("PATCHBAKE_HOME")
     if env:
         return Path(env).expanduser()
+    import platformdirs  # only without PATCHBAKE_HOME: a short command's start-up skips it
+
     return Path(platformdirs.user_cache_dir("patchbake"))
 
 
@@ -94,8 +93,11 @@ def _check_hex(digest: str) -> str:
                              "digits)") from None
 
 
-@dataclass(frozen=True)
-class Store:
+# A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with
+# inspect, a sixth of a short push's start-up; see patchbake.entry).
+class Store(NamedTuple):
+    """The content-addressed store at ``root``."""
+
     root: Path
 
     @classmethod
@@ -154,6 +156,8 @@ class Store:
 
     def tmpdir(self, prefix: str = "tmp") -> Path:
         try:
+            import tempfile
+
             return Path(tempfile.mkdtemp(prefix=f"{prefix}.{os.getpid()}.",
                                          dir=self.root / "tmp"))
         except OSError as exc:
@@ -192,6 +196,8 @@ class Store:
     def put_stream(self, chunks: Iterable[bytes], expected: str | None = None) -> str:
         """Store a stream; verify ``expected`` before the blob becomes visible."""
         want = _check_hex(expected) if expected else None
+        import tempfile
+
         try:
             fd, tmp = tempfile.mkstemp(prefix=f"blob.{os.getpid()}.", dir=self.root / "tmp")
         except OSError as exc:
@@ -253,6 +259,8 @@ class Store:
 
     def publish_tree(self, staging: Path, key: str) -> Path:
         """Move a fully built staging directory into place under ``key`` (atomic rename)."""
+        import shutil
+
         dest = self.tree_path(key)
         if dest.exists():
             shutil.rmtree(staging, ignore_errors=True)

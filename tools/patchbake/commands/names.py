@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +37,8 @@ def suggestion(ctx: Ctx, ref: str) -> str | None:
     known = known_image_names(ctx)
     if name in known:
         return None
+    import difflib
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return close[0] if close else None
 
@@ -53,6 +54,8 @@ def require_known(ctx: Ctx, ref: str) -> None:
     known = known_image_names(ctx)
     if ref in known:
         return
+    import difflib
+
     close = difflib.get_close_matches(ref, known, n=1, cutoff=0.6)
     raise ImageError(f"cannot resolve image reference '{ref}': no image definition or store "
                      "image has that name",

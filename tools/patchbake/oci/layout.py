@@ -23,16 +23,17 @@ move live in registries and are guarded there).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
 from . import gojson
-from .image import Blobs, parse_json, read_checked
 from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
+
+if TYPE_CHECKING:  # .image is imported where an index is walked: push/pull never do
+    from .image import Blobs
 
 REF_NAME = "org.opencontainers.image.ref.name"
 LAYOUT_VERSION = b'{"imageLayoutVersion":"1.0.0"}'
@@ -140,16 +141,16 @@ DEFAULT_PLATFORM = "linux/amd64"
 _MAX_NESTING = 4
 
 
-@dataclass(frozen=True)
-class Chosen:
+# NamedTuples, not dataclasses: `patchbake push`/`pull` import no dataclasses (with inspect,
+# a sixth of a short push's start-up; see patchbake.entry).
+class Chosen(NamedTuple):
     """The manifest a layout reference stands for, and why that one (shown by verify)."""
 
     digest: str
     why: str
 
 
-@dataclass(frozen=True)
-class _Candidate:
+class _Candidate(NamedTuple):
     digest: str
     platform: str | None  # from the index descriptor; None: look in the config
     name: str | None  # org.opencontainers.image.ref.name
@@ -166,6 +167,8 @@ def _platform_text(plat: Any) -> str | None:
 
 def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
                 inherited: str | None) -> list[_Candidate]:
+    from .image import parse_json, read_checked
+
     if not isinstance(manifests, list):
         raise ImageError(f"{where} has no 'manifests' list")
     out: list[_Candidate] = []
@@ -188,6 +191,8 @@ def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
 
 def _config_platform(blobs: Blobs, digest: str) -> str:
     """os/arch[/variant] from the manifest's config, for descriptors that carry none."""
+    from .image import parse_json, read_checked
+
     mbytes = read_checked(blobs, digest, None, "manifest")
     cdesc = Descriptor.from_json(parse_json(mbytes, f"manifest {digest}", gojson.MANIFEST)
                                  .get("config"), f"manifest {digest} config")

@@ -19,50 +19,35 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
-import requests
-
 from ..digest import Digest
-from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
+from ..errors import RegistryError, StoreError
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
-from .registry_auth import Credentials, credentials_for
 from .registry_blobs import Progress
-from .registry_http import RetryPolicy, Transport
-from .registry_manifest import (
-    MANIFEST_ACCEPT,
-    MAX_MANIFEST_BYTES,
-    Descriptor,
-    Manifest,
-    parse_manifest,
-    select_platform,
-)
+from .registry_http import RetryPolicy, Sender, Transport
+from .registry_manifest import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, parse_manifest, select_platform
+from .registry_push import Push, PushResult
 from .registry_ref import DEFAULT_REGISTRY_ENV, RegistryRef, base_url, parse_ref
+
+__all__ = ["DEFAULT_PLATFORM", "PullResult", "PushResult", "RegistryClient", "parse_pull_ref",
+           "pull", "push"]
+
+if TYPE_CHECKING:  # credentials are looked up only when a registry challenges
+    from .registry_auth import Credentials
 
 DEFAULT_PLATFORM = "linux/amd64"
 
 
-@dataclass(frozen=True)
-class PushResult:
-    ref: str  # the destination as given (tag and/or digest)
-    digest: str  # manifest (or index) digest now in the registry
-    media_type: str
-    uploaded: tuple[str, ...]  # blob digests sent
-    mounted: tuple[str, ...]  # blob digests mounted from another repository
-    skipped: tuple[str, ...]  # blob digests the repository already held
-    manifests: tuple[str, ...]  # manifest digests put (index children first)
-    tag_existed: bool = False  # the tag already pointed at this digest
-    bytes_uploaded: int = 0
-    warnings: tuple[str, ...] = ()  # optional local writes that were skipped
-    requests: int = 0  # HTTP requests sent (retries included)
+# NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
+# a sixth of a short push's start-up; see patchbake.entry).
+class PullResult(NamedTuple):
+    """What a pull fetched and stored."""
 
-
-@dataclass(frozen=True)
-class PullResult:
     ref: str
     digest: str  # the image manifest stored (the platform's, for an index)
     media_type: str
@@ -80,32 +65,18 @@ def _sha(data: bytes) -> str:
     return Digest.of(data)
 
 
-@dataclass
-class _PushTally:
-    uploaded: list[str] = field(default_factory=list)
-    mounted: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    nbytes: int = 0
-
-    def merge(self, other: _PushTally) -> None:
-        self.uploaded += other.uploaded
-        self.mounted += other.mounted
-        self.skipped += other.skipped
-        self.nbytes += other.nbytes
-
-
 class RegistryClient:
     """A client for one registry host (``127.0.0.1:5000`` or ``https://host``)."""
 
     def __init__(self, base_url_or_host: str, *, insecure_loopback_http: bool = True,
-                 auth: Credentials | None = None, session: requests.Session | None = None,
+                 auth: Credentials | None = None, sender: Sender | None = None,
                  retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
                  record_mounts: bool = True) -> None:
         self.base = base_url(base_url_or_host, insecure_loopback_http=insecure_loopback_http)
         self.host = urlsplit(self.base).netloc.lower()
         host = self.host
-        creds = auth if auth is not None else (lambda: credentials_for(host))
-        self.http = Transport(self.base, session=session, credentials=creds, retry=retry,
+        creds = auth if auth is not None else (lambda: _credentials_for(host))
+        self.http = Transport(self.base, sender=sender, credentials=creds, retry=retry,
                               sleep=sleep, insecure_loopback_http=insecure_loopback_http)
         self.record_mounts = record_mounts
         self._pinged = False
@@ -204,124 +175,21 @@ class RegistryClient:
                                 f"{_sha(data)}; nothing was stored")
         return data
 
-    def _push_blob(self, store: Store, repo: str, desc: Descriptor, mount_from: Sequence[str],
-                   tally: _PushTally, progress: Progress | None) -> None:
-        if blobs.blob_present(self.http, repo, desc):
-            tally.skipped.append(desc.digest)
-            return
-        if not store.has(desc.digest):
-            raise ImageError(
-                f"blob {desc.digest} is neither in {self.host}/{repo} nor in the local store",
-                hint="pull the image (or its base) into the store first, or pass --mount-from "
-                     "a repository on this registry that holds it",
-            )
-        known = registry_record.repos_holding(store, self.host, desc.digest)
-        sources = blobs.mount_sources(mount_from, known, repo)
-        session = blobs.try_mount(self.http, repo, desc, sources[0]) if sources else ""
-        if session is None:
-            tally.mounted.append(desc.digest)
-            return
-        blobs.upload_blob(self.http, store, repo, desc, session, progress)
-        tally.uploaded.append(desc.digest)
-        tally.nbytes += desc.size
-
     # -- push --------------------------------------------------------------------------
-    def _local_manifest(self, store: Store, digest: str) -> tuple[bytes, Manifest]:
-        try:
-            data = store.read_blob(digest)
-        except StoreError as exc:
-            raise ImageError(f"manifest {digest} is not in the local store at {store.root}",
-                             hint="bake or pull the image first") from exc
-        if _sha(data) != digest:
-            raise IntegrityError(f"the store's copy of {digest} hashes to {_sha(data)}",
-                                 hint="the store is damaged; run a store fsck")
-        return data, parse_manifest(data)
-
-    def _check_tag(self, r: RegistryRef, digest: str) -> bool:
-        """True if the tag already names ``digest``; TagMovedError if it names another."""
-        assert r.tag
-        got = self._fetch_manifest(r, r.tag, push_scope=True, missing_ok=True)
-        if got is None:
-            return False
-        current = _sha(got[0])
-        if current != digest:
-            raise TagMovedError(
-                f"{r.host}/{r.repo}:{r.tag} already points to {current}; refusing to move it "
-                f"to {digest}; nothing was pushed",
-                hint="tags never move: push under a new tag, or by digest",
-            )
-        return True
-
-    def _put_manifest(self, repo: str, digest: str, data: bytes, media_type: str) -> bool:
-        """PUT by digest unless already there; read back and compare. True if it was put."""
-        existing = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
-                                        push_scope=True, missing_ok=True)
-        if existing is not None and existing[0] == data:
-            return False
-        resp = self.http.request("PUT", f"/v2/{repo}/manifests/{digest}", body=lambda: data,
-                                 headers={"Content-Type": media_type}, ok=(201,),
-                                 scopes=[blobs.push_scope(repo)])
-        resp.close()
-        back = self._fetch_manifest(RegistryRef(self.host, repo, None, digest), digest,
-                                    push_scope=True)
-        if back is None or back[0] != data:
-            raise RegistryError(
-                f"reading {repo}@{digest} back gave different bytes than were pushed",
-                hint="the registry rewrote the manifest; do not tag or release it",
-            )
-        return True
-
     def push(self, store: Store, manifest_digest: str, ref: str | RegistryRef, *,
              mount_from: Iterable[str] = (), progress: Progress | None = None) -> PushResult:
-        """Push the image (or index) ``manifest_digest`` from ``store`` to ``ref``."""
+        """Push the image (or index) ``manifest_digest`` from ``store`` to ``ref``
+        (``registry_push`` says how)."""
         r = self._ref(ref)
         if r.digest and r.digest != manifest_digest:
             raise RegistryError(f"destination {r} names {r.digest}, the image is {manifest_digest}")
-        top, top_m = self._local_manifest(store, manifest_digest)
-        plan: list[tuple[str, bytes, Manifest]] = []
-        for child in top_m.manifests:
-            cdata, cm = self._local_manifest(store, child.digest)
-            plan.append((child.digest, cdata, cm))
-        plan.append((manifest_digest, top, top_m))
-        nblobs = len({b.digest for _, _, m in plan for b in m.blobs}) + len(plan)
-        self.http.begin(f"push of {manifest_digest} to {r}", blobs=nblobs)
+        job = Push(self, store, manifest_digest, r, list(mount_from), progress)
+        self.http.begin(f"push of {manifest_digest} to {r}", blobs=job.blobs_moved)
         self._in_op = True
         try:
-            return self._push(store, manifest_digest, r, plan, top, top_m,
-                              list(mount_from), progress)
+            return job.run()
         finally:
             self._in_op = False
-
-    def _push(self, store: Store, manifest_digest: str, r: RegistryRef,
-              plan: list[tuple[str, bytes, Manifest]], top: bytes, top_m: Manifest,
-              mount_from: list[str], progress: Progress | None) -> PushResult:
-        self.ping()
-        tag_existed = self._check_tag(r, manifest_digest) if r.tag else False
-        tally = _PushTally()
-        wanted = {b.digest: b for _, _, m in plan for b in m.blobs if not b.urls}
-
-        def one(desc: Descriptor) -> _PushTally:  # blobs are independent: sent concurrently
-            part = _PushTally()
-            self._push_blob(store, r.repo, desc, list(mount_from), part, progress)
-            return part
-
-        for part in blobs.each_concurrently(one, list(wanted.values())):
-            tally.merge(part)
-        put = [d for d, data, m in plan if self._put_manifest(r.repo, d, data, m.media_type)]
-        if r.tag and not tag_existed:
-            # Re-check just before tagging: another pusher may have taken the tag meanwhile.
-            if not self._check_tag(r, manifest_digest):
-                resp = self.http.request("PUT", f"/v2/{r.repo}/manifests/{r.tag}",
-                                         body=lambda: top, ok=(201,),
-                                         headers={"Content-Type": top_m.media_type},
-                                         scopes=[blobs.push_scope(r.repo)])
-                resp.close()
-            if not self._check_tag(r, manifest_digest):
-                raise RegistryError(f"{r.host}/{r.repo}:{r.tag} does not resolve after tagging")
-        warnings = self._note_blobs(store, r.repo, wanted)
-        return PushResult(str(r), manifest_digest, top_m.media_type, tuple(tally.uploaded),
-                          tuple(tally.mounted), tuple(tally.skipped), tuple(put),
-                          tag_existed, tally.nbytes, warnings, self.http.requests_sent)
 
     # -- pull --------------------------------------------------------------------------
     def pull_image(self, store: Store, ref: str | RegistryRef, *,
@@ -376,6 +244,12 @@ class RegistryClient:
              layers: bool = True) -> str:
         """Pull ``ref`` into ``store``; returns the (platform's) image manifest digest."""
         return self.pull_image(store, ref, platform=platform, layers=layers).digest
+
+
+def _credentials_for(host: str) -> Credentials | None:
+    from .registry_auth import credentials_for
+
+    return credentials_for(host)
 
 
 def push(store: Store, manifest_digest: str, ref: str, **kw: object) -> PushResult:

@@ -2,7 +2,9 @@
 
 Uploads are one POST (open a session) and one PUT carrying the whole body with
 ``?digest=``; a body always has a Content-Length, so neither a chunked PATCH nor a chunked
-transfer encoding is ever used. A failed upload opens a fresh session rather than
+transfer encoding is ever used. A large blob goes from the store file to the socket with
+``sendfile(2)``; its bytes are not re-hashed here, since the store names them by their
+sha256 and the registry checks the ``?digest=`` before it accepts them. A failed upload opens a fresh session rather than
 replaying into one the registry may have half-written.
 
 Fetches overlap the socket read with hashing and writing (a reader thread feeds a small
@@ -20,16 +22,15 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, TypeVar
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
-
-import requests
+from typing import TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import IntegrityError, RegistryError
 from ..fsutil import CHUNK
 from ..store import Store
-from .registry_http import TRANSPORT_ERRORS, RetryableError, Transport
+from .registry_http import TRANSPORT_ERRORS, FileBody, Response, RetryableError, Transport
 from .registry_manifest import Descriptor
+from .registry_ref import resolve_location
 
 SMALL_BODY = 1 << 20  # blobs below this are sent from memory
 PREFETCH_DEPTH = 8  # chunks (of CHUNK bytes) read ahead of the hash+write side
@@ -96,7 +97,7 @@ def push_scope(repo: str) -> str:
     return f"repository:{repo}:pull,push"
 
 
-def read_capped(resp: requests.Response, limit: int, what: str) -> bytes:
+def read_capped(resp: Response, limit: int, what: str) -> bytes:
     """The whole body, refusing more than ``limit`` bytes (a manifest, a config)."""
     buf = bytearray()
     try:
@@ -109,27 +110,6 @@ def read_capped(resp: requests.Response, limit: int, what: str) -> bytes:
     finally:
         resp.close()
     return bytes(buf)
-
-
-class CountingReader:
-    """A file body with a length (so requests sends Content-Length, never chunked)
-    that reports progress as http.client reads it."""
-
-    def __init__(self, f: IO[bytes], size: int, progress: Progress | None) -> None:
-        self._f, self._size, self._progress = f, size, progress
-
-    def __len__(self) -> int:
-        return self._size
-
-    def read(self, n: int = -1) -> bytes:
-        # http.client asks for small blocks; bigger reads mean far fewer syscalls.
-        data = self._f.read(max(n, CHUNK) if n > 0 else n)
-        if self._progress and data:
-            self._progress(len(data))
-        return data
-
-    def close(self) -> None:
-        self._f.close()
 
 
 def _prefetch(chunks: Iterable[bytes], depth: int = PREFETCH_DEPTH) -> Iterator[bytes]:
@@ -174,7 +154,7 @@ def fetch_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
                progress: Progress | None = None) -> int:
     """Stream one blob into the store, verified by size and sha256; returns bytes read."""
 
-    def body(resp: requests.Response, count: list[int]) -> Iterator[bytes]:
+    def body(resp: Response, count: list[int]) -> Iterator[bytes]:
         try:
             for chunk in _prefetch(resp.iter_content(CHUNK)):
                 http.budget.check()
@@ -224,11 +204,11 @@ def blob_present(http: Transport, repo: str, desc: Descriptor) -> bool:
     return True
 
 
-def _location(resp: requests.Response) -> str:
+def _location(resp: Response) -> str:
     loc = resp.headers.get("Location")
     if not loc:
         raise RegistryError("the registry opened an upload without a Location header")
-    return urljoin(resp.url, loc)
+    return resolve_location(resp.url, loc, "upload location")
 
 
 def _add_query(url: str, **params: str) -> str:
@@ -252,13 +232,13 @@ def upload_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
     """Monolithic upload of a store blob, in ``session_url`` if one is already open."""
     urls = [session_url] if session_url else []
 
-    def open_body() -> bytes | CountingReader:
+    def open_body() -> bytes | FileBody:
         if desc.size < SMALL_BODY:
             data = store.read_blob(desc.digest)
             if progress:
                 progress(len(data))
             return data
-        return CountingReader(store.open_blob(desc.digest), desc.size, progress)
+        return FileBody(store.open_blob(desc.digest), desc.size, progress)
 
     def attempt() -> None:
         url = urls.pop() if urls else None
@@ -268,7 +248,7 @@ def upload_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
             resp.close()
             url = _location(resp)
         resp = http.request("PUT", _add_query(url, digest=desc.digest),
-                            body=open_body, ok=(201,),  # type: ignore[arg-type]
+                            body=open_body, ok=(201,),
                             headers={"Content-Type": "application/octet-stream"},
                             scopes=[push_scope(repo)], retry=False)
         resp.close()

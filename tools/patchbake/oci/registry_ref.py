@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from typing import NamedTuple
+from urllib.parse import urljoin, urlsplit
 
 from ..digest import is_digest
 from ..errors import RegistryError, UsageError
@@ -23,8 +23,9 @@ TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _HOST_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
 
 
-@dataclass(frozen=True)
-class RegistryRef:
+# NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
+# a sixth of a short push's start-up; see patchbake.entry).
+class RegistryRef(NamedTuple):
     """One parsed reference. ``tag`` and ``digest`` may both be set (``repo:tag@sha256:..``)."""
 
     host: str
@@ -155,12 +156,14 @@ def base_url(host_or_url: str, *, insecure_loopback_http: bool = True) -> str:
     return f"http://{host}" if is_loopback(host) and insecure_loopback_http else f"https://{host}"
 
 
-def _url_host(url: str) -> tuple[str, str]:
-    """(scheme, host) of ``url`` as the HTTP stack will connect, refusing what two parsers
-    could read differently: user info (``http://[::1]@host/``), backslashes, whitespace,
-    control characters, a host our parser and urllib3's disagree on."""
-    import urllib3.util
+_URL_NETLOC_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::[0-9]{1,5})?$")
 
+
+def _url_host(url: str) -> tuple[str, str]:
+    """(scheme, host) of ``url``, which is where the connection goes (the HTTP stack
+    connects to this parse's host and port, and to nothing else). Refused: what parsers
+    could read differently, or a person misread: user info (``http://[::1]@host/``),
+    backslashes, whitespace, control characters, a host[:port] that is not plain."""
     if any(c in url for c in "\\ \t\r\n") or any(ord(c) < 32 or ord(c) == 127 for c in url):
         raise RegistryError(f"refusing URL with whitespace, control characters or backslashes: "
                             f"{url!r:.120}")
@@ -168,17 +171,28 @@ def _url_host(url: str) -> tuple[str, str]:
         parts = urlsplit(url)
         hostname = parts.hostname or ""
         ours = parts.netloc
-        theirs = urllib3.util.parse_url(url)
+        _ = parts.port  # a port that is not a number is a ValueError here
     except ValueError as exc:
         raise RegistryError(f"refusing malformed URL {url!r:.120}: {exc}") from None
-    if "@" in ours or parts.username is not None or theirs.auth:
+    if "@" in ours or parts.username is not None:
         raise RegistryError(f"refusing URL with user info (credentials or '@') in it: "
                             f"{parts.scheme}://…@{hostname}",
                             hint="credentials come from PATCHBAKE_REGISTRY_USER/PASSWORD or "
                                  "docker login, never from a URL")
-    if (theirs.host or "").strip("[]").lower() != hostname.lower():
-        raise RegistryError(f"refusing URL whose host parsers disagree on: {url!r:.120}")
+    if ours and not _URL_NETLOC_RE.match(ours):
+        raise RegistryError(f"refusing URL whose host is not a plain host[:port]: {url!r:.120}")
     return parts.scheme.lower(), hostname.lower()
+
+
+def resolve_location(base: str, location: str, what: str) -> str:
+    """A ``Location`` header against the URL that answered it; one the URL parser refuses
+    (``http://[::1]@host/``: a bracketed "host" that is none) is refused here, as the
+    transport policy refuses what it cannot read one way only."""
+    try:
+        return urljoin(base, location)
+    except ValueError as exc:
+        raise RegistryError(f"refusing {what} to a malformed URL {location!r:.120}: "
+                            f"{exc}") from None
 
 
 def check_url_allowed(url: str, *, insecure_loopback_http: bool = True) -> None:
