@@ -81,7 +81,69 @@ def _hunk_mismatch(path: str, k: int, h: Hunk, lines: list[bytes], pos: int,
     return _err("context", f"{where} does not match at line {pos + 1}")
 
 
+def _at_offsets(hunks: list[Hunk], data: bytes) -> bytes | None:
+    """What :func:`apply_hunks` returns, found by byte searches, or None to let it decide.
+
+    Each hunk's pre-image (its lines joined) is searched for with ``bytes.find`` from the
+    end of the previous hunk, and newlines are counted (``bytes.count``) to know which
+    line an occurrence starts: the file is neither split into lines nor joined again.
+    An occurrence that starts line ``pos`` holds exactly the hunk's old lines there
+    (each but the last ends in its only newline; a last one without a newline must end
+    the file), which is :func:`apply_hunks`' test; the first occurrence at or past that
+    line is the one at it if there is one. Whatever is not plainly a match (no
+    occurrence at the line, a count that disagrees with the lines, overlapping or
+    misplaced hunks) returns None, so every refusal and its message stay
+    :func:`apply_hunks`' own.
+    """
+    parts: list[bytes] = []
+    off = line = emitted = 0  # byte offset and line number of the cursor; lines out
+    for h in hunks:
+        pos = h.old_start - 1 if h.old_count else h.old_start
+        want_new = h.new_start - 1 if h.new_count else h.new_start
+        if len(h.old) != h.old_count:
+            return None
+        old = b"".join(h.old)
+        open_end = bool(h.old) and not h.old[-1].endswith(b"\n")
+        if old.count(b"\n") != len(h.old) - open_end or (open_end and not h.old[-1]):
+            return None  # not a block of whole lines (a line without its newline, not last)
+        at = off if not old and pos == line else _find_at_line(data, old, off, line, pos)
+        if at is None or (open_end and at + len(old) != len(data)):
+            return None
+        parts.append(data[off:at])
+        emitted += pos - line
+        if emitted != want_new:
+            return None
+        parts.append(b"".join(h.new))
+        emitted += len(h.new)
+        off, line = at + len(old), pos + h.old_count
+    parts.append(data[off:])
+    return b"".join(parts)
+
+
+def _find_at_line(data: bytes, block: bytes, off: int, line: int, pos: int) -> int | None:
+    """The offset where ``block`` starts line ``pos`` of ``data``, searching from ``off``
+    (the start of line ``line``); None when it does not start there."""
+    if not block:
+        return None
+    at = data.find(block, off)
+    seen = line
+    while at >= 0:
+        seen += data.count(b"\n", off, at)  # the line ``at`` is on
+        if seen >= pos:
+            break
+        off, at = at, data.find(block, at + 1)
+    if at < 0 or seen != pos or (at and data[at - 1] != 10):
+        return None  # the first occurrence on or past line pos does not start it
+    return at
+
+
+# False leaves every apply to the line-list walk (the equivalence tests compare both)
+_FAST = True
+
+
 def apply_hunks(path: str, hunks: list[Hunk], data: bytes) -> bytes:
+    if _FAST and (fast := _at_offsets(hunks, data)) is not None:
+        return fast
     lines = split_lines(data)
     out: list[bytes] = []
     cursor = 0

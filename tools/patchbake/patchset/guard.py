@@ -81,7 +81,31 @@ _WS_TRAIL = re.compile(rb"[ \t\r]+\n?$")
 _WS_ANY = re.compile(rb"[ \t\r]$|^[ \t]* \t", re.MULTILINE)
 
 
+# What every whitespace error leaves in the patch text, on the added line's own patch
+# line: a blank before a newline (the body ends in one), or a space before a tab.
+_WS_MARKS = (b" \n", b"\t\n", b"\r\n", b" \t")
+
+
+def _may_have_whitespace_errors(data: bytes) -> bool:
+    """False only when no patch line starting with '+' holds one of ``_WS_MARKS``: then
+    no added line has an error. Substring searches over the whole patch, so a clean
+    patch costs a few passes of ``bytes.find`` instead of a look at every added line;
+    any hit on a '+' line (a '+++' header line too) leaves the verdict to the hunks."""
+    for mark in _WS_MARKS:
+        at = data.find(mark)
+        while at >= 0:
+            if data[data.rfind(b"\n", 0, at) + 1] == 43:  # the hit's line starts with '+'
+                return True
+            at = data.find(mark, at + 1)
+    return False
+
+
 def _whitespace(patch: Patch, run: _Run) -> None:
+    if _may_have_whitespace_errors(patch.data):
+        _whitespace_in_hunks(patch, run)
+
+
+def _whitespace_in_hunks(patch: Patch, run: _Run) -> None:
     for fp in patch.files:
         if fp.binary:
             continue
