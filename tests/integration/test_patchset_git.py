@@ -354,3 +354,34 @@ def test_rewritten_workspace_that_drops_work_is_refused(
     git(c, "commit", "-qm", "the same, rebuilt")
     rc, out, err = cli(capsys, "--json", "patch", "export", "--from", str(c))
     assert rc == 0 and json.loads(out)["changed"] is False, err
+
+
+def test_batched_reexport_is_the_one_diff(tmp_path: Path) -> None:
+    """Diffs of consecutive batches of paths in canonical order, joined, are git's one
+    diff of them all: also where a directory's name sorts among its siblings' files, or
+    a file becomes a directory."""
+    from patchbake.patchset.apply import Outcome
+    from patchbake.patchset.diffparse import parse_patch
+    from patchbake.patchset.filelist import sort_key
+    from patchbake.patchset.reexport import Reexport, reexport
+    from patchbake.patchset.strict import apply_in_memory
+
+    names = ["a-b/c", "a.b", "a/b", "a/b.c/d", "a/bc", "a0", "b", "b c/d", "z/\u00e9.txt"]
+    made = [Outcome(n, "M", b"one\ntwo\nthree\n" * 3, "100644",
+                    b"one\n2\nthree\n" * 3 + n.encode() + b"\n", "100755" if i % 3 else "100644")
+            for i, n in enumerate(names)]
+    made.append(Outcome("c/new", "A", None, None, b"new\n", "100644"))
+    made.append(Outcome("c/old", "D", b"old\n", "100644", None, None))
+    made.append(Outcome("d", "D", b"file\n", "100644", None, None))  # a file becomes
+    made.append(Outcome("d/e", "A", None, None, b"a directory\n", "100644"))  # a directory
+    made.sort(key=lambda o: sort_key(o.path))
+    applied = list(apply_in_memory(parse_patch(fx.patch_bytes()), fx.PRISTINE).values())
+    assert any(o.edits for o in applied)
+    for outcomes in (made, applied):
+        one = reexport(outcomes, tmp_path)
+        with Reexport(batches=True, scratch_parent=tmp_path, batch_bytes=1) as rx:
+            for o in outcomes:
+                rx.add(o)
+            assert rx.result() == one
+    assert reexport(applied, tmp_path) == fx.patch_bytes()
+    assert list(tmp_path.iterdir()) == []  # the scratch repositories are gone

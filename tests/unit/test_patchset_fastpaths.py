@@ -1,5 +1,7 @@
 """The guard's fast paths give the reference results on every input, well formed or not.
 
+(And the re-export pack's deltas make the post-images the applier made.)
+
 The hunk parser, the applier and the whitespace check each try a C-level shortcut first
 and fall back to the line-by-line reference (the code the shortcut replaced) on anything
 that is not plainly well formed. These properties run both on generated patches and
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import random
+import struct
 import sys
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,8 +33,8 @@ from patchbake.errors import PatchbakeError
 from patchbake.patchset import apply as apply_mod
 from patchbake.patchset import diffparse, guard
 from patchbake.patchset.diffparse import Hunk, parse_patch
-from patchbake.patchset.gitbinary import blob_id
-from patchbake.patchset.gitobjects import _stored_entry
+from patchbake.patchset.gitbinary import apply_delta, blob_id
+from patchbake.patchset.gitobjects import Pack, _stored_entry, delta_of
 
 LINES = ["a\n", "b\n", "c\n", "\n", "def f():\n", "  x\n", "x \n", "x\t\n", " \tx\n", "y\r\n",
          "\\n\n", "+z\n", "-z\n", "@@ q\n"]
@@ -139,6 +143,11 @@ def _moved(h: Hunk, rng: random.Random) -> Hunk:
     return dataclasses.replace(h, **{field: max(0, getattr(h, field) + rng.choice([-2, -1, 1]))})
 
 
+def _fast(hunks: list[Hunk], data: bytes) -> bytes | None:
+    edits = apply_mod._edits(hunks, data)
+    return None if edits is None else apply_mod.edited(data, edits)
+
+
 def _apply_both(hunks: list[Hunk], data: bytes) -> None:
     fast = outcome(lambda: apply_mod.apply_hunks("f.txt", hunks, data))
     with reference(apply_mod):
@@ -167,7 +176,7 @@ def test_apply_fast_path_equals_reference() -> None:
             hunks = [hunks[1], hunks[0], *hunks[2:]]
         _apply_both(hunks, base)
         if not (base_edits or moves or swap):
-            assert apply_mod._at_offsets(hunks, base) == b  # a clean apply takes the fast path
+            assert _fast(hunks, base) == b  # a clean apply takes the fast path
 
     prop()
 
@@ -200,7 +209,7 @@ def test_apply_fast_path_on_odd_hunks() -> None:
     for hunks, data in cases:
         _apply_both(hunks, data)
     # an occurrence before the hunk's line is passed over, not taken
-    assert apply_mod._at_offsets(cases[4][0], cases[4][1]) == b"a\na\nb\n"
+    assert _fast(*cases[4]) == b"a\na\nb\n"
 
 
 def test_whitespace_prefilter_never_hides_an_error() -> None:
@@ -226,7 +235,92 @@ def test_whitespace_prefilter_never_hides_an_error() -> None:
 @pytest.mark.parametrize("size", [0, 1, 65534, 65535, 65536, 131070, 131071, 200000])
 def test_stored_pack_entry_is_a_zlib_stream_of_the_data(size: int) -> None:
     data = random.Random(size).randbytes(size)
-    pieces = _stored_entry(3, data)
+    pieces = _stored_entry(b"\x30", data)
     stream = b"".join(bytes(p) for p in pieces[1:])
     assert zlib.decompress(stream) == data
     assert stream[:2] == b"\x78\x01"
+
+
+def test_delta_of_edits_makes_the_edited_bytes() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        base = rng.randbytes(rng.choice([0, 1, 100, 0xFFFF, 0x10000, 0x10001, 0x30000]))
+        edits: list[tuple[int, int] | bytes] = []
+        pos = 0
+        while pos < len(base) and rng.random() < 0.9:
+            a = rng.randrange(pos, len(base) + 1)
+            b = rng.randrange(a, len(base) + 1)
+            if rng.random() < 0.3:
+                b = min(len(base), a + rng.choice([0xFFFF, 0x10000, 0x10001, 0x20000]))
+            edits.append((a, b))
+            pos = b
+            if rng.random() < 0.5:
+                edits.append(rng.randbytes(rng.choice([0, 1, 127, 128, 300])))
+        post = apply_mod.edited(base, tuple(edits))
+        assert apply_delta(base, delta_of(len(base), tuple(edits), len(post))) == post
+
+
+def test_outcome_edits_make_the_post_image() -> None:
+    from patchbake.patchset.strict import apply_in_memory
+
+    outcomes = apply_in_memory(parse_patch(fx.patch_bytes()), fx.PRISTINE)
+    with_edits = [o for o in outcomes.values() if o.edits is not None]
+    assert with_edits
+    for o in with_edits:
+        assert o.pre is not None and apply_mod.edited(o.pre, o.edits) == o.post  # type: ignore[arg-type]
+
+
+def _objects_of(pack: bytes) -> dict[str, bytes]:
+    """Every object of a pack by id, OFS_DELTA entries resolved against their base."""
+    assert pack[:4] == b"PACK" and hashlib.sha1(pack[:-20]).digest() == pack[-20:]
+    count = struct.unpack(">I", pack[8:12])[0]
+    at: dict[int, tuple[int, bytes]] = {}  # offset -> (type, content)
+    out: dict[str, bytes] = {}
+    pos = 12
+    for _ in range(count):
+        start, byte = pos, pack[pos]
+        kind, size, shift = (byte >> 4) & 7, byte & 0x0F, 4
+        pos += 1
+        while byte & 0x80:
+            byte = pack[pos]
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            pos += 1
+        base = None
+        if kind == 6:
+            byte = pack[pos]
+            dist = byte & 0x7F
+            pos += 1
+            while byte & 0x80:
+                byte = pack[pos]
+                dist = ((dist + 1) << 7) | (byte & 0x7F)
+                pos += 1
+            base = at[start - dist]
+        d = zlib.decompressobj()
+        data = d.decompress(pack[pos:])
+        assert len(data) == size
+        pos = len(pack) - len(d.unused_data)
+        if base is not None:
+            kind, data = base[0], apply_delta(base[1], data)
+        at[start] = (kind, data)
+        name = {2: b"tree", 3: b"blob"}[kind]
+        out[hashlib.sha1(b"%s %d\0" % (name, len(data)) + data).hexdigest()] = data
+    assert pos == len(pack) - 20
+    return out
+
+
+def test_pack_with_deltas_holds_the_post_images(tmp_path: Path) -> None:
+    p = Pack()
+    pre = b"".join(b"line %d\n" % i for i in range(30000))
+    edits = ((0, 1000), b"inserted\n" * 40, (1200, len(pre) - 10), b"tail\n", (len(pre) - 5,
+                                                                             len(pre)))
+    post = apply_mod.edited(pre, edits)
+    base = p.add(b"blob", pre)
+    got = p.add_delta(base, delta_of(len(pre), edits, len(post)), blob_id(post))
+    p.add_delta(base, b"not used: the id is there", got)  # once per id
+    with pytest.raises(ValueError, match="not in the pack"):
+        p.add_delta("0" * 40, b"", "1" * 40)
+    p.write(tmp_path)
+    (packf,) = (tmp_path / "pack").glob("*.pack")
+    objs = _objects_of(packf.read_bytes())
+    assert objs == {base: pre, got: post}

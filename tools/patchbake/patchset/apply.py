@@ -18,6 +18,9 @@ from .gitbinary import apply_delta, blob_id
 
 Base = tuple[bytes, str] | None  # (content, git mode) or None when the file is absent
 Reader = Callable[[str], Base]
+# How a post-image is made from its pre-image: in order, byte ranges (start, end) of the
+# pre-image to copy and bytes to insert (the hunks' new sides).
+Edits = tuple[tuple[int, int] | bytes, ...]
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class Outcome:
     # them instead of hashing the contents again); None where it did not
     pre_id: str | None = None
     post_id: str | None = None
+    # the post-image as edits of the pre-image, where the applier found them (the
+    # re-export writes the post-image as a git delta of the pre-image from them)
+    edits: Edits | None = None
 
 
 class _AlreadyThere(Exception):
@@ -81,8 +87,9 @@ def _hunk_mismatch(path: str, k: int, h: Hunk, lines: list[bytes], pos: int,
     return _err("context", f"{where} does not match at line {pos + 1}")
 
 
-def _at_offsets(hunks: list[Hunk], data: bytes) -> bytes | None:
-    """What :func:`apply_hunks` returns, found by byte searches, or None to let it decide.
+def _edits(hunks: list[Hunk], data: bytes) -> Edits | None:
+    """What :func:`apply_hunks` makes of ``data``, as edits found by byte searches, or
+    None to let it decide.
 
     Each hunk's pre-image (its lines joined) is searched for with ``bytes.find`` from the
     end of the previous hunk, and newlines are counted (``bytes.count``) to know which
@@ -95,7 +102,7 @@ def _at_offsets(hunks: list[Hunk], data: bytes) -> bytes | None:
     misplaced hunks) returns None, so every refusal and its message stay
     :func:`apply_hunks`' own.
     """
-    parts: list[bytes] = []
+    edits: list[tuple[int, int] | bytes] = []
     off = line = emitted = 0  # byte offset and line number of the cursor; lines out
     for h in hunks:
         pos = h.old_start - 1 if h.old_count else h.old_start
@@ -109,15 +116,20 @@ def _at_offsets(hunks: list[Hunk], data: bytes) -> bytes | None:
         at = off if not old and pos == line else _find_at_line(data, old, off, line, pos)
         if at is None or (open_end and at + len(old) != len(data)):
             return None
-        parts.append(data[off:at])
+        edits.append((off, at))
         emitted += pos - line
         if emitted != want_new:
             return None
-        parts.append(b"".join(h.new))
+        edits.append(b"".join(h.new))
         emitted += len(h.new)
         off, line = at + len(old), pos + h.old_count
-    parts.append(data[off:])
-    return b"".join(parts)
+    edits.append((off, len(data)))
+    return tuple(edits)
+
+
+def edited(data: bytes, edits: Edits) -> bytes:
+    """The bytes that ``edits`` make of ``data``."""
+    return b"".join(data[e[0]:e[1]] if isinstance(e, tuple) else e for e in edits)
 
 
 def _find_at_line(data: bytes, block: bytes, off: int, line: int, pos: int) -> int | None:
@@ -142,8 +154,13 @@ _FAST = True
 
 
 def apply_hunks(path: str, hunks: list[Hunk], data: bytes) -> bytes:
-    if _FAST and (fast := _at_offsets(hunks, data)) is not None:
-        return fast
+    if _FAST and (edits := _edits(hunks, data)) is not None:
+        return edited(data, edits)
+    return _apply_lines(path, hunks, data)
+
+
+def _apply_lines(path: str, hunks: list[Hunk], data: bytes) -> bytes:
+    """The reference: the file as a list of lines, each hunk compared line by line."""
     lines = split_lines(data)
     out: list[bytes] = []
     cursor = 0
@@ -214,11 +231,15 @@ def apply_file(fp: FilePatch, base: Base) -> Outcome:
         raise _err("context", f"{fp.path} has mode {mode}, the patch expects {fp.old_mode}")
     if fp.status == "D":
         return Outcome(fp.path, "D", data, mode, None, None, have)
-    if fp.binary:
+    edits = _edits(fp.hunks, data) if _FAST and not fp.binary else None
+    if edits is not None:
+        post = edited(data, edits)
+    elif fp.binary:
         post = _binary(fp, data)
     else:
-        post = apply_hunks(fp.path, fp.hunks, data)
-    return _checked(fp, Outcome(fp.path, "M", data, mode, post, fp.new_mode or mode, have))
+        post = _apply_lines(fp.path, fp.hunks, data)
+    return _checked(fp, Outcome(fp.path, "M", data, mode, post, fp.new_mode or mode, have,
+                                edits=edits))
 
 
 def _checked(fp: FilePatch, out: Outcome) -> Outcome:
@@ -230,7 +251,7 @@ def _checked(fp: FilePatch, out: Outcome) -> Outcome:
                        f"{fp.new_id[:12]} (a hunk or line was dropped or edited)",
                        "re-run `patchbake patch export`")
         return Outcome(out.path, out.status, out.pre, out.pre_mode, out.post, out.post_mode,
-                       out.pre_id, got)
+                       out.pre_id, got, out.edits)
     return out
 
 

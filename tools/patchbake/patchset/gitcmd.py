@@ -15,7 +15,7 @@ from pathlib import Path
 from ..gitrun import AUTHOR, CONFIG, FIXED_DATE, git, git_env
 
 __all__ = ["AUTHOR", "ATTRIBUTES", "CONFIG", "DIFF_FLAGS", "FIXED_DATE", "canonical_diff",
-           "git", "git_env", "objects_dir", "scratch_repo"]
+           "canonical_diff_to", "git", "git_env", "objects_dir", "scratch_repo"]
 
 # Attributes that change what git writes into a diff or a commit; "!x" makes x
 # unspecified, overriding lower-precedence .gitattributes files in the tree.
@@ -56,3 +56,9 @@ def objects_dir(repo: Path) -> Path:
 def canonical_diff(git_dir: Path, old: str, new: str) -> bytes:
     """The canonical patch between two commits or trees of ``git_dir``."""
     return git(["diff-tree", *DIFF_FLAGS, old, new, "--"], git_dir=git_dir).stdout
+
+
+def canonical_diff_to(git_dir: Path, old: str, new: str, out: Path) -> None:
+    """:func:`canonical_diff` written by git into the file ``out`` (``--output``: the
+    same bytes as on its standard output)."""
+    git(["diff-tree", *DIFF_FLAGS, f"--output={out}", old, new, "--"], git_dir=git_dir)
