@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 from .apply import Outcome
-from .gitcmd import canonical_diff_to, scratch_repo
+from .gitcmd import DiffInFile, scratch_repo
 from .gitobjects import Pack, delta_of
 from .paths import to_bytes
 
@@ -43,32 +43,6 @@ def _scratch_parent() -> Path:
     return Path(tempfile.gettempdir())
 
 
-class _Diff:
-    """One batch's ``git diff-tree``, run in a thread that waits on the git process.
-
-    git writes the diff into a file (``--output``), so the waiting thread wakes once,
-    when git exits, rather than for every block of a pipe: it hardly competes with the
-    applier's thread for the interpreter.
-    """
-
-    def __init__(self, repo: Path, old: str, new: str, slots: threading.Semaphore) -> None:
-        self.out = repo / "reexport.patch"
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(repo, old, new, slots),
-                                        name="reexport-diff", daemon=True)
-        self._thread.start()
-
-    def _run(self, repo: Path, old: str, new: str, slots: threading.Semaphore) -> None:
-        try:
-            with slots:
-                canonical_diff_to(repo, old, new, self.out)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by result() in the caller
-            self.error = exc
-
-    def join(self) -> None:
-        self._thread.join()
-
-
 class Reexport:
     """The canonical patch that git writes for outcomes given one by one (:meth:`add`).
 
@@ -85,7 +59,7 @@ class Reexport:
         self._batch_bytes = batch_bytes if batches else -1
         self._pending: list[Outcome] = []
         self._size = 0
-        self._diffs: list[_Diff] = []
+        self._diffs: list[DiffInFile] = []
         self._slots = threading.BoundedSemaphore(_GIT_AT_ONCE)
 
     def __enter__(self) -> Reexport:
@@ -111,10 +85,7 @@ class Reexport:
         self.start()
         for d in self._diffs:
             d.join()
-        for d in self._diffs:
-            if d.error is not None:
-                raise d.error
-        return b"".join(d.out.read_bytes() for d in self._diffs)
+        return b"".join(d.result() for d in self._diffs)
 
     def close(self) -> None:
         for d in self._diffs:
@@ -141,7 +112,8 @@ class Reexport:
             post[path] = (o.post_mode or "100644", oid)
         old, new = pack.add_tree(pre), pack.add_tree(post)
         pack.write(repo / "objects")
-        self._diffs.append(_Diff(repo, old, new, self._slots))
+        self._diffs.append(DiffInFile(repo, old, new, repo / "reexport.patch",
+                                      slots=self._slots))
         self._pending, self._size = [], 0
 
 
