@@ -16,13 +16,15 @@ and the post-images are found from its sections, as before the listing.
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
 from ..errors import ProcessError
 from .diffparse import Patch, parse_patch
 from .gitbinary import blob_id
-from .gitcmd import DiffInFile, canonical_diff, cat_file, git
+from .gitcmd import DiffInFile, canonical_diff, cat_file, git, memory_tmp
 from .paths import to_str
 
 # Fewer touched files than this: one git process is as quick as two halves.
@@ -108,15 +110,19 @@ def export_diff(git_dir: Path, old: str, new: str, name: str,
     if changes is None:
         return _one_diff(git_dir, old, new, name, work_tree)
     slots = threading.BoundedSemaphore(2)
-    diffs = [DiffInFile(git_dir, old, new, git_dir / f"export-{k}.patch", part, slots)
-             for k, part in enumerate(_halves([p for p, _, _ in changes]))]
+    out = Path(tempfile.mkdtemp(prefix="patchbake-export.", dir=memory_tmp()))
     try:
-        post = _post_hashes(git_dir, work_tree,
-                            {p: oid for p, status, oid in changes if status != "D"})
+        diffs = [DiffInFile(git_dir, old, new, out / f"{k}.patch", part, slots)
+                 for k, part in enumerate(_halves([p for p, _, _ in changes]))]
+        try:
+            post = _post_hashes(git_dir, work_tree,
+                                {p: oid for p, status, oid in changes if status != "D"})
+        finally:
+            for d in diffs:
+                d.join()
+        data = b"".join(d.result() for d in diffs)
     finally:
-        for d in diffs:
-            d.join()
-    data = b"".join(d.result() for d in diffs)
+        shutil.rmtree(out, ignore_errors=True)
     patch = parse_patch(data, name)
     if [f.path for f in patch.files] != [p for p, _, _ in changes]:
         return _one_diff(git_dir, old, new, name, work_tree)

@@ -8,6 +8,7 @@ output; its own ``info/attributes`` unsets every attribute that could.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -16,8 +17,8 @@ from pathlib import Path
 from ..gitrun import AUTHOR, CONFIG, FIXED_DATE, git, git_env
 
 __all__ = ["AUTHOR", "ATTRIBUTES", "CONFIG", "DIFF_FLAGS", "FIXED_DATE", "canonical_diff",
-           "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "objects_dir",
-           "scratch_repo"]
+           "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "memory_tmp",
+           "objects_dir", "scratch_repo"]
 
 # Attributes that change what git writes into a diff or a commit; "!x" makes x
 # unspecified, overriding lower-precedence .gitattributes files in the tree.
@@ -31,6 +32,14 @@ DIFF_FLAGS: tuple[str, ...] = (
     "--indent-heuristic", "--no-renames", "--full-index", "--binary", "--no-relative",
     "-O/dev/null",
 )
+
+
+def memory_tmp() -> Path:
+    """Where short-lived scratch files go: a memory file system when there is one."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    return Path(tempfile.gettempdir())
 
 
 def scratch_repo(parent: Path, alternates: Sequence[Path] = ()) -> Path:

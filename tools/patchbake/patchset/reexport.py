@@ -15,7 +15,6 @@ the files: git's work is spread over the time the applier takes instead of follo
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -24,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from .apply import Outcome
-from .gitcmd import DiffInFile, scratch_repo
+from .gitcmd import DiffInFile, memory_tmp, scratch_repo
 from .gitobjects import Pack, delta_of
 from .paths import to_bytes
 
@@ -33,14 +32,6 @@ from .paths import to_bytes
 BATCH_BYTES = 6 << 20
 # git processes at a time: the machine's cores are shared with the applier
 _GIT_AT_ONCE = 2
-
-
-def _scratch_parent() -> Path:
-    # The scratch objects live for one diff: a memory file system when there is one.
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
 
 
 class Reexport:
@@ -55,7 +46,7 @@ class Reexport:
     def __init__(self, *, batches: bool, scratch_parent: Path | None = None,
                  batch_bytes: int = BATCH_BYTES) -> None:
         self._root = Path(tempfile.mkdtemp(prefix="patchbake-reexport.",
-                                           dir=scratch_parent or _scratch_parent())).absolute()
+                                           dir=scratch_parent or memory_tmp())).absolute()
         self._batch_bytes = batch_bytes if batches else -1
         self._pending: list[Outcome] = []
         self._size = 0
