@@ -354,3 +354,108 @@ def test_rewritten_workspace_that_drops_work_is_refused(
     git(c, "commit", "-qm", "the same, rebuilt")
     rc, out, err = cli(capsys, "--json", "patch", "export", "--from", str(c))
     assert rc == 0 and json.loads(out)["changed"] is False, err
+
+
+def test_batched_reexport_is_the_one_diff(tmp_path: Path) -> None:
+    """Diffs of consecutive batches of paths in canonical order, joined, are git's one
+    diff of them all: also where a directory's name sorts among its siblings' files, or
+    a file becomes a directory."""
+    from patchbake.patchset.apply import Outcome
+    from patchbake.patchset.diffparse import parse_patch
+    from patchbake.patchset.filelist import sort_key
+    from patchbake.patchset.reexport import Reexport, reexport
+    from patchbake.patchset.strict import apply_in_memory
+
+    names = ["a-b/c", "a.b", "a/b", "a/b.c/d", "a/bc", "a0", "b", "b c/d", "z/\u00e9.txt"]
+    made = [Outcome(n, "M", b"one\ntwo\nthree\n" * 3, "100644",
+                    b"one\n2\nthree\n" * 3 + n.encode() + b"\n", "100755" if i % 3 else "100644")
+            for i, n in enumerate(names)]
+    made.append(Outcome("c/new", "A", None, None, b"new\n", "100644"))
+    made.append(Outcome("c/old", "D", b"old\n", "100644", None, None))
+    made.append(Outcome("d", "D", b"file\n", "100644", None, None))  # a file becomes
+    made.append(Outcome("d/e", "A", None, None, b"a directory\n", "100644"))  # a directory
+    made.sort(key=lambda o: sort_key(o.path))
+    applied = list(apply_in_memory(parse_patch(fx.patch_bytes()), fx.PRISTINE).values())
+    assert any(o.edits for o in applied)
+    for outcomes in (made, applied):
+        one = reexport(outcomes, tmp_path)
+        with Reexport(batches=True, scratch_parent=tmp_path, batch_bytes=1) as rx:
+            for o in outcomes:
+                rx.add(o)
+            assert rx.result() == one
+    assert reexport(applied, tmp_path) == fx.patch_bytes()
+    assert list(tmp_path.iterdir()) == []  # the scratch repositories are gone
+
+
+def _two_commits(tmp_path: Path, edits: dict[str, bytes | None],
+                 modes: dict[str, int] | None = None) -> tuple[Path, str, str]:
+    """A repository whose first commit holds f00..f19 and d, the second ``edits``
+    (None deletes) and ``modes``."""
+    from patchbake.patchset.gitcmd import git as pgit
+    from patchbake.patchset.workspace import commit_all
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pgit(["init", "-q", "--template=", str(ws)], cwd=tmp_path)
+    for i in range(20):
+        (ws / f"f{i:02d}").write_bytes(b"".join(b"line %d\n" % k for k in range(40)))
+    (ws / "d").write_bytes(b"a file first\n")
+    first = commit_all(ws, "first\n", None)
+    for name, data in edits.items():
+        path = ws / name
+        if data is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    for name, mode in (modes or {}).items():
+        (ws / name).chmod(mode)
+    return ws, first, commit_all(ws, "second\n", first)
+
+
+@pytest.mark.parametrize("case", ["plain", "file-to-directory", "symlink", "wrong-halves"])
+def test_export_diff_in_halves_is_the_one_diff(tmp_path: Path, case: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two halves of the listed paths (or, where halves would be wrong, one diff): the
+    same bytes, sections and post-image hashes as git's one diff."""
+    import hashlib
+
+    from patchbake.patchset import exportdiff
+    from patchbake.patchset.gitcmd import scratch_repo
+
+    edits: dict[str, bytes | None] = {f"f{i:02d}": b"changed %d\n" % i for i in range(0, 20, 3)}
+    edits.update({"f01": None, "new/file": b"new\n"})
+    if case == "file-to-directory":
+        edits.update({"d": None, "d/e": b"now a directory\n"})
+    if case == "symlink":
+        edits["d"] = None
+    ws, first, second = _two_commits(tmp_path, edits, {"f05": 0o755})
+    if case == "symlink":
+        (ws / "d").symlink_to("f00")
+        from patchbake.patchset.workspace import commit_all
+        second = commit_all(ws, "third\n", second)
+    monkeypatch.setattr(exportdiff, "SPLIT_MIN", 2)
+    if case == "wrong-halves":  # halves out of order: the sections disagree with the list
+        monkeypatch.setattr(exportdiff, "_halves", lambda paths: [paths[len(paths) // 2:],
+                                                                  paths[:len(paths) // 2]])
+    scratch = scratch_repo(tmp_path, [ws / ".git" / "objects"])
+    got = exportdiff.export_diff(scratch, first, second, "t.patch", ws)
+    one = exportdiff._one_diff(scratch, first, second, "t.patch", None)
+    assert got == one
+    want = {p: hashlib.sha256((ws / p).read_bytes()).hexdigest()
+            for p in ("f00", "f05", "new/file")}
+    assert {p: got[2][p] for p in want} == want
+    if case in ("plain", "wrong-halves"):
+        assert exportdiff._changes(scratch, first, second) is not None
+        assert len(exportdiff._halves([p for p, _, _ in
+                                       exportdiff._changes(scratch, first, second) or []])) == 2
+
+
+def test_export_halves_are_not_cut_through_a_directory() -> None:
+    from patchbake.patchset import exportdiff
+
+    many = [f"p{i:03d}" for i in range(200)]
+    assert exportdiff._halves(many) == [many[:100], many[100:]]
+    assert exportdiff._halves(many[:10]) == [[]]  # small: one diff
+    cut = many[:99] + ["p099", "p099/x"] + many[101:]  # p099 ends the first half
+    assert exportdiff._halves(sorted(cut)) == [[]]

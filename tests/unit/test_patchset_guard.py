@@ -160,9 +160,10 @@ def test_legacy_files_compares_paths_only() -> None:
 
 
 def test_reexport_difference_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reexport_mod, "reexport",
-                        lambda outcomes, scratch_parent=None: fx.patch_bytes().replace(
+    monkeypatch.setattr(reexport_mod.Reexport, "result",
+                        lambda self: fx.patch_bytes().replace(
                             b"@@ -11,7 +11,8 @@ def f2(x):", b"@@ -11,7 +11,8 @@"))
+    monkeypatch.setattr(reexport_mod.Reexport, "start", lambda self: None)  # no git here
     r = check(fx.patch_bytes(), fx.files_bytes(), pristine_root=fx.PRISTINE, pin=PIN)
     assert kinds(r) == ["reexport"]
     assert "re-export from the applied tree differs from the committed patch at line 5" \

@@ -18,6 +18,9 @@ from .gitbinary import apply_delta, blob_id
 
 Base = tuple[bytes, str] | None  # (content, git mode) or None when the file is absent
 Reader = Callable[[str], Base]
+# How a post-image is made from its pre-image: in order, byte ranges (start, end) of the
+# pre-image to copy and bytes to insert (the hunks' new sides).
+Edits = tuple[tuple[int, int] | bytes, ...]
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class Outcome:
     # them instead of hashing the contents again); None where it did not
     pre_id: str | None = None
     post_id: str | None = None
+    # the post-image as edits of the pre-image, where the applier found them (the
+    # re-export writes the post-image as a git delta of the pre-image from them)
+    edits: Edits | None = None
 
 
 class _AlreadyThere(Exception):
@@ -81,7 +87,80 @@ def _hunk_mismatch(path: str, k: int, h: Hunk, lines: list[bytes], pos: int,
     return _err("context", f"{where} does not match at line {pos + 1}")
 
 
+def _edits(hunks: list[Hunk], data: bytes) -> Edits | None:
+    """What :func:`apply_hunks` makes of ``data``, as edits found by byte searches, or
+    None to let it decide.
+
+    Each hunk's pre-image (its lines joined) is searched for with ``bytes.find`` from the
+    end of the previous hunk, and newlines are counted (``bytes.count``) to know which
+    line an occurrence starts: the file is neither split into lines nor joined again.
+    An occurrence that starts line ``pos`` holds exactly the hunk's old lines there
+    (each but the last ends in its only newline; a last one without a newline must end
+    the file), which is :func:`apply_hunks`' test; the first occurrence at or past that
+    line is the one at it if there is one. Whatever is not plainly a match (no
+    occurrence at the line, a count that disagrees with the lines, overlapping or
+    misplaced hunks) returns None, so every refusal and its message stay
+    :func:`apply_hunks`' own.
+    """
+    edits: list[tuple[int, int] | bytes] = []
+    off = line = emitted = 0  # byte offset and line number of the cursor; lines out
+    for h in hunks:
+        pos = h.old_start - 1 if h.old_count else h.old_start
+        want_new = h.new_start - 1 if h.new_count else h.new_start
+        if len(h.old) != h.old_count:
+            return None
+        old = b"".join(h.old)
+        open_end = bool(h.old) and not h.old[-1].endswith(b"\n")
+        if old.count(b"\n") != len(h.old) - open_end or (open_end and not h.old[-1]):
+            return None  # not a block of whole lines (a line without its newline, not last)
+        at = off if not old and pos == line else _find_at_line(data, old, off, line, pos)
+        if at is None or (open_end and at + len(old) != len(data)):
+            return None
+        edits.append((off, at))
+        emitted += pos - line
+        if emitted != want_new:
+            return None
+        edits.append(b"".join(h.new))
+        emitted += len(h.new)
+        off, line = at + len(old), pos + h.old_count
+    edits.append((off, len(data)))
+    return tuple(edits)
+
+
+def edited(data: bytes, edits: Edits) -> bytes:
+    """The bytes that ``edits`` make of ``data``."""
+    return b"".join(data[e[0]:e[1]] if isinstance(e, tuple) else e for e in edits)
+
+
+def _find_at_line(data: bytes, block: bytes, off: int, line: int, pos: int) -> int | None:
+    """The offset where ``block`` starts line ``pos`` of ``data``, searching from ``off``
+    (the start of line ``line``); None when it does not start there."""
+    if not block:
+        return None
+    at = data.find(block, off)
+    seen = line
+    while at >= 0:
+        seen += data.count(b"\n", off, at)  # the line ``at`` is on
+        if seen >= pos:
+            break
+        off, at = at, data.find(block, at + 1)
+    if at < 0 or seen != pos or (at and data[at - 1] != 10):
+        return None  # the first occurrence on or past line pos does not start it
+    return at
+
+
+# False leaves every apply to the line-list walk (the equivalence tests compare both)
+_FAST = True
+
+
 def apply_hunks(path: str, hunks: list[Hunk], data: bytes) -> bytes:
+    if _FAST and (edits := _edits(hunks, data)) is not None:
+        return edited(data, edits)
+    return _apply_lines(path, hunks, data)
+
+
+def _apply_lines(path: str, hunks: list[Hunk], data: bytes) -> bytes:
+    """The reference: the file as a list of lines, each hunk compared line by line."""
     lines = split_lines(data)
     out: list[bytes] = []
     cursor = 0
@@ -152,11 +231,15 @@ def apply_file(fp: FilePatch, base: Base) -> Outcome:
         raise _err("context", f"{fp.path} has mode {mode}, the patch expects {fp.old_mode}")
     if fp.status == "D":
         return Outcome(fp.path, "D", data, mode, None, None, have)
-    if fp.binary:
+    edits = _edits(fp.hunks, data) if _FAST and not fp.binary else None
+    if edits is not None:
+        post = edited(data, edits)
+    elif fp.binary:
         post = _binary(fp, data)
     else:
-        post = apply_hunks(fp.path, fp.hunks, data)
-    return _checked(fp, Outcome(fp.path, "M", data, mode, post, fp.new_mode or mode, have))
+        post = _apply_lines(fp.path, fp.hunks, data)
+    return _checked(fp, Outcome(fp.path, "M", data, mode, post, fp.new_mode or mode, have,
+                                edits=edits))
 
 
 def _checked(fp: FilePatch, out: Outcome) -> Outcome:
@@ -168,7 +251,7 @@ def _checked(fp: FilePatch, out: Outcome) -> Outcome:
                        f"{fp.new_id[:12]} (a hunk or line was dropped or edited)",
                        "re-run `patchbake patch export`")
         return Outcome(out.path, out.status, out.pre, out.pre_mode, out.post, out.post_mode,
-                       out.pre_id, got)
+                       out.pre_id, got, out.edits)
     return out
 
 

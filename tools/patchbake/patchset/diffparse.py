@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import itemgetter
 
 from ..errors import PatchError
-from .paths import cunquote, validate_path
+from .paths import cunquote, to_bytes, validate_path
 
 HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
@@ -105,6 +107,10 @@ class _Reader:
         self.lines = split_lines(data)
         self.i = 0
         self.name = name
+        # The first byte of every line, as one bytes object: a hunk's extent, its line
+        # counts and its sides are then found by C-level searches over it (see
+        # :func:`_hunk_body`) instead of a Python step per patch line.
+        self.tags = bytes(map(_FIRST, self.lines))
 
     def peek(self) -> bytes | None:
         return self.lines[self.i] if self.i < len(self.lines) else None
@@ -166,6 +172,47 @@ def _header_path(r: _Reader, line: bytes, marker: bytes, prefix: bytes) -> bytes
     return raw[len(prefix):]
 
 
+_FIRST = itemgetter(0)
+_DROP_TAG = itemgetter(slice(1, None))
+_NOT_BODY = re.compile(rb"[^ +-]")
+# bytes.translate tables mapping a line's tag to 1 where the line belongs to a side
+_OLD_SIDE = bytes(int(c in b" -") for c in range(256))
+_NEW_SIDE = bytes(int(c in b" +") for c in range(256))
+_ADDED = bytes(int(c == 43) for c in range(256))
+
+
+def _hunk_body(r: _Reader, old_count: int,
+               new_count: int) -> tuple[tuple[bytes, ...], tuple[bytes, ...],
+                                        tuple[bytes, ...]] | None:
+    """The sides of the hunk body at ``r.i`` when it is plainly well formed, else None.
+
+    Plainly well formed: the run of ' ', '-' and '+' lines starting there holds exactly
+    the header's counts and is not followed by a '\\' marker line. :func:`_hunk_lines`
+    would then consume exactly that run, without an error (every line fits in what is
+    still needed, and nothing is needed after it), and build the same sides, so this
+    only does the same work with C-level operations. Anything else (markers, a count
+    that disagrees, a stray line) is left to :func:`_hunk_lines`, which says what is
+    wrong.
+    """
+    tags = r.tags
+    i = r.i
+    m = _NOT_BODY.search(tags, i)
+    j = m.start() if m else len(tags)
+    if j < len(tags) and tags[j] == 92:  # a '\\' marker: its rules are _hunk_lines'
+        return None
+    added = tags.count(b"+", i, j)
+    removed = tags.count(b"-", i, j)
+    context = j - i - added - removed
+    if context + removed != old_count or context + added != new_count:
+        return None
+    body = tags[i:j]
+    lines = list(map(_DROP_TAG, r.lines[i:j]))
+    r.i = j
+    return (tuple(compress(lines, body.translate(_OLD_SIDE))),
+            tuple(compress(lines, body.translate(_NEW_SIDE))),
+            tuple(compress(lines, body.translate(_ADDED))))
+
+
 def _parse_hunk(r: _Reader, header: bytes) -> Hunk:
     line_no = r.i
     m = HUNK_RE.match(_strip_eol(header))
@@ -175,6 +222,22 @@ def _parse_hunk(r: _Reader, header: bytes) -> Hunk:
     old_start, new_start = int(os_), int(ns)
     old_count = 1 if oc is None else int(oc)
     new_count = 1 if nc is None else int(nc)
+    sides = _hunk_body(r, old_count, new_count) if _FAST else None
+    old, new, added_lines = sides if sides is not None else \
+        _hunk_lines(r, line_no, old_count, new_count)
+    added = len(added_lines)
+    return Hunk(old_start, old_count, new_start, new_count, line_no, old, new,
+                added_lines, added, old_count - (new_count - added))
+
+
+# False runs every hunk through _hunk_lines (the equivalence tests compare both paths)
+_FAST = True
+
+
+def _hunk_lines(r: _Reader, line_no: int, old_count: int,
+                new_count: int) -> tuple[tuple[bytes, ...], tuple[bytes, ...],
+                                         tuple[bytes, ...]]:
+    """Walk the hunk body line by line: the reference rules, with every refusal."""
     old: list[bytes] = []
     new: list[bytes] = []
     added_lines: list[bytes] = []
@@ -239,9 +302,7 @@ def _parse_hunk(r: _Reader, header: bytes) -> Hunk:
         i += 1
         last = tag
     r.i = i
-    added = len(added_lines)
-    return Hunk(old_start, old_count, new_start, new_count, line_no, tuple(old), tuple(new),
-                tuple(added_lines), added, old_count - (new_count - added))
+    return tuple(old), tuple(new), tuple(added_lines)
 
 
 def _too_many(r: _Reader, line_no: int) -> PatchError:
@@ -317,7 +378,8 @@ def _parse_section(r: _Reader) -> FilePatch:
             raise r.fail("'---' line without a following '+++' line", r.i + 1)
         new = _header_path(r, r.take(), b"+++ ", b"b/")
         named = [p for p in (old, new) if p is not None]
-        if not named or any(validate_path(p, where=f"{r.name}:{r.i}") != path
+        same = to_bytes(path)  # the 'diff --git' path, validated: no need to again
+        if not named or any(p != same and validate_path(p, where=f"{r.name}:{r.i}") != path
                             for p in named):
             raise r.fail(f"'---'/'+++' paths disagree with the 'diff --git' line of {path}")
         if (old is None) != (fp.status == "A") or (new is None) != (fp.status == "D"):

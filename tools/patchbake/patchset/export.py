@@ -15,19 +15,19 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import ExportError, ProcessError
+from ..errors import ExportError
 from ..fsutil import atomic_write
 from ..store import Store
 from .diffparse import Patch, parse_patch
+from .exportdiff import export_diff
 from .filelist import Entry, render
-from .gitbinary import blob_id
-from .gitcmd import canonical_diff, git, scratch_repo
+from .gitcmd import cat_file, git, scratch_repo
 from .sourcerec import SourceRecord, read_source, render_source
 from .workspace import BASE_REF, PRISTINE_REF, PRISTINE_SUBJECT
 
@@ -77,28 +77,6 @@ def _resolve(spec: str) -> _Origin:
     return _Origin(repo.resolve(), lines[1], kind, spec, objects.resolve())
 
 
-def _batch(names: list[str], *, cwd: Path | None = None,
-           git_dir: Path | None = None) -> dict[str, tuple[str, str, bytes] | None]:
-    """``git cat-file --batch`` for several objects: name -> (id, type, content) or None."""
-    if not names:
-        return {}
-    out = git(["cat-file", "--batch"], cwd=cwd, git_dir=git_dir,
-              input="".join(f"{n}\n" for n in names).encode()).stdout
-    found: dict[str, tuple[str, str, bytes] | None] = {}
-    pos = 0
-    for n in names:
-        nl = out.index(b"\n", pos)
-        head = out[pos:nl].split()
-        pos = nl + 1
-        if len(head) != 3:  # "<name> missing" / "ambiguous"
-            found[n] = None
-            continue
-        size = int(head[2])
-        found[n] = (head[0].decode(), head[1].decode(), out[pos:pos + size])
-        pos += size + 1
-    return found
-
-
 def _message(obj: tuple[str, str, bytes] | None) -> str | None:
     if obj is None or obj[1] != "commit":
         return None
@@ -135,14 +113,14 @@ def _read_refs(o: _Origin, pin: str, src: SourceRecord | None) -> _Refs:
     """One ``cat-file --batch``: the pristine and base refs, and SOURCE's commit."""
     want = f"{PRISTINE_SUBJECT}{pin}\n"
     src_commit = src.commit if src and src.commit and _HEX40.match(src.commit) else None
-    got = _batch([PRISTINE_REF, BASE_REF] + ([src_commit] if src_commit else []), cwd=o.repo)
+    got = cat_file([PRISTINE_REF, BASE_REF] + ([src_commit] if src_commit else []), cwd=o.repo)
     candidates: list[tuple[str, str | None]] = []
     ref = got[PRISTINE_REF]
     if ref is not None:
         candidates.append((ref[0], _message(ref)))
     else:  # a fork: its root commit should be the workspace's pristine commit
         roots = git(["rev-list", "--max-parents=0", o.commit], cwd=o.repo).text.split()
-        objs = _batch(roots, cwd=o.repo)
+        objs = cat_file(roots, cwd=o.repo)
         candidates += [(c, _message(objs[c])) for c in roots]
     pristine, message = next(((c, m) for c, m in candidates
                               if m is not None and m.startswith(want)), ("", ""))
@@ -211,44 +189,6 @@ def _guard_rewritten(o: _Origin, refs: _Refs, current: str | None,
                                "--reason '...'")
 
 
-def _post_hashes(git_dir: Path, ids: list[str]) -> dict[str, str]:
-    hashes: dict[str, str] = {}
-    for i, obj in _batch(ids, git_dir=git_dir).items():
-        if obj is None or obj[1] != "blob":
-            raise ProcessError(f"git cat-file could not read blob {i}")
-        hashes[i] = hashlib.sha256(obj[2]).hexdigest()
-    return hashes
-
-
-def _diff(o: _Origin, pristine: str, scratch_parent: Path,
-          name: str) -> tuple[bytes, Patch, dict[str, str]]:
-    """The canonical diff pristine -> commit, parsed, with post-image sha256 per path."""
-    scratch = scratch_repo(scratch_parent, [o.objects])
-    try:
-        data = canonical_diff(scratch, pristine, o.commit)
-        patch = parse_patch(data, name)
-        post: dict[str, str] = {}
-        if o.kind == "workspace":
-            # Reading the (clean) work tree is faster than inflating objects; a file whose
-            # git blob id is not the index line's is read from the objects instead.
-            for f in patch.files:
-                if f.status != "D" and f.new_id:
-                    try:
-                        data_f = (o.repo / f.path).read_bytes()
-                    except OSError:
-                        continue
-                    if blob_id(data_f) == f.new_id:
-                        post[f.path] = hashlib.sha256(data_f).hexdigest()
-        # A mode-only change has no index line: name its blob by commit and path.
-        want = {f.path: f.new_id or f"{o.commit}:{f.path}" for f in patch.files
-                if f.status != "D" and f.path not in post}
-        hashes = _post_hashes(scratch, list(want.values()))
-        post.update({p: hashes[w] for p, w in want.items()})
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return data, patch, post
-
-
 def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
            reason: str | None = None) -> Exported:
     from ..sources import fetch
@@ -275,13 +215,29 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
 
     # The refusal checks (status of a 6,000-file work tree, ancestry) and the diff are
     # independent: run them side by side; nothing is written unless every check passed.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        checks = pool.submit(refusals)
+    refused: list[BaseException] = []
+
+    def checks() -> None:
         try:
-            fetched = fetch(lineage, store)
-            data, patch, post = _diff(o, refs.pristine, store.root / "tmp", lineage.patch.name)
+            refusals()
+        except BaseException as exc:  # noqa: BLE001 - raised below, in this thread
+            refused.append(exc)
+
+    side = threading.Thread(target=checks, name="export-refusals", daemon=True)
+    side.start()
+    try:
+        fetched = fetch(lineage, store)
+        scratch = scratch_repo(store.root / "tmp", [o.objects])
+        try:
+            data, patch, post = export_diff(scratch, refs.pristine, o.commit,
+                                            lineage.patch.name,
+                                            o.repo if o.kind == "workspace" else None)
         finally:
-            checks.result()
+            shutil.rmtree(scratch, ignore_errors=True)
+    finally:
+        side.join()
+        if refused:
+            raise refused[0]
     if refs.pristine_tree_digest and refs.pristine_tree_digest != fetched.tree_digest:
         raise ExportError(f"{o.spec}: its pristine commit records the tree "
                           f"{refs.pristine_tree_digest}, but the pinned upstream is "

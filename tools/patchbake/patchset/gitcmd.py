@@ -8,14 +8,17 @@ output; its own ``info/attributes`` unsets every attribute that could.
 
 from __future__ import annotations
 
+import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..gitrun import AUTHOR, CONFIG, FIXED_DATE, git, git_env
 
 __all__ = ["AUTHOR", "ATTRIBUTES", "CONFIG", "DIFF_FLAGS", "FIXED_DATE", "canonical_diff",
-           "git", "git_env", "objects_dir", "scratch_repo"]
+           "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "memory_tmp",
+           "objects_dir", "scratch_repo"]
 
 # Attributes that change what git writes into a diff or a commit; "!x" makes x
 # unspecified, overriding lower-precedence .gitattributes files in the tree.
@@ -29,6 +32,14 @@ DIFF_FLAGS: tuple[str, ...] = (
     "--indent-heuristic", "--no-renames", "--full-index", "--binary", "--no-relative",
     "-O/dev/null",
 )
+
+
+def memory_tmp() -> Path:
+    """Where short-lived scratch files go: a memory file system when there is one."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    return Path(tempfile.gettempdir())
 
 
 def scratch_repo(parent: Path, alternates: Sequence[Path] = ()) -> Path:
@@ -56,3 +67,72 @@ def objects_dir(repo: Path) -> Path:
 def canonical_diff(git_dir: Path, old: str, new: str) -> bytes:
     """The canonical patch between two commits or trees of ``git_dir``."""
     return git(["diff-tree", *DIFF_FLAGS, old, new, "--"], git_dir=git_dir).stdout
+
+
+def canonical_diff_to(git_dir: Path, old: str, new: str, out: Path,
+                      paths: Sequence[str] = ()) -> None:
+    """:func:`canonical_diff` written by git into the file ``out`` (``--output``: the
+    same bytes as on its standard output); ``paths``: only these (literal) paths."""
+    git(["diff-tree", *DIFF_FLAGS, f"--output={out}", old, new, "--",
+         *(f":(literal){p}" for p in paths)], git_dir=git_dir)
+
+
+class DiffInFile:
+    """:func:`canonical_diff_to` in a thread that waits on the git process.
+
+    git writes the diff into a file, so the waiting thread wakes once, when git exits,
+    rather than for every block of a pipe: it hardly competes with the caller's thread
+    for the interpreter while that thread works beside git. ``slots`` bounds how many
+    such gits run at once.
+    """
+
+    def __init__(self, git_dir: Path, old: str, new: str, out: Path,
+                 paths: Sequence[str] = (), slots: threading.Semaphore | None = None) -> None:
+        self.out = out.absolute()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(git_dir, old, new, paths, slots),
+                                        name="git-diff", daemon=True)
+        self._thread.start()
+
+    def _run(self, git_dir: Path, old: str, new: str, paths: Sequence[str],
+             slots: threading.Semaphore | None) -> None:
+        try:
+            if slots is None:
+                canonical_diff_to(git_dir, old, new, self.out, paths)
+            else:
+                with slots:
+                    canonical_diff_to(git_dir, old, new, self.out, paths)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result() in the caller
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> bytes:
+        """The diff, once git has written it; git's error if it failed."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.out.read_bytes()
+
+
+def cat_file(names: list[str], *, cwd: Path | None = None,
+           git_dir: Path | None = None) -> dict[str, tuple[str, str, bytes] | None]:
+    """``git cat-file --batch`` for several objects: name -> (id, type, content) or None."""
+    if not names:
+        return {}
+    out = git(["cat-file", "--batch"], cwd=cwd, git_dir=git_dir,
+              input="".join(f"{n}\n" for n in names).encode()).stdout
+    found: dict[str, tuple[str, str, bytes] | None] = {}
+    pos = 0
+    for n in names:
+        nl = out.index(b"\n", pos)
+        head = out[pos:nl].split()
+        pos = nl + 1
+        if len(head) != 3:  # "<name> missing" / "ambiguous"
+            found[n] = None
+            continue
+        size = int(head[2])
+        found[n] = (head[0].decode(), head[1].decode(), out[pos:pos + size])
+        pos += size + 1
+    return found

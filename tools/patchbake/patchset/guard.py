@@ -22,7 +22,10 @@ from .treeio import TreeReader
 # for every import at start-up, and these names appear in annotations only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    from .reexport import Reexport
 
 EXPORT = "run `patchbake patch export`"
 PRIORITY = ("crlf", "final-newline", "parse", "dropped", "unrecorded", "count", "hash", "apply",
@@ -81,7 +84,31 @@ _WS_TRAIL = re.compile(rb"[ \t\r]+\n?$")
 _WS_ANY = re.compile(rb"[ \t\r]$|^[ \t]* \t", re.MULTILINE)
 
 
+# What every whitespace error leaves in the patch text, on the added line's own patch
+# line: a blank before a newline (the body ends in one), or a space before a tab.
+_WS_MARKS = (b" \n", b"\t\n", b"\r\n", b" \t")
+
+
+def _may_have_whitespace_errors(data: bytes) -> bool:
+    """False only when no patch line starting with '+' holds one of ``_WS_MARKS``: then
+    no added line has an error. Substring searches over the whole patch, so a clean
+    patch costs a few passes of ``bytes.find`` instead of a look at every added line;
+    any hit on a '+' line (a '+++' header line too) leaves the verdict to the hunks."""
+    for mark in _WS_MARKS:
+        at = data.find(mark)
+        while at >= 0:
+            if data[data.rfind(b"\n", 0, at) + 1] == 43:  # the hit's line starts with '+'
+                return True
+            at = data.find(mark, at + 1)
+    return False
+
+
 def _whitespace(patch: Patch, run: _Run) -> None:
+    if _may_have_whitespace_errors(patch.data):
+        _whitespace_in_hunks(patch, run)
+
+
+def _whitespace_in_hunks(patch: Patch, run: _Run) -> None:
     for fp in patch.files:
         if fp.binary:
             continue
@@ -195,19 +222,26 @@ def _headers(fl: FileList, patch_sha: str, pin: str | None, run: _Run) -> None:
                 f"{pin}; regenerate the patch for this pin")
 
 
-def _apply(patch: Patch, root: Path, run: _Run) -> dict[str, Outcome]:
+def _apply(patch: Patch, root: Path, run: _Run,
+           sink: Callable[[Outcome], None] | None = None) -> dict[str, Outcome]:
+    """Apply every section; ``sink`` gets each outcome until a section fails."""
     reader = TreeReader(root)
     outcomes: dict[str, Outcome] = {}
     for fp in patch.files:
         try:
-            outcomes[fp.path] = apply_file(fp, reader(fp.path))
+            outcomes[fp.path] = o = apply_file(fp, reader(fp.path))
         except _AlreadyThere:
+            sink = None
             run.add("apply", fp.path, f"{fp.path}: the patch is reversed here: the pinned "
                     "upstream already holds its post-image")
         except ApplyError as exc:
+            sink = None
             kind = "hash" if getattr(exc, "reason", "") == "hash" else "apply"
             prefix = "" if kind == "hash" else "does not apply strictly: "
             run.add(kind, fp.path, prefix + exc.one_line())
+        else:
+            if sink is not None:
+                sink(o)
     return outcomes
 
 
@@ -232,46 +266,36 @@ def _content_checks(patch: Patch, fl: FileList | None, outcomes: dict[str, Outco
         _blank_at_eof(outcomes, run)
 
 
-def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool,
+def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool, ordered: bool,
                run: _Run) -> None:
-    """Apply, then re-export through git while the Python-only checks run beside it.
+    """Apply, and re-export through git while the applier and the Python-only checks run.
 
-    git's ``diff-tree`` takes longer than those checks; while it runs this thread only
-    waits on its pipe, without the GIL, so the checks run in a thread then (see
-    :func:`reexport.beside_git`). Their problems are merged after the apply's and before
-    the re-export's, as if run in sequence (problems are then sorted by kind, stably, so
-    the report is the same either way).
+    The re-export is fed each outcome as it is applied (see :class:`reexport.Reexport`):
+    git diffs one batch of files while the next is applied, and the last while the
+    checks run. Problems come in the order the steps would give one after the other:
+    the apply's, the checks', then the re-export's (and are then sorted by kind,
+    stably).
     """
-    outcomes = _apply(patch, root, run)
-    if not (reexport and len(outcomes) == len(patch.files)):
-        _content_checks(patch, fl, outcomes, run)
+    if not reexport:
+        _content_checks(patch, fl, _apply(patch, root, run), run)
         return
-    from .reexport import beside_git
+    from .reexport import Reexport
 
-    side = _Run()
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            _content_checks(patch, fl, outcomes, side)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            failed.append(exc)
-
-    late = _Run()
-    with beside_git(work) as beside:
-        _reexport(patch, outcomes, late)
-    if not beside.ran:  # no diff was run (it failed before git, or was replaced)
-        work()
-    if failed:
-        raise failed[0]
-    run.problems += side.problems + late.problems
+    with Reexport(batches=ordered) as rx:
+        outcomes = _apply(patch, root, run, rx.add)
+        if len(outcomes) != len(patch.files):  # nothing to compare: no diff is started
+            _content_checks(patch, fl, outcomes, run)
+            return
+        rx.start()
+        _content_checks(patch, fl, outcomes, run)
+        _reexport(patch, rx, run)
 
 
-def _reexport(patch: Patch, outcomes: dict[str, Outcome], run: _Run) -> None:
-    from .reexport import first_difference, reexport
+def _reexport(patch: Patch, rx: Reexport, run: _Run) -> None:
+    from .reexport import first_difference
 
     try:
-        fresh = reexport([outcomes[f.path] for f in patch.files])
+        fresh = rx.result()
     except PatchbakeError as exc:
         run.add("reexport", None, f"re-export failed: {exc.one_line()}")
         return
@@ -319,7 +343,8 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
         _compare_paths(_paths_of_unparsable(patch_bytes), fl, run)
     if patch is not None:
         keys = [sort_key(f.path) for f in patch.files]
-        if keys != sorted(keys) or len(set(keys)) != len(keys):
+        ordered = keys == sorted(keys) and len(set(keys)) == len(keys)
+        if not ordered:
             bad = next(i for i in range(1, len(keys)) if keys[i] <= keys[i - 1])
             run.add("order", patch.files[bad].path, f"file sections are not in canonical "
                     f"order ({patch.files[bad - 1].path} comes before "
@@ -328,7 +353,7 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
             _compare(patch, fl, run)
         if pristine_root is not None:
             applied = True
-            _three_way(patch, fl, pristine_root, reexport, run)
+            _three_way(patch, fl, pristine_root, reexport, ordered, run)
         else:
             _content_checks(patch, fl, None, run)
     # Most specific first: the one-line error the CLI prints names the first problem.

@@ -5,90 +5,115 @@ file's two versions alone, in path order. So the pre- and post-images of the tou
 files are written into a scratch repository, as two trees in one pack (see
 :mod:`gitobjects`), and one ``git diff-tree`` of those trees with the canonical flags must
 reproduce the committed patch byte for byte. Standard library only.
+
+For a patch in canonical order the files are taken in batches (:class:`Reexport`): each
+batch is packed into its own scratch repository as soon as it is applied, and its diff
+runs in a git process of its own while the next batch is applied. The batches are
+consecutive runs of paths in git's order, so their diffs, joined, are the one diff of all
+the files: git's work is spread over the time the applier takes instead of following it.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
 from pathlib import Path
+from types import TracebackType
 
 from .apply import Outcome
-from .gitcmd import canonical_diff, scratch_repo
-from .gitobjects import Pack
+from .gitcmd import DiffInFile, memory_tmp, scratch_repo
+from .gitobjects import Pack, delta_of
 from .paths import to_bytes
 
-
-def _scratch_parent() -> Path:
-    # The scratch objects live for one diff: a memory file system when there is one.
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
+# Bytes of pre- and post-images per batch: at most a handful of git processes for the
+# largest patches (each costs a few milliseconds to start), one for a small patch.
+BATCH_BYTES = 6 << 20
+# git processes at a time: the machine's cores are shared with the applier
+_GIT_AT_ONCE = 2
 
 
-class Beside:
-    """Work to run in a thread while git writes the diff (see :func:`beside_git`)."""
+class Reexport:
+    """The canonical patch that git writes for outcomes given one by one (:meth:`add`).
 
-    def __init__(self, work: Callable[[], None]) -> None:
-        self.work = work
-        self.ran = False
-
-
-_BESIDE: ContextVar[Beside | None] = ContextVar("patchbake_beside_git", default=None)
-
-
-@contextmanager
-def beside_git(work: Callable[[], None]) -> Iterator[Beside]:
-    """Run ``work`` in a thread during the ``git diff-tree`` of a :func:`reexport` called
-    in this block: git's time is spent outside Python, so pure-Python checks fit there
-    without slowing the pack writing before it. ``work`` must not raise. When no diff
-    ran (``ran`` stays False), the caller runs ``work`` itself.
+    ``batches`` (the files come in canonical order, each path once) lets git start on a
+    batch while the caller computes the next; otherwise every file goes into one diff,
+    which :meth:`result` starts. Use as a context manager: leaving it waits for the git
+    processes and removes the scratch repositories.
     """
-    beside = Beside(work)
-    token = _BESIDE.set(beside)
-    try:
-        yield beside
-    finally:
-        _BESIDE.reset(token)
 
+    def __init__(self, *, batches: bool, scratch_parent: Path | None = None,
+                 batch_bytes: int = BATCH_BYTES) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="patchbake-reexport.",
+                                           dir=scratch_parent or memory_tmp())).absolute()
+        self._batch_bytes = batch_bytes if batches else -1
+        self._pending: list[Outcome] = []
+        self._size = 0
+        self._diffs: list[DiffInFile] = []
+        self._slots = threading.BoundedSemaphore(_GIT_AT_ONCE)
 
-def _diff_beside(repo: Path, old: str, new: str) -> bytes:
-    beside = _BESIDE.get()
-    if beside is None or beside.ran:
-        return canonical_diff(repo, old, new)
-    beside.ran = True
-    worker = threading.Thread(target=beside.work, name="beside-git", daemon=True)
-    worker.start()
-    try:
-        return canonical_diff(repo, old, new)
-    finally:
-        worker.join()
+    def __enter__(self) -> Reexport:
+        return self
 
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
-def reexport(outcomes: Iterable[Outcome], scratch_parent: Path | None = None) -> bytes:
-    """The canonical patch that git writes for these pre/post images."""
-    repo = scratch_repo(scratch_parent or _scratch_parent())
-    try:
+    def add(self, outcome: Outcome) -> None:
+        self._pending.append(outcome)
+        self._size += len(outcome.pre or b"") + len(outcome.post or b"")
+        if 0 <= self._batch_bytes <= self._size:
+            self._flush()
+
+    def start(self) -> None:
+        """Start the diff of what is left (the caller has added every outcome)."""
+        if self._pending or not self._diffs:
+            self._flush()
+
+    def result(self) -> bytes:
+        """The diffs joined, once git has written them; a failed diff's error is raised."""
+        self.start()
+        for d in self._diffs:
+            d.join()
+        return b"".join(d.result() for d in self._diffs)
+
+    def close(self) -> None:
+        for d in self._diffs:
+            d.join()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def _flush(self) -> None:
+        repo = scratch_repo(self._root)
         pack = Pack()
         pre: dict[bytes, tuple[str, str]] = {}
         post: dict[bytes, tuple[str, str]] = {}
-        for o in outcomes:
+        for o in self._pending:
             path = to_bytes(o.path)
             if o.pre is not None:
                 pre[path] = (o.pre_mode or "100644", pack.add(b"blob", o.pre, o.pre_id))
-            if o.post is not None:
-                post[path] = (o.post_mode or "100644", pack.add(b"blob", o.post, o.post_id))
+            if o.post is None:
+                continue
+            if o.edits is not None and o.pre is not None and o.post_id is not None:
+                # the post-image as a delta of the pre-image: git rebuilds it on reading
+                oid = pack.add_delta(pre[path][1], delta_of(len(o.pre), o.edits, len(o.post)),
+                                     o.post_id)
+            else:
+                oid = pack.add(b"blob", o.post, o.post_id)
+            post[path] = (o.post_mode or "100644", oid)
         old, new = pack.add_tree(pre), pack.add_tree(post)
         pack.write(repo / "objects")
-        return _diff_beside(repo, old, new)
-    finally:
-        shutil.rmtree(repo, ignore_errors=True)
+        self._diffs.append(DiffInFile(repo, old, new, repo / "reexport.patch",
+                                      slots=self._slots))
+        self._pending, self._size = [], 0
+
+
+def reexport(outcomes: Iterable[Outcome], scratch_parent: Path | None = None) -> bytes:
+    """The canonical patch that git writes for these pre/post images (one diff)."""
+    with Reexport(batches=False, scratch_parent=scratch_parent) as rx:
+        for o in outcomes:
+            rx.add(o)
+        return rx.result()
 
 
 def first_difference(a: bytes, b: bytes) -> tuple[int, str, str]:

@@ -18,9 +18,6 @@ from typing import Any
 from ..errors import ExportError
 from ..store import Store
 from .gitcmd import ATTRIBUTES, git
-from .patched import read_lineage_patch
-from .strict import apply_in_memory
-from .treeio import copy_tree, write_outcomes
 
 PRISTINE_REF = "refs/patchbake/pristine"
 BASE_REF = "refs/patchbake/base"
@@ -66,7 +63,11 @@ def create_workspace(lineage: Any, store: Store, dest: Path, *,
 
     ``with_patch=False``: the pristine tree only, even if the lineage has a patch (port
     writes its own result on top)."""
+    # imported here: export reads this module's ref names and needs none of these
     from ..sources import fetch
+    from .patched import read_lineage_patch
+    from .strict import apply_in_memory
+    from .treeio import copy_tree, write_outcomes
 
     dest = Path(dest).absolute()
     _check_dest(dest)
