@@ -407,7 +407,11 @@ def tree_manifest_checks(view: View, identity: dict[str, Any], site_packages: st
     pre = f"{site_packages.strip('/')}/"
     files = {k[len(pre):]: TreeFile(v.kind, v.size, v.sha256, f"{v.mode & 0o7777:04o}")
              for k, v in view.files.items() if k.startswith(pre + PACKAGE)}
-    seen = hashlib.sha256(manifest_bytes(files, site_packages)).hexdigest()
+    try:
+        seen = hashlib.sha256(manifest_bytes(files, site_packages)).hexdigest()
+    except UnicodeEncodeError:
+        return [*problems, f"the vllm/ tree the image unpacks to has a path that is not UTF-8: "
+                f"{TREE_PATH} cannot list it"]
     if seen != info.sha256:
         problems.append(f"{TREE_PATH} does not list the vllm/ tree the image unpacks to "
                         f"(that tree's manifest is sha256:{seen})")
