@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeAlias, Union
 
@@ -28,12 +27,14 @@ from ..errors import ImageError, PatchbakeError
 # --- the Go types, as shapes: a struct's JSON field names, and what each field holds -----
 
 
-@dataclass(frozen=True, eq=False)  # hashed by identity: the shapes are module constants
-class Struct:
+class Struct:  # a plain class, hashed by identity: push/pull import no dataclasses
     """A Go struct: its JSON field names (json tags, or the Go name where untagged)."""
 
-    name: str
-    fields: Mapping[str, Shape]
+    __slots__ = ("name", "fields")
+
+    def __init__(self, name: str, fields: Mapping[str, Shape]) -> None:
+        self.name = name
+        self.fields = fields
 
     def field_for(self, key: str) -> str | None:
         """The field Go's decoder assigns ``key`` to (exact name first, then folded)."""
@@ -42,14 +43,18 @@ class Struct:
         return _folded_fields(self).get(go_fold(key))
 
 
-@dataclass(frozen=True)
 class ListOf:
-    item: Shape
+    __slots__ = ("item",)
+
+    def __init__(self, item: Shape) -> None:
+        self.item = item
 
 
-@dataclass(frozen=True)
 class MapOf:
-    value: Shape
+    __slots__ = ("value",)
+
+    def __init__(self, value: Shape) -> None:
+        self.value = value
 
 
 Shape: TypeAlias = Union[Struct, ListOf, MapOf, None]  # None: a scalar, or an empty struct
