@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from images_craft import with_layer
 from images_support import SP, Repo, make_repo
 from patchbake import verify_memo
 from patchbake.bake import bake_image
 from patchbake.errors import IntegrityError
 from patchbake.identity import VerifyResult, verify_image
-from patchbake.oci import layout, scan
-from patchbake.oci.media import Descriptor
+from patchbake.oci import scan
 
 SP_REL = SP.strip("/")
 
@@ -33,24 +33,12 @@ def _layer(entries: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def _with_layer(repo: Repo, digest: str, data: bytes) -> str:
-    manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
-    hexd = repo.store.put_bytes(data)
-    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], f"sha256:{hexd}",
-                                         len(data)).to_json())
-    config["rootfs"]["diff_ids"].append(f"sha256:{hexd}")
-    cd, cs, _ = layout.put_json(repo.store, config)
-    manifest["config"] = {**manifest["config"], "digest": cd, "size": cs}
-    return layout.put_json(repo.store, manifest)[0]
-
-
 def _image_with_findings(tmp_path: Path) -> tuple[Repo, str]:
     """A bake with a layer on top that writes outside the baked set, a start-up hook and
     a name that is not UTF-8: findings of several kinds for the memo to carry."""
     repo = make_repo(tmp_path)
     digest = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched).digest
-    return repo, _with_layer(repo, digest, _layer([
+    return repo, with_layer(repo.store, digest, _layer([
         (f"{SP_REL}/vllm/extra.py", b"x = 1\n"), (f"{SP_REL}/zz.pth", b"import os\n"),
         (f"{SP_REL}/vllm/caf\udce9.py", b"y\n")]))
 
