@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -116,6 +117,25 @@ def test_bake_into_a_full_store(tmp_path: Path, capsys: pytest.CaptureFixture[st
             bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
         assert e.value.exit_code == 13
         assert list((fs / "store" / "tmp").iterdir()) == []
+        assert fsck(Store(fs / "store"), trees=False).clean
+
+
+def test_verify_on_a_full_store_skips_its_memos(tmp_path: Path) -> None:
+    """Memos only save time: a full store still verifies (the memo writes are skipped,
+    nothing half-written is left) and the next verify reads every layer again."""
+    from patchbake.identity import verify_image
+
+    with tmpfs(tmp_path / "fs", "64m") as fs:
+        repo = make_repo(tmp_path, store_dir=fs / "store")
+        res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
+        shutil.rmtree(fs / "store" / "bakes")  # cold: every memo is to be written again
+        fill(fs, leave=0)
+        for _ in range(2):
+            got = verify_image(repo.pipeline, res.digest, repo.store, patched=repo.patched)
+            assert got.ok, got
+        assert not (fs / "store" / "bakes" / "layer-ops").exists() or not any(
+            p.suffix == ".json" for p in (fs / "store" / "bakes" / "layer-ops").iterdir())
+        assert [p for p in (fs / "store").rglob(".*.tmp")] == []
         assert fsck(Store(fs / "store"), trees=False).clean
 
 

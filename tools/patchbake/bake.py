@@ -114,6 +114,21 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
 
     ``record=False`` writes nothing into the repository or the store's refs (the release
     gates' second, independent bake compares digests only)."""
+    try:
+        return _bake_image(pipeline, name, store, lineage, patched, epoch, backend,
+                           docker_archive, record)
+    except OSError as exc:
+        from .store import write_failure
+
+        err = write_failure(exc, store.root)  # full, read-only: one line, exit 13
+        if err is None:
+            raise
+        raise err from exc
+
+
+def _bake_image(pipeline: Pipeline, name: str | None, store: Store, lineage: str | None,
+                patched: Patched | None, epoch: int | None, backend: str,
+                docker_archive: Path | None, record: bool) -> BakeResult:
     t0 = time.monotonic()
     name = name or definitions.default_name(pipeline)
     defn = definitions.load(pipeline, name)

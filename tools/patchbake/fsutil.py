@@ -144,6 +144,17 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
         f.write(data)
 
 
+def cache_write(path: str | os.PathLike[str], data: bytes) -> str | None:
+    """Write a file that only saves time (a memo, a cache): a file system that refuses it
+    (full, read-only, no permission) is not an error -- the work is redone next time.
+    Returns None when written, else why not; nothing half-written is left either way."""
+    try:
+        atomic_write(path, data)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def write_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write ``data`` unless the file exists. Existing identical content is fine (returns
     False); existing different content raises ``FileExistsError`` -- records are never

@@ -34,7 +34,7 @@ from .expected import (
     wrapped,
     wrapper_checks,
 )
-from .fsutil import atomic_write, canonical_json
+from .fsutil import cache_write, canonical_json
 from .images.overlay import (
     ENTRYPOINT_PATH,
     IDENTITY_PATH,
@@ -108,7 +108,8 @@ def _pristine_hashes(root: Path, tree_digest: str, store: Store) -> dict[str, st
                              f"{tree_digest}", hint="run `patchbake fetch --verify`")
     files = {os.fsdecode(e.path)[len(PACKAGE):]: e.sha256 for e in entries
              if e.mode != MODE_LINK and e.path.startswith(PACKAGE.encode())}
-    atomic_write(cache, canonical_json({"tree_digest": tree_digest, "files": files}))
+    # a cache: a store that cannot take it (full, read-only) hashes the tree again next time
+    cache_write(cache, canonical_json({"tree_digest": tree_digest, "files": files}))
     return files
 
 

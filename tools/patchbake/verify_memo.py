@@ -21,7 +21,7 @@ from typing import Any
 
 from .config import Lineage
 from .expected import Expected
-from .fsutil import atomic_write
+from .fsutil import cache_write
 from .images.overlay import Patched
 from .images.refs import Resolved
 from .store import Store
@@ -89,7 +89,5 @@ def save(store: Store, memo_key: str, findings: dict[str, Any]) -> None:
     """Write the findings of a verify that checked every layer (ASCII JSON: paths decoded
     with surrogate escapes round-trip)."""
     doc = {"format": FORMAT, "key": memo_key, **{f: findings[f] for f in FIELDS}}
-    try:
-        atomic_write(_path(store, memo_key), json.dumps(doc).encode())
-    except OSError:
-        pass  # a memo only saves time: a store that cannot take one (read-only) still verifies
+    # a memo only saves time: a store that cannot take one (read-only, full) still verifies
+    cache_write(_path(store, memo_key), json.dumps(doc).encode())

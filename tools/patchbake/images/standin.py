@@ -24,7 +24,7 @@ from .. import proc
 from ..config import Lineage
 from ..digest import Digest
 from ..errors import ImageError
-from ..fsutil import atomic_write, canonical_json, sha256_bytes
+from ..fsutil import cache_write, canonical_json, sha256_bytes
 from ..oci import layout
 from ..oci.media import OCI_CONFIG, OCI_LAYER_TAR, OCI_MANIFEST, Descriptor
 from ..oci.tarwriter import FORMAT as TAR_FORMAT
@@ -194,7 +194,7 @@ def build_standin(store: Store, lineage: Lineage, site_packages: str, *,
     mdigest, msize, _ = layout.put_json(store, manifest)
     desc = Descriptor(OCI_MANIFEST, mdigest, msize)
     layout.add_ref(store, f"standin/{variant}/vllm-{version}", desc)
-    atomic_write(cache, canonical_json({"manifest": mdigest, "size": msize, "config": cdigest,
-                                        "layers": [d.digest for d in layers],
-                                        "files": len(tree)}))
+    cache_write(cache, canonical_json({"manifest": mdigest, "size": msize, "config": cdigest,
+                                       "layers": [d.digest for d in layers],
+                                       "files": len(tree)}))  # a cache: skipped if refused
     return StandIn(desc, cdigest, tuple(d.digest for d in layers), len(tree), variant, False)

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..config import Lineage
 from ..errors import ImageError, LineageError
-from ..fsutil import atomic_write, canonical_json
+from ..fsutil import cache_write, canonical_json
 from ..oci.image import StoreBlobs
 from ..oci.scan import View, scan_image
 from ..store import Store
@@ -125,7 +125,8 @@ def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, st
     pkg = PACKAGE.encode()
     files = {e.path.decode(): ("link:" if e.mode == MODE_LINK else "") + e.sha256
              for e in entries if e.path.startswith(pkg)}
-    atomic_write(cache, canonical_json({"tree_digest": fetched.tree_digest, "files": files}))
+    # a cache: a store that cannot take it (full, read-only) hashes the tree again next time
+    cache_write(cache, canonical_json({"tree_digest": fetched.tree_digest, "files": files}))
     return files
 
 

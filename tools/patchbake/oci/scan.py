@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from ..digest import Digest
 from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArchiveError
-from ..fsutil import atomic_write
+from ..fsutil import cache_write
 from .image import Blobs, Image
 from .media import Descriptor, compression_of
 from .tarstream import HASH_READ, HashedBlob, LayerBytes, Member, members
@@ -460,15 +460,16 @@ def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | 
 
 def _save_ops(path: Path, doc: dict[str, Any]) -> None:
     """Kept contents (the identity record, the tree manifest) go beside the memo as raw
-    files named by their sha256: no base64 inside the JSON to decode on every verify."""
+    files named by their sha256: no base64 inside the JSON to decode on every verify.
+    A memo only saves time: when the store cannot take it (disk full, read-only) it is
+    skipped and the layer is read again next time."""
     for op in doc["ops"]:
         if op[0] == "f" and op[6] is not None:
             kept = path.parent / "kept" / op[5]
-            if not kept.is_file():
-                kept.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(kept, op[6])
+            if not kept.is_file() and cache_write(kept, op[6]) is not None:
+                return  # without its kept file the memo would be refused anyway
             op[6] = op[5]
-    atomic_write(path, json.dumps(doc).encode())
+    cache_write(path, json.dumps(doc).encode())
 
 
 def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
