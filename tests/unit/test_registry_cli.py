@@ -90,6 +90,13 @@ def test_unknown_source_exit_30(home: Path, fake: FakeRegistry,
     assert "'no-such-image' is neither a manifest digest in the store" in err
 
 
+def test_push_of_a_digest_not_in_the_store_exit_30(home: Path, fake: FakeRegistry,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(capsys, "push", "sha256:" + "0" * 64, f"{HOST}/app:v1")
+    assert rc == 30, err
+    assert f"manifest sha256:{'0' * 64} is not in the store" in err
+
+
 def test_bad_destination_exit_2(home: Path, fake: FakeRegistry,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "push", "sha256:" + "0" * 64, "app:v1")

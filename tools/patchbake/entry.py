@@ -1,10 +1,10 @@
 """The process entry point (``patchbake``, ``python -m patchbake``): argv -> exit code.
 
-``patchbake push`` and ``patchbake pull`` with plain arguments (the positional arguments
-and the options those commands take, nothing else) run without importing click: the
-parse below reads exactly what click's declarations in ``commands/registry.py`` accept
-(a unit test holds the two together), because a push or pull process is timed against
-``skopeo copy`` and click's import was a quarter of its start-up. Anything else (another
+``patchbake push``, ``pull``, ``patch check`` and ``patch export`` with plain arguments
+(the positional arguments and the options those commands take, nothing else) run without
+importing click: the parse below reads exactly what click's declarations accept (a unit
+test holds the two together), because those processes are timed against ``skopeo copy``,
+``git apply --check`` and ``git diff``, and click's import was a quarter of their start-up. Anything else (another
 command, ``--help``, ``--version``, an option or argument it does not know, a missing
 argument) goes to the click CLI in ``cli.py``, which owns usage messages and help.
 
@@ -79,14 +79,23 @@ def hoist_json(args: list[str]) -> list[str]:
 class PlainCommand(NamedTuple):
     """A command's click declaration, as far as the plain parse needs it."""
 
-    function: str  # in patchbake.commands.registry: f(ctx, **arguments)
+    module: str  # in patchbake.commands: the module holding the function
+    function: str  # f(ctx, **arguments)
     arguments: tuple[str, ...]  # positional, all required
-    options: dict[str, tuple[str, bool]]  # --name -> (parameter, repeatable)
+    options: dict[str, tuple[str, bool]]  # --name VALUE -> (parameter, repeatable)
+    flags: dict[str, str] = {}  # --name -> parameter (a boolean flag)
 
 
-PLAIN_COMMANDS = {
-    "push": PlainCommand("push", ("source", "dest"), {"--mount-from": ("mount_from", True)}),
-    "pull": PlainCommand("pull", ("ref",), {"--platform": ("platform", False)}),
+# command words -> declaration: the commands timed against other tools' processes
+PLAIN_COMMANDS: dict[tuple[str, ...], PlainCommand] = {
+    ("push",): PlainCommand("registry", "push", ("source", "dest"),
+                            {"--mount-from": ("mount_from", True)}),
+    ("pull",): PlainCommand("registry", "pull", ("ref",), {"--platform": ("platform", False)}),
+    ("patch", "check"): PlainCommand("patchrun", "check", (), {}, {"--no-tree": "no_tree"}),
+    ("patch", "export"): PlainCommand("patchrun", "export", (),
+                                      {"--from": ("from_spec", False),
+                                       "--reason": ("reason", False)},
+                                      {"--force": "force"}),
 }
 _GLOBAL_VALUES = {"--pipeline": "pipeline_path", "--lineage": "lineage_key"}
 _GLOBAL_FLAGS = {"--json": "as_json", "--debug": "debug"}
@@ -132,6 +141,11 @@ def _parse_command(spec: PlainCommand, args: list[str]) -> dict[str, Any] | None
         if not token.startswith("-") or token == "-":
             positional.append(token)
             continue
+        if token in spec.flags:
+            if spec.flags[token] in values:
+                return None  # repeated: click answers
+            values[spec.flags[token]] = True
+            continue
         got = _option(token, args, spec.options)
         if got is None:
             return None
@@ -144,20 +158,20 @@ def _parse_command(spec: PlainCommand, args: list[str]) -> dict[str, Any] | None
     return {**dict(zip(spec.arguments, positional, strict=True)), **values}
 
 
-def plain_call(args: list[str]) -> tuple[Ctx, str, dict[str, Any]] | None:
-    """(context, function name, arguments) when ``args`` (after hoist_json) is a plain
-    push or pull; None for anything the click CLI must read."""
+def plain_call(args: list[str]) -> tuple[Ctx, PlainCommand, dict[str, Any]] | None:
+    """(context, declaration, arguments) when ``args`` (after hoist_json) is a plain call
+    of one of ``PLAIN_COMMANDS``; None for anything the click CLI must read."""
     parsed = _parse_globals(list(args))
     if parsed is None:
         return None
     settings, rest = parsed
-    spec = PLAIN_COMMANDS.get(rest[0]) if rest else None
-    if spec is None:
-        return None
-    arguments = _parse_command(spec, rest[1:])
-    if arguments is None:
-        return None
-    return Ctx(**settings), spec.function, arguments
+    for words, spec in PLAIN_COMMANDS.items():
+        if tuple(rest[:len(words)]) == words:
+            arguments = _parse_command(spec, rest[len(words):])
+            if arguments is None:
+                return None
+            return Ctx(**settings), spec, arguments
+    return None
 
 
 # -- running, and what a failure prints ----------------------------------------------------
@@ -227,11 +241,13 @@ def guarded(call: Callable[[], object], debug: bool, as_json: bool) -> int:
                                     "refusing it"), as_json)
 
 
-def _run_plain(found: tuple[Ctx, str, dict[str, Any]], debug: bool, as_json: bool) -> int:
-    ctx, function, arguments = found
-    from .commands import registry
+def _run_plain(found: tuple[Ctx, PlainCommand, dict[str, Any]], debug: bool,
+               as_json: bool) -> int:
+    ctx, spec, arguments = found
+    from importlib import import_module
 
-    command: Callable[..., None] = getattr(registry, function)
+    module = import_module(f"{__package__}.commands.{spec.module}")
+    command: Callable[..., None] = getattr(module, spec.function)
     try:
         return guarded(lambda: command(ctx, **arguments), debug, as_json)
     except KeyboardInterrupt:

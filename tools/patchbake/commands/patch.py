@@ -3,33 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..errors import GuardError, SeriesDependencyError, UsageError
-
-
-def _default_workspace(ctx: Ctx) -> Path:
-    return ctx.pipeline.root / ".work" / f"workspace-{ctx.lineage().key}"
-
-
-def _fetch(ctx: Ctx) -> Any:
-    from ..sources import fetch
-
-    return fetch(ctx.lineage(), ctx.store, progress=ui.progress, base=ctx.pipeline.root)
-
-
-def run_check(ctx: Ctx, *, tree: bool = True, reexport: bool = True) -> Any:
-    """The guard for the CLI: fetch the pin (unless ``tree`` is False), run every check."""
-    from ..patchset.guard import check_lineage
-
-    fetched = _fetch(ctx) if tree else None
-    return check_lineage(ctx.lineage(), pristine_root=fetched.root if fetched else None,
-                         tree_digest=fetched.tree_digest if fetched else None,
-                         reexport=reexport)
+from ..errors import SeriesDependencyError
+from . import patchrun
 
 
 def _verify_independent(ctx: Ctx) -> None:
@@ -67,7 +47,7 @@ def register(group: click.Group) -> None:
         """Make a git work tree: pristine upstream, then the current patch, as two commits."""
         from ..patchset.workspace import create_workspace
 
-        dest = directory or _default_workspace(ctx)
+        dest = directory or patchrun.default_workspace(ctx)
         ui.step(f"workspace for {ctx.lineage().upstream.pin} in {dest}")
         ws = create_workspace(ctx.lineage(), ctx.store, dest)
         row = {"workspace": str(ws.path), "pristine_commit": ws.pristine_commit,
@@ -87,27 +67,7 @@ def register(group: click.Group) -> None:
     @pass_ctx
     def export_cmd(ctx: Ctx, from_spec: str | None, force: bool, reason: str | None) -> None:
         """Regenerate the canonical patch, FILES.txt and SOURCE from commits."""
-        from ..patchset.export import export
-
-        if reason and not force:
-            raise UsageError("--reason goes with --force")
-        spec = from_spec or str(_default_workspace(ctx))
-        lin = ctx.lineage()
-        ex = export(lin, ctx.store, spec, force=force, reason=reason)
-        row = {"patch": str(ex.patch_path), "patch_sha256": ex.patch_sha256,
-               "files": ex.files, "added": ex.added, "removed": ex.removed,
-               "commit": ex.commit, "changed": ex.changed}
-        # A new lineage (made by `port`) gets its series on its first export: one patch
-        # per workspace commit; later, `series split` rewrites it when the user asks.
-        if lin.series is not None and not (lin.series / "series").exists() \
-                and Path(spec).is_dir():
-            from ..patchset.series import split_series
-
-            row["series"] = split_series(lin, ctx.store, Path(spec))
-        if ctx.as_json:
-            ui.emit_json(row)
-        else:
-            ui.kv("exported", list(row.items()))
+        patchrun.export(ctx, from_spec, force, reason)
 
     @patch_group.command("check")
     @click.option("--no-tree", is_flag=True,
@@ -115,20 +75,7 @@ def register(group: click.Group) -> None:
     @pass_ctx
     def check_cmd(ctx: Ctx, no_tree: bool) -> None:
         """The lost-line guard: patch <=> FILES.txt <=> the pinned tree; re-export identical."""
-        report = run_check(ctx, tree=not no_tree)
-        if ctx.as_json:
-            ui.emit_json(report.as_json())
-        else:
-            ui.kv("patch check", [("ok", report.ok), ("files", report.files),
-                                  ("added", report.added), ("removed", report.removed),
-                                  ("patch sha256", report.patch_sha256),
-                                  ("three-way", "yes" if report.applied else "skipped")])
-            if report.problems:
-                ui.table("problems", ["kind", "path", "message"],
-                         [(p.kind, p.path or "-", p.message) for p in report.problems])
-        if not report.ok:
-            first = report.problems[0]
-            raise GuardError(f"{len(report.problems)} problem(s); first: {first.message}")
+        patchrun.check(ctx, no_tree)
 
     @patch_group.command("apply")
     @click.option("--to", "dest", required=True, type=click.Path(path_type=Path),
@@ -141,7 +88,7 @@ def register(group: click.Group) -> None:
 
         lin = ctx.lineage()
         lp = read_lineage_patch(lin.patch, lin.files)
-        applied = apply_to_dir(lp.patch, _fetch(ctx).root, dest, filelist=lp.filelist)
+        applied = apply_to_dir(lp.patch, patchrun.fetch_pin(ctx).root, dest, filelist=lp.filelist)
         row = {"to": str(dest), "patch_sha256": lp.patch_sha256,
                "files": len(applied.files), "deleted": len(applied.deleted), "verified": True}
         if ctx.as_json:
@@ -181,7 +128,7 @@ def register(group: click.Group) -> None:
         """Write patch/series/ with one patch per workspace commit after the pristine one."""
         from ..patchset.series import split_series
 
-        names = split_series(ctx.lineage(), ctx.store, from_dir or _default_workspace(ctx))
+        names = split_series(ctx.lineage(), ctx.store, from_dir or patchrun.default_workspace(ctx))
         if ctx.as_json:
             ui.emit_json({"patches": names})
         else:

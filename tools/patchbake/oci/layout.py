@@ -26,7 +26,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..digest import Digest
-from ..errors import ImageError, IntegrityError, StoreError
+from ..errors import ImageError, IntegrityError, StoreError, UsageError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
 from . import gojson
@@ -122,6 +122,10 @@ def refs(store: Store) -> dict[str, Descriptor]:
 def resolve(store: Store, ref: str) -> Descriptor:
     """A ref name from index.json, or a manifest digest already in the store."""
     if ref.startswith("sha256:"):
+        if not store.has(Digest.parse(ref, "manifest digest", UsageError)):
+            raise ImageError(f"manifest {ref} is not in the store at {store.root}",
+                             hint="bake or pull it first, or `patchbake image ls` to list "
+                                  "what the store holds")
         data = read_verified(store, ref)
         doc = gojson.load(data, f"{ref} in the store", gojson.MANIFEST)
         if not isinstance(doc, dict):
