@@ -441,7 +441,7 @@ _ref_case("pull ref with a bad digest", ["pull", "127.0.0.1:5000/r@sha256:xyz"],
 _ref_case("pull with a URL scheme", ["pull", "http://registry.test/r:t"], 2,
           "is not a host")
 _ref_case("push of an unknown image", ["push", "sha256:" + "0" * 64, "127.0.0.1:5000/r:t"],
-          13, "is not in the store")
+          30, "is not in the store")
 
 
 # -- image archives (a definition's docker-archive base, read by `bake`) ---------------------
