@@ -149,6 +149,24 @@ def _pins(raw: dict[Any, Any], where: str, source: str) -> tuple[tuple[str, str]
     return tuple(sorted(raw.items()))
 
 
+def _check_sections(top: dict[str, Any], root: Path, source: str) -> None:
+    """suites, signing and channels are validated at load, so a bad declaration fails
+    whatever command runs (their modules import nothing heavy); an absent or empty section
+    has nothing to check, and a short command's start-up skips their imports."""
+    if top["suites"]:
+        from .suites.spec import parse_all as parse_suites
+
+        parse_suites(top["suites"], root, source)
+    if top["signing"]:
+        from .evidence.settings import parse as parse_signing
+
+        parse_signing(top["signing"], root, source)
+    if top["channels"]:
+        from .release.channels import parse as parse_channels
+
+        parse_channels(top["channels"], top["suites"], source)
+
+
 def parse(data: Any, path: Path) -> Pipeline:
     source = str(path.name)
     top = validate(data, PIPELINE_SCHEMA, "", source)
@@ -185,16 +203,7 @@ def parse(data: Any, path: Path) -> Pipeline:
     if default not in lineages:
         raise ConfigError(f"{source}: 'default_lineage' names '{default}', which is not a "
                           f"lineage{suggest(default, list(lineages))}")
-    # suites and signing are validated here so a bad declaration fails at load, whatever
-    # command runs (their modules import nothing heavy)
-    from .evidence.settings import parse as parse_signing
-    from .suites.spec import parse_all as parse_suites
-
-    parse_suites(top["suites"], root, source)
-    parse_signing(top["signing"], root, source)
-    from .release.channels import parse as parse_channels
-
-    parse_channels(top["channels"], top["suites"], source)
+    _check_sections(top, root, source)
     return Pipeline(path=path.resolve(), root=root, name=top["name"], lineages=lineages,
                     default_lineage=default, images=top["images"], suites=top["suites"],
                     channels=top["channels"], signing=top["signing"])
@@ -206,7 +215,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
     p = Path(path) if path else find_pipeline()
     if not p.exists():
         raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline")
-    return parse(load_file(p, "pipeline"), p)
+    return parse(load_file(p, "pipeline", cache=True), p)
 
 
 def find_pipeline(start: Path | None = None) -> Path:

@@ -79,9 +79,9 @@ def default_root() -> Path:
     env = os.environ.get("PATCHBAKE_HOME")
     if env:
         return Path(env).expanduser()
-    import platformdirs  # only without PATCHBAKE_HOME: a short command's start-up skips it
+    from .userdirs import user_cache_dir
 
-    return Path(platformdirs.user_cache_dir("patchbake"))
+    return user_cache_dir()
 
 
 def _check_hex(digest: str) -> str:

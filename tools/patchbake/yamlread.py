@@ -6,27 +6,31 @@ measured on the token stream before anything recursive runs, so a 20,000-deep do
 cannot exhaust the stack), bytes that are not UTF-8, YAML syntax errors, and a key that
 appears twice in one mapping (ConfigError, exit 3: YAML says last wins, a reviewer reads
 the first).
+
+pipeline.yaml is read by every command, so ``load_file(..., cache=True)`` keeps what a
+successful parse gave as JSON in the store (``cache/yaml/<key>.json``; the key is the
+SHA-256 of the file's bytes, these rules' version and the caps in force): the next read of
+the same bytes under the same caps skips PyYAML's import and parse. Only documents that
+JSON holds exactly (string keys, lists, strings, numbers, booleans, null) are kept; a
+refused document is never cached, so it is refused again, with the same message.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import limits
 from .errors import ConfigError, InputLimitError
+from .fsutil import cache_write
 
-try:  # the C parser when PyYAML has it; the constructor (duplicate check) stays Python
-    _Base: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _Base = yaml.SafeLoader
+RULES = "yamlread 1"  # bump when what a document parses to, or what is refused, changes
 
-_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
-         yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
-_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+_yaml: Any = None  # the PyYAML pieces, imported on the first parse (see _impl)
 
 
 class _DuplicateKey(Exception):
@@ -35,30 +39,52 @@ class _DuplicateKey(Exception):
         self.key, self.line = key, line
 
 
-class _Loader(_Base):  # type: ignore[misc]
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _value in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                dup = key in seen
-            except TypeError:  # an unhashable key: the base class reports it
-                break
-            if dup:
-                raise _DuplicateKey(key, key_node.start_mark.line + 1)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+class _Impl:
+    """PyYAML, the loader that refuses duplicate keys, and the nesting tokens."""
+
+    def __init__(self) -> None:
+        import yaml
+
+        try:  # the C parser when PyYAML has it; the constructor (duplicate check) stays Python
+            base: type = yaml.CSafeLoader
+        except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+            base = yaml.SafeLoader
+
+        class Loader(base):  # type: ignore[misc]
+            def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+                seen: set[Any] = set()
+                for key_node, _value in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        dup = key in seen
+                    except TypeError:  # an unhashable key: the base class reports it
+                        break
+                    if dup:
+                        raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                    seen.add(key)
+                return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+        Loader.add_constructor("tag:yaml.org,2002:map", Loader.construct_yaml_map)
+        self.yaml, self.base, self.loader = yaml, base, Loader
+        self.open = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+                     yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
+        self.close = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+def _impl() -> _Impl:
+    global _yaml
+    if _yaml is None:
+        _yaml = _Impl()
+    return _yaml  # type: ignore[no-any-return]
 
 
 def _tokens(text: str, cap: int) -> Any:
+    y = _impl()
     depth = 0
-    for tok in yaml.scan(text, Loader=_Base):
-        depth += isinstance(tok, _OPEN) - isinstance(tok, _CLOSE)
+    for tok in y.yaml.scan(text, Loader=y.base):
+        depth += isinstance(tok, y.open) - isinstance(tok, y.close)
         yield tok
         if depth > cap:
             return
@@ -66,22 +92,23 @@ def _tokens(text: str, cap: int) -> Any:
 
 def _depth(text: str, cap: int) -> int:
     """The deepest nesting, or the first depth past ``cap`` (the scan stops there)."""
+    y = _impl()
     deepest = depth = 0
     try:
         tokens = list(_tokens(text, cap))
-    except yaml.YAMLError as exc:
+    except y.yaml.YAMLError as exc:
         # PyYAML 6.0.4 and later stop deep nesting in the scanner themselves: that is the
         # same refusal as ours, not a syntax error
         if "nesting depth" in str(getattr(exc, "problem", "") or exc):
             return cap + 1
         raise
     for tok in tokens:
-        if isinstance(tok, _OPEN):
+        if isinstance(tok, y.open):
             depth += 1
             deepest = max(deepest, depth)
             if deepest > cap:
                 return deepest
-        elif isinstance(tok, _CLOSE):
+        elif isinstance(tok, y.close):
             depth -= 1
     return deepest
 
@@ -98,18 +125,19 @@ def parse_text(data: bytes, name: str) -> Any:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{name}: not UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
                           hint="save the file as UTF-8") from None
+    y = _impl()
     try:
         deep = _depth(text, lim.yaml_depth)
         if deep > lim.yaml_depth:
             raise InputLimitError(f"{name}: nesting deeper than {lim.yaml_depth}, the cap; "
                                   "refusing it", hint=f"raise {limits.ENV['yaml_depth']} "
                                                             "if the file is genuine")
-        return yaml.load(text, Loader=_Loader)
+        return y.yaml.load(text, Loader=y.loader)
     except _DuplicateKey as exc:
         raise ConfigError(f"{name}: key {exc.key!r} appears twice in one mapping (line "
                           f"{exc.line}); YAML would silently keep the last",
                           hint="remove one of them") from None
-    except yaml.YAMLError as exc:
+    except y.yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{name}: not valid YAML{at}: "
@@ -118,8 +146,9 @@ def parse_text(data: bytes, name: str) -> Any:
         raise InputLimitError(f"{name}: nested too deeply to read") from None
 
 
-def load_file(path: Path, what: str | None = None) -> Any:
-    """Read and parse ``path``; a missing or unreadable file is a ConfigError."""
+def load_file(path: Path, what: str | None = None, *, cache: bool = False) -> Any:
+    """Read and parse ``path``; a missing or unreadable file is a ConfigError. With
+    ``cache``, a parse of the same bytes under the same caps is read back from the store."""
     try:
         with open(path, "rb") as f:
             cap = limits.current().yaml_bytes
@@ -135,4 +164,37 @@ def load_file(path: Path, what: str | None = None) -> Any:
         raise ConfigError(f"{what or 'file'} {path} is a directory, not a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_text(data, path.name)
+    if not cache:
+        return parse_text(data, path.name)
+    kept = _cache_path(data)
+    try:
+        return json.loads(kept.read_bytes())
+    except (OSError, ValueError, RecursionError):  # none yet, or unreadable: parse it
+        pass
+    doc = parse_text(data, path.name)
+    if _plain(doc):
+        cache_write(kept, json.dumps(doc, ensure_ascii=True, allow_nan=False).encode())
+    return doc
+
+
+def _cache_path(data: bytes) -> Path:
+    from .store import default_root
+
+    lim = limits.current()
+    h = hashlib.sha256(f"{RULES}\0{lim.yaml_bytes}\0{lim.yaml_depth}\0".encode())
+    h.update(data)
+    return default_root() / "cache" / "yaml" / f"{h.hexdigest()}.json"
+
+
+def _plain(doc: Any) -> bool:
+    """True when JSON holds ``doc`` exactly: what json.loads gives back equals it, type
+    for type (no dates, sets, binary, non-string keys, NaN or infinities)."""
+    if doc is None or isinstance(doc, (str, bool, int)):
+        return True
+    if isinstance(doc, float):
+        return math.isfinite(doc)
+    if isinstance(doc, list):
+        return all(_plain(v) for v in doc)
+    if isinstance(doc, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in doc.items())
+    return False

@@ -26,9 +26,9 @@ SIGNING_SCHEMA = Schema({
 
 
 def default_key_dir() -> Path:
-    import platformdirs
+    from ..userdirs import user_config_dir
 
-    return Path(platformdirs.user_config_dir("patchbake")) / "keys"
+    return user_config_dir() / "keys"
 
 
 def default_private_key() -> Path:
