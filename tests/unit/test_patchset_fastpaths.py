@@ -12,7 +12,6 @@ the same error, message included.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import hashlib
 import random
@@ -140,7 +139,7 @@ def test_hunk_parser_fast_path_on_the_fixture_mangled() -> None:
 
 def _moved(h: Hunk, rng: random.Random) -> Hunk:
     field = rng.choice(["old_start", "new_start", "old_count", "new_count"])
-    return dataclasses.replace(h, **{field: max(0, getattr(h, field) + rng.choice([-2, -1, 1]))})
+    return h._replace(**{field: max(0, getattr(h, field) + rng.choice([-2, -1, 1]))})
 
 
 def _fast(hunks: list[Hunk], data: bytes) -> bytes | None:

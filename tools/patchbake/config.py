@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
@@ -64,8 +63,7 @@ PIPELINE_SCHEMA = Schema({
 })
 
 
-@dataclass(frozen=True)
-class Upstream:
+class Upstream(NamedTuple):
     kind: str
     package: str
     version: str
@@ -87,8 +85,7 @@ class Upstream:
         return f"{self.package}=={self.version} sha256:{self.sha256}"
 
 
-@dataclass(frozen=True)
-class Lineage:
+class Lineage(NamedTuple):
     key: str
     name: str
     upstream: Upstream
@@ -98,17 +95,16 @@ class Lineage:
     series: Path | None
 
 
-@dataclass(frozen=True)
-class Pipeline:
+class Pipeline(NamedTuple):
     path: Path
     root: Path
     name: str
     lineages: dict[str, Lineage]
     default_lineage: str
-    images: dict[str, Any] = field(default_factory=dict)
-    suites: dict[str, Any] = field(default_factory=dict)
-    channels: dict[str, Any] = field(default_factory=dict)
-    signing: dict[str, Any] = field(default_factory=dict)
+    images: dict[str, Any] = {}
+    suites: dict[str, Any] = {}
+    channels: dict[str, Any] = {}
+    signing: dict[str, Any] = {}
 
     def lineage(self, key: str | None = None) -> Lineage:
         k = key or self.default_lineage

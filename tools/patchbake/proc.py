@@ -6,14 +6,14 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from typing import NamedTuple
 
 from .errors import ProcessError, ToolMissingError
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     argv: tuple[str, ...]
     returncode: int
     stdout: bytes

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     types: type | tuple[type, ...]
     required: bool = False
     default: Any = None
@@ -21,11 +19,10 @@ class Field:
     items: type | None = None  # for a list: the type every item must have
 
 
-@dataclass(frozen=True)
-class Schema:
+class Schema(NamedTuple):
     fields: dict[str, Field]
     name: str = ""
-    extra: Field | None = field(default=None)  # schema for values under arbitrary keys
+    extra: Field | None = None  # schema for values under arbitrary keys
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:

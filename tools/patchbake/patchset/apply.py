@@ -10,7 +10,8 @@ tree it means it was applied before ("already applied").
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from typing import NamedTuple
 
 from ..errors import ApplyError
 from .diffparse import NULL_ID, FilePatch, Hunk, Patch, split_lines
@@ -23,8 +24,7 @@ Reader = Callable[[str], Base]
 Edits = tuple[tuple[int, int] | bytes, ...]
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What the patch does to one path: pre and post content (None = absent) and modes."""
 
     path: str

@@ -10,7 +10,7 @@ without data, no empty line inside a hunk, hunk bodies that match their header c
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 from itertools import compress
 from operator import itemgetter
 
@@ -23,8 +23,7 @@ MODE_RE = re.compile(rb"^(100644|100755|120000|160000)$")
 NULL_ID = "0" * 40
 
 
-@dataclass(frozen=True)
-class Hunk:
+class Hunk(NamedTuple):
     """One ``@@`` hunk. ``old``/``new`` are the pre/post lines with their line endings."""
 
     old_start: int
@@ -39,8 +38,7 @@ class Hunk:
     removed: int
 
 
-@dataclass(frozen=True)
-class BinaryPart:
+class BinaryPart(NamedTuple):
     """One direction of a ``GIT binary patch``: ``literal`` or ``delta`` with inflated data."""
 
     method: str
@@ -48,20 +46,43 @@ class BinaryPart:
     data: bytes
 
 
-@dataclass
 class FilePatch:
-    """One ``diff --git`` section. ``path`` is the new path, or the old one for deletions."""
+    """One ``diff --git`` section. ``path`` is the new path, or the old one for deletions.
 
-    path: str
-    status: str  # A, M or D
-    old_mode: str | None
-    new_mode: str | None
-    old_id: str | None
-    new_id: str | None
-    line_no: int
-    raw: bytes
-    hunks: list[Hunk] = field(default_factory=list)
-    binary: tuple[BinaryPart, BinaryPart] | None = None
+    A plain class (the parser fills it in as it reads the section's header lines): the
+    guard's start-up imports no dataclasses."""
+
+    __slots__ = ("path", "status", "old_mode", "new_mode", "old_id", "new_id", "line_no",
+                 "raw", "hunks", "binary")
+
+    def __init__(self, path: str, status: str, old_mode: str | None, new_mode: str | None,
+                 old_id: str | None, new_id: str | None, line_no: int, raw: bytes,
+                 hunks: list[Hunk] | None = None,
+                 binary: tuple[BinaryPart, BinaryPart] | None = None) -> None:
+        self.path = path
+        self.status = status  # A, M or D
+        self.old_mode = old_mode
+        self.new_mode = new_mode
+        self.old_id = old_id
+        self.new_id = new_id
+        self.line_no = line_no
+        self.raw = raw
+        self.hunks: list[Hunk] = [] if hunks is None else hunks
+        self.binary = binary
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"FilePatch({inner})"
 
     @property
     def added(self) -> int:
@@ -72,8 +93,7 @@ class FilePatch:
         return sum(h.removed for h in self.hunks)
 
 
-@dataclass(frozen=True)
-class Patch:
+class Patch(NamedTuple):
     files: tuple[FilePatch, ...]
     data: bytes
 

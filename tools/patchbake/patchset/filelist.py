@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+from typing import NamedTuple
 
 from ..digest import is_hex
 from ..errors import GuardError
@@ -33,8 +34,7 @@ SEP = "  "
 _ROW = re.compile(r"^[AMD]$")
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     path: str
     status: str | None = None
     added: int | None = None
@@ -42,10 +42,9 @@ class Entry:
     sha256: str | None = None  # post-image; None when deleted or in the legacy form
 
 
-@dataclass(frozen=True)
-class FileList:
+class FileList(NamedTuple):
     entries: tuple[Entry, ...]
-    header: dict[str, str] = field(default_factory=dict)
+    header: dict[str, str] = {}
     legacy: bool = False
 
     def by_path(self) -> dict[str, Entry]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 from ..errors import ApplyError, GuardError, PatchbakeError, PatchError
@@ -33,32 +33,49 @@ PRIORITY = ("crlf", "final-newline", "parse", "dropped", "unrecorded", "count", 
             "upstream", "whitespace")
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     kind: str
     path: str | None
     message: str
 
 
-@dataclass
 class Report:
-    ok: bool
-    files: int
-    added: int
-    removed: int
-    patch_sha256: str
-    problems: list[Problem] = field(default_factory=list)
-    applied: bool = False  # the three-way part ran (a pristine tree was available)
+    """What the guard found. A plain class: the guard's start-up imports no dataclasses."""
+
+    __slots__ = ("ok", "files", "added", "removed", "patch_sha256", "problems", "applied")
+
+    def __init__(self, ok: bool, files: int, added: int, removed: int, patch_sha256: str,
+                 problems: list[Problem] | None = None, applied: bool = False) -> None:
+        self.ok = ok
+        self.files = files
+        self.added = added
+        self.removed = removed
+        self.patch_sha256 = patch_sha256
+        self.problems: list[Problem] = [] if problems is None else problems
+        self.applied = applied  # the three-way part ran (a pristine tree was available)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"Report({inner})"
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "files": self.files, "added": self.added,
                 "removed": self.removed, "patch_sha256": self.patch_sha256,
-                "problems": [asdict(p) for p in self.problems]}
+                "problems": [p._asdict() for p in self.problems]}
 
 
-@dataclass
 class _Run:
-    problems: list[Problem] = field(default_factory=list)
+    __slots__ = ("problems",)
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
 
     def add(self, kind: str, path: str | None, message: str) -> None:
         self.problems.append(Problem(kind, path, message))

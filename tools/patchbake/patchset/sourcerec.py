@@ -16,8 +16,9 @@ writes the same bytes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+
+from typing import NamedTuple
 
 from ..errors import ExportError
 
@@ -30,8 +31,7 @@ if TYPE_CHECKING:
 FORMAT = "patchbake-source 1"
 
 
-@dataclass(frozen=True)
-class SourceRecord:
+class SourceRecord(NamedTuple):
     data: dict[str, Any]
 
     @property

@@ -12,8 +12,9 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+from typing import NamedTuple
 
 from ..digest import Digest
 from ..errors import UnsafeArchiveError
@@ -25,8 +26,7 @@ MODE_LINK = "120000"
 _READ = 1 << 20
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     path: bytes  # relative, '/'-separated, no leading './'
     mode: str  # MODE_FILE, MODE_EXEC or MODE_LINK
     sha256: str  # content hash; for a symlink, the hash of its target bytes

@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import config
 from ..errors import FetchError, IntegrityError
@@ -36,8 +35,7 @@ if TYPE_CHECKING:
 RECORD_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Fetched:
+class Fetched(NamedTuple):
     archive_sha256: str | None  # hex; None for a directory or git source
     tree_digest: str  # "sha256:<hex>"
     root: Path  # the pristine tree in the store: treat as read-only
