@@ -459,3 +459,28 @@ def test_export_halves_are_not_cut_through_a_directory() -> None:
     assert exportdiff._halves(many[:10]) == [[]]  # small: one diff
     cut = many[:99] + ["p099", "p099/x"] + many[101:]  # p099 ends the first half
     assert exportdiff._halves(sorted(cut)) == [[]]
+
+
+def test_check_and_export_processes_start_without_heavy_imports(
+        repo: Path, tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`patch check` and `patch export` processes are timed against `git apply --check`
+    and `git diff` (bench/bench_patch.py): they run without click, yaml (pipeline.yaml's
+    parse is read back from the store), typing, dataclasses, inspect or platformdirs."""
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    make_change(ws)
+    # the first export of a lineage with a series splits it (not timed); this one also
+    # leaves pipeline.yaml's parse in the store
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    heavy = ("click", "yaml", "typing", "dataclasses", "inspect", "platformdirs", "rich",
+             "requests", "difflib")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools"), "PATCHBAKE_HOME": str(home)}
+    env.pop("XDG_CACHE_HOME", None)
+    for args in (["patch", "export", "--from", str(ws)], ["patch", "check"],
+                 ["patch", "check", "--json"]):
+        code = ("import sys\nfrom patchbake.entry import main\n"
+                f"rc = main({args!r})\n"
+                f"print(rc, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
+        out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env,
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert out.stderr.strip().splitlines()[-1] == "0 []", (args, out.stderr)

@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from .errors import ConfigError
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
+from .records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PIPELINE_FILE = "pipeline.yaml"
 SOURCE_KINDS = ("index", "url", "path", "git")
@@ -63,7 +67,7 @@ PIPELINE_SCHEMA = Schema({
 })
 
 
-class Upstream(NamedTuple):
+class Upstream(Record):
     kind: str
     package: str
     version: str
@@ -85,7 +89,7 @@ class Upstream(NamedTuple):
         return f"{self.package}=={self.version} sha256:{self.sha256}"
 
 
-class Lineage(NamedTuple):
+class Lineage(Record):
     key: str
     name: str
     upstream: Upstream
@@ -95,7 +99,7 @@ class Lineage(NamedTuple):
     series: Path | None
 
 
-class Pipeline(NamedTuple):
+class Pipeline(Record):
     path: Path
     root: Path
     name: str

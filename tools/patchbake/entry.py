@@ -17,11 +17,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import PatchbakeError
+from .records import Record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     from .config import Lineage, Pipeline
     from .store import Store
 
@@ -76,7 +78,7 @@ def hoist_json(args: list[str]) -> list[str]:
 
 # -- the plain parse -----------------------------------------------------------------------
 
-class PlainCommand(NamedTuple):
+class PlainCommand(Record):
     """A command's click declaration, as far as the plain parse needs it."""
 
     module: str  # in patchbake.commands: the module holding the function

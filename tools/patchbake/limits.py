@@ -10,16 +10,16 @@ InputLimitError (15) for YAML/JSON, DeadlineError (16) for the network budget.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 from .errors import ConfigError
+from .records import Record
 
 MiB = 1 << 20
 
 
 # A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with
 # inspect, a sixth of a short push's start-up; see patchbake.entry).
-class Limits(NamedTuple):
+class Limits(Record):
     """The caps in force (defaults, or ``PATCHBAKE_<FIELD>`` overrides)."""
 
     # extraction (sources/extract.py)

@@ -8,12 +8,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from typing import NamedTuple
 
 from .errors import ProcessError, ToolMissingError
+from .records import Record
 
 
-class Result(NamedTuple):
+class Result(Record):
     argv: tuple[str, ...]
     returncode: int
     stdout: bytes

@@ -3,14 +3,17 @@ one-line ConfigErrors naming the key and the file, with "did you mean" for typos
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
-from typing import Any, NamedTuple
 
 from .errors import ConfigError
+from .records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
-class Field(NamedTuple):
+class Field(Record):
     types: type | tuple[type, ...]
     required: bool = False
     default: Any = None
@@ -19,7 +22,7 @@ class Field(NamedTuple):
     items: type | None = None  # for a list: the type every item must have
 
 
-class Schema(NamedTuple):
+class Schema(Record):
     fields: dict[str, Field]
     name: str = ""
     extra: Field | None = None  # schema for values under arbitrary keys
@@ -33,6 +36,8 @@ def _type_name(t: type | tuple[type, ...]) -> str:
 
 
 def suggest(word: str, options: list[str]) -> str:
+    import difflib  # only for a name that is wrong: a valid pipeline.yaml never needs it
+
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
 

@@ -26,11 +26,15 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
 
 from .digest import hex_of
 from .errors import IntegrityError, PatchbakeError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
+from .records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 # errno values that mean "this store cannot take writes", as opposed to a bug
 NO_WRITE = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
@@ -95,7 +99,7 @@ def _check_hex(digest: str) -> str:
 
 # A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with
 # inspect, a sixth of a short push's start-up; see patchbake.entry).
-class Store(NamedTuple):
+class Store(Record):
     """The content-addressed store at ``root``."""
 
     root: Path

@@ -22,11 +22,14 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from . import limits
 from .errors import ConfigError, InputLimitError
 from .fsutil import cache_write
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 RULES = "yamlread 1"  # bump when what a document parses to, or what is refused, changes
 

@@ -10,12 +10,13 @@ test_cli_plain.py checks the two agree).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from .. import ui
 from ..errors import GuardError, UsageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     from ..entry import Ctx
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from typing import NamedTuple
 
 from ..errors import ApplyError
 from .diffparse import NULL_ID, FilePatch, Hunk, Patch, split_lines
 from .gitbinary import apply_delta, blob_id
+from ..records import Record
 
 Base = tuple[bytes, str] | None  # (content, git mode) or None when the file is absent
 Reader = Callable[[str], Base]
@@ -24,7 +24,7 @@ Reader = Callable[[str], Base]
 Edits = tuple[tuple[int, int] | bytes, ...]
 
 
-class Outcome(NamedTuple):
+class Outcome(Record):
     """What the patch does to one path: pre and post content (None = absent) and modes."""
 
     path: str

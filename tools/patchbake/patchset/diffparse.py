@@ -10,12 +10,12 @@ without data, no empty line inside a hunk, hunk bodies that match their header c
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 from itertools import compress
 from operator import itemgetter
 
 from ..errors import PatchError
 from .paths import cunquote, to_bytes, validate_path
+from ..records import Record
 
 HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
@@ -23,7 +23,7 @@ MODE_RE = re.compile(rb"^(100644|100755|120000|160000)$")
 NULL_ID = "0" * 40
 
 
-class Hunk(NamedTuple):
+class Hunk(Record):
     """One ``@@`` hunk. ``old``/``new`` are the pre/post lines with their line endings."""
 
     old_start: int
@@ -38,7 +38,7 @@ class Hunk(NamedTuple):
     removed: int
 
 
-class BinaryPart(NamedTuple):
+class BinaryPart(Record):
     """One direction of a ``GIT binary patch``: ``literal`` or ``delta`` with inflated data."""
 
     method: str
@@ -93,7 +93,7 @@ class FilePatch:
         return sum(h.removed for h in self.hunks)
 
 
-class Patch(NamedTuple):
+class Patch(Record):
     files: tuple[FilePatch, ...]
     data: bytes
 

@@ -16,9 +16,7 @@ import hashlib
 import re
 import shutil
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .. import __version__
 from ..errors import ExportError
@@ -30,12 +28,16 @@ from .filelist import Entry, render
 from .gitcmd import cat_file, git, scratch_repo
 from .sourcerec import SourceRecord, read_source, render_source
 from .workspace import BASE_REF, PRISTINE_REF, PRISTINE_SUBJECT
+from ..records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
-@dataclass(frozen=True)
-class Exported:
+class Exported(Record):
     patch_path: Path
     files_path: Path
     source_path: Path
@@ -47,8 +49,7 @@ class Exported:
     changed: bool
 
 
-@dataclass(frozen=True)
-class _Origin:
+class _Origin(Record):
     repo: Path
     commit: str
     kind: str  # workspace | repo
@@ -100,8 +101,7 @@ def _is_ancestor(repo: Path, old: str, new: str) -> bool:
                check=False).returncode == 0
 
 
-@dataclass(frozen=True)
-class _Refs:
+class _Refs(Record):
     pristine: str
     pristine_tree_digest: str | None  # what the pristine commit's message records
     base_patch_sha: str | None  # what the workspace's base commit applied

@@ -23,18 +23,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from typing import NamedTuple
 
 from ..digest import is_hex
 from ..errors import GuardError
 from .paths import cquote, cunquote, to_bytes, to_str
+from ..records import Record
 
 FORMAT_LINE = "patchbake-files 2"
 SEP = "  "
 _ROW = re.compile(r"^[AMD]$")
 
 
-class Entry(NamedTuple):
+class Entry(Record):
     path: str
     status: str | None = None
     added: int | None = None
@@ -42,7 +42,7 @@ class Entry(NamedTuple):
     sha256: str | None = None  # post-image; None when deleted or in the legacy form
 
 
-class FileList(NamedTuple):
+class FileList(Record):
     entries: tuple[Entry, ...]
     header: dict[str, str] = {}
     legacy: bool = False

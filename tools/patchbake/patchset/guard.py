@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import NamedTuple
 from pathlib import Path
 
 from ..errors import ApplyError, GuardError, PatchbakeError, PatchError
@@ -17,6 +16,7 @@ from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist, sort_key
 from .treeio import TreeReader
+from ..records import Record
 
 # typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
 # for every import at start-up, and these names appear in annotations only.
@@ -33,7 +33,7 @@ PRIORITY = ("crlf", "final-newline", "parse", "dropped", "unrecorded", "count", 
             "upstream", "whitespace")
 
 
-class Problem(NamedTuple):
+class Problem(Record):
     kind: str
     path: str | None
     message: str

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typing import NamedTuple
 
 from ..errors import ExportError
+from ..records import Record
 
 # typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
 # for every import at start-up, and these names appear in annotations only.
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 FORMAT = "patchbake-source 1"
 
 
-class SourceRecord(NamedTuple):
+class SourceRecord(Record):
     data: dict[str, Any]
 
     @property

@@ -11,21 +11,23 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import ExportError
 from ..store import Store
 from .gitcmd import ATTRIBUTES, git
+from ..records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PRISTINE_REF = "refs/patchbake/pristine"
 BASE_REF = "refs/patchbake/base"
 PRISTINE_SUBJECT = "patchbake: pristine "
 
 
-@dataclass(frozen=True)
-class Workspace:
+class Workspace(Record):
     path: Path
     pristine_commit: str
     base_commit: str

@@ -14,10 +14,10 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from typing import NamedTuple
 
 from ..digest import Digest
 from ..errors import UnsafeArchiveError
+from ..records import Record
 
 FORMAT = b"patchbake-tree-digest v1\n"
 MODE_FILE = "100644"
@@ -26,7 +26,7 @@ MODE_LINK = "120000"
 _READ = 1 << 20
 
 
-class Entry(NamedTuple):
+class Entry(Record):
     path: bytes  # relative, '/'-separated, no leading './'
     mode: str  # MODE_FILE, MODE_EXEC or MODE_LINK
     sha256: str  # content hash; for a symlink, the hash of its target bytes

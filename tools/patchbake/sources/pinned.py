@@ -17,15 +17,17 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import config
 from ..errors import FetchError, IntegrityError
 from ..fsutil import CHUNK, atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
 from ..store import Store
 from .digest import digest_entries, tree_entries
+from ..records import Record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     from .http import ProgressFactory
 
 # http, index (requests, urllib3, certifi), extract (tarfile, zipfile, lzma) and gitsrc
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 RECORD_VERSION = 1
 
 
-class Fetched(NamedTuple):
+class Fetched(Record):
     archive_sha256: str | None  # hex; None for a directory or git source
     tree_digest: str  # "sha256:<hex>"
     root: Path  # the pristine tree in the store: treat as read-only

@@ -1,0 +1,67 @@
+"""Record builds what typing.NamedTuple builds, without typing."""
+
+from __future__ import annotations
+
+import pickle
+from typing import NamedTuple
+
+import pytest
+
+from patchbake.records import Record
+
+
+class Point(Record):
+    """A point."""
+
+    x: int
+    y: int = 0
+    label: str | None = None
+
+    @property
+    def norm1(self) -> int:
+        return abs(self.x) + abs(self.y)
+
+    def moved(self, dx: int) -> Point:
+        return self._replace(x=self.x + dx)
+
+
+class TypedPoint(NamedTuple):
+    """A point."""
+
+    x: int
+    y: int = 0
+    label: str | None = None
+
+
+def test_same_shape_as_typing_namedtuple() -> None:
+    assert Point._fields == TypedPoint._fields
+    assert Point._field_defaults == TypedPoint._field_defaults
+    assert Point.__doc__ == TypedPoint.__doc__ == "A point."
+    assert Point.__module__ == __name__ and Point.__qualname__ == "Point"
+    assert Point.__annotations__ == {k: v.__forward_arg__
+                                     for k, v in TypedPoint.__annotations__.items()}
+    p, t = Point(3, -4), TypedPoint(3, -4)
+    assert tuple(p) == tuple(t) and repr(p) == repr(t).replace("TypedPoint", "Point")
+    assert hash(p) == hash(t) and p._asdict() == t._asdict()
+
+
+def test_methods_properties_and_pickle() -> None:
+    p = Point(3, -4, "a")
+    assert p.norm1 == 7 and p.moved(2) == Point(5, -4, "a")
+    assert pickle.loads(pickle.dumps(p)) == p
+    with pytest.raises(AttributeError):
+        p.x = 1  # type: ignore[misc]
+
+
+def test_refusals() -> None:
+    with pytest.raises(TypeError, match="without a default follows"):
+        class Bad(Record):
+            a: int = 1
+            b: int
+
+    with pytest.raises(TypeError, match="super"):
+        class Sup(Record):
+            a: int
+
+            def r(self) -> str:
+                return super().__repr__()

@@ -1,0 +1,49 @@
+"""``Record``: ``typing.NamedTuple`` to the type checker, ``collections.namedtuple`` at run time.
+
+``typing.NamedTuple`` costs every short command's start-up an import of typing and, per
+class, a ``ForwardRef`` compiled for each field's annotation. ``class X(Record)`` builds
+the same class with collections.namedtuple alone: the fields are the annotated names in
+order, class-level values are their defaults, and the methods, properties and docstring
+of the class body are copied onto it. As with typing.NamedTuple, a default may not be
+followed by a field without one, and methods cannot use ``super()``.
+"""
+
+from __future__ import annotations
+
+import collections
+
+__all__ = ["Record"]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple as Record
+else:
+    _BODY_ONLY = frozenset({"__module__", "__qualname__", "__annotations__", "__orig_bases__"})
+
+    class _RecordMeta(type):
+        def __new__(mcls, name, bases, ns):  # noqa: N804 - a metaclass's first argument
+            if ns.get("_record_base"):
+                return super().__new__(mcls, name, bases, ns)
+            if bases != (Record,):
+                raise TypeError(f"{name}: a Record derives from Record alone")
+            if "__classcell__" in ns:
+                raise TypeError(f"{name}: a Record's methods cannot use super() or __class__")
+            fields = list(ns.get("__annotations__", {}))
+            defaults = []
+            for f in fields:
+                if f in ns:
+                    defaults.append(ns[f])
+                elif defaults:
+                    raise TypeError(f"{name}: field {f!r} without a default follows one with")
+            cls = collections.namedtuple(name, fields, defaults=defaults or None,
+                                         module=ns.get("__module__"))
+            for key, value in ns.items():
+                if key in _BODY_ONLY or key in fields or (key == "__doc__" and value is None):
+                    continue
+                setattr(cls, key, value)
+            cls.__qualname__ = ns.get("__qualname__", name)
+            cls.__annotations__ = dict(ns.get("__annotations__", {}))
+            return cls
+
+    class Record(metaclass=_RecordMeta):
+        _record_base = True
