@@ -137,6 +137,9 @@ def big_image(store: Store, pipeline: config.Pipeline, patched: object, name: st
                         "  verified: true"]
     big = f"{name}-big"
     (defs / f"{big}.yaml").write_text("\n".join(lines) + "\n")
+    # declared in the bench's copy of pipeline.yaml, beside the definitions it copies
+    text = pipeline.path.read_text()
+    pipeline.path.write_text(text.replace("\nimages:\n", f"\nimages:\n  {big}: images/{big}.yaml\n", 1))
     res = bake_image(config.load(pipeline.path), big, store, patched=patched,  # type: ignore[arg-type]
                      epoch=0, record=False)
     return res.digest, big
