@@ -123,3 +123,22 @@ def test_a_full_store_still_loads(home: Path, tmp_path: Path,
     p.write_text(PIPELINE)
     assert load(p).name == "cached"
     assert _cached(home) == []
+
+
+def test_another_parser_is_another_key(home: Path, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "pipeline.yaml"
+    p.write_text(PIPELINE)
+    load(p)
+    monkeypatch.setattr(yamlread, "_parser_id", lambda: "/elsewhere/yaml/__init__.py:1:2")
+    load(p)
+    assert len(_cached(home)) == 2
+
+
+def test_the_parser_id_names_pyyaml_without_importing_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    _forget_yaml(monkeypatch)
+    ident = yamlread._parser_id()
+    assert ident.startswith(str(Path(yaml.__file__))) and "yaml" not in sys.modules

@@ -9,7 +9,8 @@ the first).
 
 pipeline.yaml is read by every command, so ``load_file(..., cache=True)`` keeps what a
 successful parse gave as JSON in the store (``cache/yaml/<key>.json``; the key is the
-SHA-256 of the file's bytes, these rules' version and the caps in force): the next read of
+SHA-256 of the file's bytes, these rules' and patchbake's versions, where PyYAML lives and
+the caps in force): the next read of
 the same bytes under the same caps skips PyYAML's import and parse. Only documents that
 JSON holds exactly (string keys, lists, strings, numbers, booleans, null) are kept; a
 refused document is never cached, so it is refused again, with the same message.
@@ -23,7 +24,7 @@ import math
 import os
 from pathlib import Path
 
-from . import limits
+from . import __version__, limits
 from .errors import ConfigError, InputLimitError
 from .fsutil import cache_write
 
@@ -184,9 +185,25 @@ def _cache_path(data: bytes) -> Path:
     from .store import default_root
 
     lim = limits.current()
-    h = hashlib.sha256(f"{RULES}\0{lim.yaml_bytes}\0{lim.yaml_depth}\0".encode())
+    h = hashlib.sha256(f"{RULES}\0{__version__}\0{_parser_id()}\0{lim.yaml_bytes}\0"
+                       f"{lim.yaml_depth}\0".encode())
     h.update(data)
     return default_root() / "cache" / "yaml" / f"{h.hexdigest()}.json"
+
+
+def _parser_id() -> str:
+    """Where the PyYAML that would parse lives, and its file's size and mtime: an upgraded
+    or replaced parser is a new key (found without importing it)."""
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec("yaml")
+    if spec is None or not spec.origin:
+        return "no yaml"
+    try:
+        st = os.stat(spec.origin)
+    except OSError:
+        return spec.origin
+    return f"{spec.origin}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _plain(doc: Any) -> bool:
