@@ -65,3 +65,16 @@ def test_refusals() -> None:
 
             def r(self) -> str:
                 return super().__repr__()
+
+
+def test_mutable_defaults_and_namedtuple_attributes_are_refused() -> None:
+    with pytest.raises(TypeError, match="mutable default"):
+        class Shared(Record):
+            a: dict[str, int] = {}  # noqa: RUF012
+
+    with pytest.raises(AttributeError, match="cannot overwrite _replace"):
+        class Over(Record):
+            a: int
+
+            def _replace(self, **kw: object) -> Over:  # type: ignore[misc]
+                return self

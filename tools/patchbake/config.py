@@ -105,10 +105,10 @@ class Pipeline(Record):
     name: str
     lineages: dict[str, Lineage]
     default_lineage: str
-    images: dict[str, Any] = {}
-    suites: dict[str, Any] = {}
-    channels: dict[str, Any] = {}
-    signing: dict[str, Any] = {}
+    images: dict[str, Any]
+    suites: dict[str, Any]
+    channels: dict[str, Any]
+    signing: dict[str, Any]
 
     def lineage(self, key: str | None = None) -> Lineage:
         k = key or self.default_lineage
@@ -209,13 +209,15 @@ def parse(data: Any, path: Path) -> Pipeline:
                     channels=top["channels"], signing=top["signing"])
 
 
-def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
+def load(path: str | os.PathLike[str] | None = None, *, cache: bool = False) -> Pipeline:
+    """pipeline.yaml, validated. ``cache``: the YAML parse may be read back from the store
+    (yamlread.load_file); only for callers that trust the store's content already."""
     from .yamlread import load_file
 
     p = Path(path) if path else find_pipeline()
     if not p.exists():
         raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline")
-    return parse(load_file(p, "pipeline", cache=True), p)
+    return parse(load_file(p, "pipeline", cache=cache), p)
 
 
 def find_pipeline(start: Path | None = None) -> Path:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from .errors import PatchbakeError
 from .records import Record
@@ -39,13 +40,16 @@ class Ctx:
         self.debug = debug
         self._pipeline: Pipeline | None = None
         self._store: Store | None = None
+        # pipeline.yaml's parse may be read back from the store (config.load's cache): set
+        # for commands that take the store's content as given anyway (see PlainCommand)
+        self.cached_pipeline = False
 
     @property
     def pipeline(self) -> Pipeline:
         if self._pipeline is None:
             from .config import load
 
-            self._pipeline = load(self.pipeline_path)
+            self._pipeline = load(self.pipeline_path, cache=self.cached_pipeline)
         return self._pipeline
 
     @property
@@ -85,7 +89,11 @@ class PlainCommand(Record):
     function: str  # f(ctx, **arguments)
     arguments: tuple[str, ...]  # positional, all required
     options: dict[str, tuple[str, bool]]  # --name VALUE -> (parameter, repeatable)
-    flags: dict[str, str] = {}  # --name -> parameter (a boolean flag)
+    flags: Mapping[str, str] = MappingProxyType({})  # --name -> parameter (a boolean flag)
+    # pipeline.yaml's parse may come from the store's cache: only for commands that take
+    # the store's trees as given (the guard reads the pristine tree from it unhashed); a
+    # command that checks the store (fetch --verify, verify) must not read its pins there
+    cached_pipeline: bool = False
 
 
 # command words -> declaration: the commands timed against other tools' processes
@@ -93,11 +101,12 @@ PLAIN_COMMANDS: dict[tuple[str, ...], PlainCommand] = {
     ("push",): PlainCommand("registry", "push", ("source", "dest"),
                             {"--mount-from": ("mount_from", True)}),
     ("pull",): PlainCommand("registry", "pull", ("ref",), {"--platform": ("platform", False)}),
-    ("patch", "check"): PlainCommand("patchrun", "check", (), {}, {"--no-tree": "no_tree"}),
+    ("patch", "check"): PlainCommand("patchrun", "check", (), {}, {"--no-tree": "no_tree"},
+                                     cached_pipeline=True),
     ("patch", "export"): PlainCommand("patchrun", "export", (),
                                       {"--from": ("from_spec", False),
                                        "--reason": ("reason", False)},
-                                      {"--force": "force"}),
+                                      {"--force": "force"}, cached_pipeline=True),
 }
 _GLOBAL_VALUES = {"--pipeline": "pipeline_path", "--lineage": "lineage_key"}
 _GLOBAL_FLAGS = {"--json": "as_json", "--debug": "debug"}
@@ -172,7 +181,9 @@ def plain_call(args: list[str]) -> tuple[Ctx, PlainCommand, dict[str, Any]] | No
             arguments = _parse_command(spec, rest[len(words):])
             if arguments is None:
                 return None
-            return Ctx(**settings), spec, arguments
+            ctx = Ctx(**settings)
+            ctx.cached_pipeline = spec.cached_pipeline
+            return ctx, spec, arguments
     return None
 
 

@@ -5,7 +5,9 @@ class, a ``ForwardRef`` compiled for each field's annotation. ``class X(Record)`
 the same class with collections.namedtuple alone: the fields are the annotated names in
 order, class-level values are their defaults, and the methods, properties and docstring
 of the class body are copied onto it. As with typing.NamedTuple, a default may not be
-followed by a field without one, and methods cannot use ``super()``.
+followed by a field without one, namedtuple's own attributes cannot be replaced, and
+methods cannot use ``super()``; unlike it, a mutable default (a list, dict or set that
+every record would share) is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +21,29 @@ if TYPE_CHECKING:
     from typing import NamedTuple as Record
 else:
     _BODY_ONLY = frozenset({"__module__", "__qualname__", "__annotations__", "__orig_bases__"})
+    # what namedtuple defines and a class body must not replace (as typing.NamedTuple)
+    _RESERVED = frozenset({"__new__", "__init__", "__slots__", "__getnewargs__", "_fields",
+                           "_field_defaults", "_make", "_replace", "_asdict", "_source"})
+
+    def _fields_of(name, ns):
+        """The field names (annotated, in order) and the trailing defaults, checked."""
+        if "__annotations__" not in ns and "__annotate__" in ns:
+            raise TypeError(f"{name}: a Record's module needs "
+                            "`from __future__ import annotations`")
+        fields = list(ns.get("__annotations__", {}))
+        defaults = []
+        for f in fields:
+            if f in ns:
+                if isinstance(ns[f], (list, dict, set, bytearray)):
+                    raise TypeError(f"{name}: field {f!r} has a mutable default, which "
+                                    "every record would share")
+                defaults.append(ns[f])
+            elif defaults:
+                raise TypeError(f"{name}: field {f!r} without a default follows one with")
+        taken = _RESERVED.intersection(ns)
+        if taken:
+            raise AttributeError(f"{name}: cannot overwrite {', '.join(sorted(taken))}")
+        return fields, defaults
 
     class _RecordMeta(type):
         def __new__(mcls, name, bases, ns):  # noqa: N804 - a metaclass's first argument
@@ -28,13 +53,7 @@ else:
                 raise TypeError(f"{name}: a Record derives from Record alone")
             if "__classcell__" in ns:
                 raise TypeError(f"{name}: a Record's methods cannot use super() or __class__")
-            fields = list(ns.get("__annotations__", {}))
-            defaults = []
-            for f in fields:
-                if f in ns:
-                    defaults.append(ns[f])
-                elif defaults:
-                    raise TypeError(f"{name}: field {f!r} without a default follows one with")
+            fields, defaults = _fields_of(name, ns)
             cls = collections.namedtuple(name, fields, defaults=defaults or None,
                                          module=ns.get("__module__"))
             for key, value in ns.items():

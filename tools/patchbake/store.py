@@ -82,7 +82,11 @@ def remove_entry(path: Path) -> None:
 def default_root() -> Path:
     env = os.environ.get("PATCHBAKE_HOME")
     if env:
-        return Path(env).expanduser()
+        try:
+            return Path(env).expanduser()
+        except RuntimeError:  # ~user of no such user
+            raise StoreError(f"PATCHBAKE_HOME={env!r}: no such user's home directory",
+                             hint="set PATCHBAKE_HOME to a directory path") from None
     from .userdirs import user_cache_dir
 
     return user_cache_dir()

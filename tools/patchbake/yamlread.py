@@ -7,12 +7,13 @@ cannot exhaust the stack), bytes that are not UTF-8, YAML syntax errors, and a k
 appears twice in one mapping (ConfigError, exit 3: YAML says last wins, a reviewer reads
 the first).
 
-pipeline.yaml is read by every command, so ``load_file(..., cache=True)`` keeps what a
-successful parse gave as JSON in the store (``cache/yaml/<key>.json``; the key is the
-SHA-256 of the file's bytes, these rules' and patchbake's versions, where PyYAML lives and
-the caps in force): the next read of
-the same bytes under the same caps skips PyYAML's import and parse. Only documents that
-JSON holds exactly (string keys, lists, strings, numbers, booleans, null) are kept; a
+pipeline.yaml is read by every command; for the short ones that trust the store anyway
+(``patch check``/``export``, see entry.PlainCommand) ``load_file(..., cache=True)`` keeps
+what a successful parse gave as JSON in the store (``cache/yaml/<key>.json``; the key is
+the SHA-256 of the file's bytes, these rules' and patchbake's versions, where PyYAML lives
+and the caps in force): the next read of the same bytes under the same caps skips PyYAML's
+import and parse. Only plain trees that JSON holds exactly (string keys, lists, strings,
+numbers, booleans, null; no node reached twice) are kept; a
 refused document is never cached, so it is refused again, with the same message.
 """
 
@@ -25,7 +26,7 @@ import os
 from pathlib import Path
 
 from . import __version__, limits
-from .errors import ConfigError, InputLimitError
+from .errors import ConfigError, InputLimitError, PatchbakeError
 from .fsutil import cache_write
 
 TYPE_CHECKING = False
@@ -153,6 +154,11 @@ def parse_text(data: bytes, name: str) -> Any:
 def load_file(path: Path, what: str | None = None, *, cache: bool = False) -> Any:
     """Read and parse ``path``; a missing or unreadable file is a ConfigError. With
     ``cache``, a parse of the same bytes under the same caps is read back from the store."""
+    data = _read(path, what)
+    return _parse_cached(data, path.name) if cache else parse_text(data, path.name)
+
+
+def _read(path: Path, what: str | None) -> bytes:
     try:
         with open(path, "rb") as f:
             cap = limits.current().yaml_bytes
@@ -161,23 +167,30 @@ def load_file(path: Path, what: str | None = None, *, cache: bool = False) -> An
                 raise InputLimitError(f"{path.name}: {size} bytes exceeds the cap of {cap} "
                                       "for a YAML file", hint=f"raise {limits.ENV['yaml_bytes']}"
                                       " if the file is genuine")
-            data = f.read(cap + 1)
+            return f.read(cap + 1)
     except FileNotFoundError:
         raise ConfigError(f"{what or 'file'} {path} does not exist") from None
     except IsADirectoryError:
         raise ConfigError(f"{what or 'file'} {path} is a directory, not a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    if not cache:
-        return parse_text(data, path.name)
-    kept = _cache_path(data)
+
+
+def _parse_cached(data: bytes, name: str) -> Any:
     try:
-        return json.loads(kept.read_bytes())
-    except (OSError, ValueError, RecursionError):  # none yet, or unreadable: parse it
-        pass
-    doc = parse_text(data, path.name)
-    if _plain(doc):
-        cache_write(kept, json.dumps(doc, ensure_ascii=True, allow_nan=False).encode())
+        kept: Path | None = _cache_path(data)
+    except (PatchbakeError, OSError, RuntimeError, ValueError, KeyError):
+        kept = None  # no usable store location (HOME, PATCHBAKE_HOME): parse, keep nothing
+    if kept is not None:
+        try:
+            return json.loads(kept.read_bytes())
+        except (OSError, ValueError, RecursionError):  # none yet, or unreadable: parse it
+            pass
+    doc = parse_text(data, name)
+    if kept is not None:
+        text = _as_json(doc, len(data))
+        if text is not None:
+            cache_write(kept, text)
     return doc
 
 
@@ -206,15 +219,35 @@ def _parser_id() -> str:
     return f"{spec.origin}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def _plain(doc: Any) -> bool:
-    """True when JSON holds ``doc`` exactly: what json.loads gives back equals it, type
-    for type (no dates, sets, binary, non-string keys, NaN or infinities)."""
-    if doc is None or isinstance(doc, (str, bool, int)):
-        return True
-    if isinstance(doc, float):
-        return math.isfinite(doc)
-    if isinstance(doc, list):
-        return all(_plain(v) for v in doc)
-    if isinstance(doc, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in doc.items())
-    return False
+def _as_json(doc: Any, source_bytes: int) -> bytes | None:
+    """``doc`` as JSON when JSON holds it exactly and it is a plain tree, else None.
+
+    Exactly: what json.loads gives back equals it, type for type (no dates, sets, binary,
+    non-string keys, NaN or infinities). A plain tree: no node reached twice. YAML anchors
+    let a few hundred bytes name one list a billion times over (or itself); PyYAML builds
+    each shared node once, but written out as JSON every reference would be a copy, so a
+    document that shares nodes is parsed every time, as it was before this cache."""
+    seen: set[int] = set()
+    budget = [max(4096, 16 * source_bytes)]  # nodes: a plain tree has fewer than its bytes
+
+    def plain(node: Any) -> bool:
+        if node is None or isinstance(node, (str, bool, int)):
+            return True
+        if isinstance(node, float):
+            return math.isfinite(node)
+        if not isinstance(node, (list, dict)) or id(node) in seen:
+            return False
+        seen.add(id(node))
+        budget[0] -= len(node)
+        if budget[0] < 0:
+            return False
+        if isinstance(node, list):
+            return all(plain(v) for v in node)
+        return all(isinstance(k, str) and plain(v) for k, v in node.items())
+
+    try:
+        if not plain(doc):
+            return None
+        return json.dumps(doc, ensure_ascii=True, allow_nan=False).encode()
+    except (RecursionError, ValueError, TypeError):
+        return None

@@ -7,11 +7,14 @@ only run suites and never sign.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..schema import Field, Schema, validate
+from ..records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ENV_KEY = "PATCHBAKE_SIGNING_KEY"
 PRIVATE_NAME = "signing.key"
@@ -36,8 +39,7 @@ def default_private_key() -> Path:
     return Path(env).expanduser() if env else default_key_dir() / PRIVATE_NAME
 
 
-@dataclass(frozen=True)
-class Signing:
+class Signing(Record):
     trust_policy: Path
     evidence_dir: Path
     key: Path

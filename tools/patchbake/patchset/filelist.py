@@ -44,8 +44,8 @@ class Entry(Record):
 
 class FileList(Record):
     entries: tuple[Entry, ...]
-    header: dict[str, str] = {}
-    legacy: bool = False
+    header: dict[str, str]
+    legacy: bool
 
     def by_path(self) -> dict[str, Entry]:
         return {e.path: e for e in self.entries}

@@ -12,11 +12,14 @@ Imports nothing heavy: pipeline.yaml is validated on machines that only run suit
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
 
 from ..errors import ConfigError
 from ..schema import Field, Schema, suggest, validate
+from ..records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # What each gate kind checks (docs/releases.md has the full table).
 GATE_KINDS = {
@@ -47,14 +50,12 @@ BENCHMARK_SCHEMA = Schema({
 })
 
 
-@dataclass(frozen=True)
-class Benchmark:
+class Benchmark(Record):
     name: str
     tolerance: float
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(Record):
     """One gate as configured: its kind, the channel that declared it, and settings."""
 
     kind: str
@@ -65,10 +66,9 @@ class Gate:
     approvals: int = 1
 
 
-@dataclass(frozen=True)
-class Channel:
+class Channel(Record):
     name: str
-    index: int  # position in pipeline.yaml's order
+    position: int  # in pipeline.yaml's order
     description: str
     gates: tuple[Gate, ...]  # inherited ones first, in order
 
