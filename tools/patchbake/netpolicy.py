@@ -24,12 +24,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
 
 from . import limits
 from .errors import DeadlineError, PatchbakeError
+from .records import Record
 
-T = TypeVar("T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
 RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
@@ -39,7 +44,7 @@ def is_retry_status(status: int) -> bool:
 
 # NamedTuple and a plain class, not dataclasses: `patchbake push`/`pull` import no
 # dataclasses (with inspect, a sixth of a short push's start-up; see patchbake.entry).
-class RetryPolicy(NamedTuple):
+class RetryPolicy(Record):
     """How often, how long and how patiently one operation's requests are retried."""
 
     attempts: int = 5  # total tries, the first included

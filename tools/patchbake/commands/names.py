@@ -6,10 +6,10 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ImageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..cli import Ctx
 

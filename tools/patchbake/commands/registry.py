@@ -11,7 +11,6 @@ agree).
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
 
 from .. import ui
 from ..errors import ImageError
@@ -22,7 +21,9 @@ from ..oci.registry_ref import parse_ref
 from ..store import Store
 from .names import did_you_mean
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     import click
 
     from ..entry import Ctx

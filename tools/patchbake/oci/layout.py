@@ -23,7 +23,6 @@ move live in registries and are guarded there).
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError, UsageError
@@ -31,8 +30,11 @@ from ..fsutil import atomic_write, canonical_json
 from ..store import Store
 from . import gojson
 from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
+from ..records import Record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # .image is imported where an index is walked: push/pull never do
+    from typing import Any
     from .image import Blobs
 
 REF_NAME = "org.opencontainers.image.ref.name"
@@ -147,14 +149,14 @@ _MAX_NESTING = 4
 
 # NamedTuples, not dataclasses: `patchbake push`/`pull` import no dataclasses (with inspect,
 # a sixth of a short push's start-up; see patchbake.entry).
-class Chosen(NamedTuple):
+class Chosen(Record):
     """The manifest a layout reference stands for, and why that one (shown by verify)."""
 
     digest: str
     why: str
 
 
-class _Candidate(NamedTuple):
+class _Candidate(Record):
     digest: str
     platform: str | None  # from the index descriptor; None: look in the config
     name: str | None  # org.opencontainers.image.ref.name

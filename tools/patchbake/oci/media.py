@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 from ..digest import hex_of
 from ..errors import ImageError
+from ..records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -45,7 +48,7 @@ def compression_of(media_type: str) -> str:
 
 # A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
 # a sixth of a short push's start-up; see patchbake.entry).
-class Descriptor(NamedTuple):
+class Descriptor(Record):
     """An OCI descriptor: media type, digest, size, annotations."""
 
     media_type: str

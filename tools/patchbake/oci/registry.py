@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from ..digest import Digest
@@ -29,23 +28,26 @@ from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
 from .registry_blobs import Progress
-from .registry_http import RetryPolicy, Sender, Transport
+from .registry_http import RetryPolicy, Transport
 from .registry_manifest import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, parse_manifest, select_platform
 from .registry_push import Push, PushResult
 from .registry_ref import DEFAULT_REGISTRY_ENV, RegistryRef, base_url, parse_ref
+from ..records import Record
 
 __all__ = ["DEFAULT_PLATFORM", "PullResult", "PushResult", "RegistryClient", "parse_pull_ref",
            "pull", "push"]
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # credentials are looked up only when a registry challenges
     from .registry_auth import Credentials
+    from .registry_conn import Sender
 
 DEFAULT_PLATFORM = "linux/amd64"
 
 
 # NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
 # a sixth of a short push's start-up; see patchbake.entry).
-class PullResult(NamedTuple):
+class PullResult(Record):
     """What a pull fetched and stored."""
 
     ref: str

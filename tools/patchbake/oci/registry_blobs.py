@@ -22,7 +22,6 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import IntegrityError, RegistryError
@@ -32,13 +31,18 @@ from .registry_http import TRANSPORT_ERRORS, FileBody, Response, RetryableError,
 from .registry_manifest import Descriptor
 from .registry_ref import resolve_location
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
+    R = TypeVar("R")
+
 SMALL_BODY = 1 << 20  # blobs below this are sent from memory
 PREFETCH_DEPTH = 8  # chunks (of CHUNK bytes) read ahead of the hash+write side
 Progress = Callable[[int], None]
 CONCURRENCY_ENV = "PATCHBAKE_REGISTRY_CONCURRENCY"
 DEFAULT_CONCURRENCY = 4
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 def concurrency() -> int:

@@ -17,12 +17,21 @@ import select
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from typing import IO, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from .. import __version__
 from ..errors import RegistryError
 from .registry_wire import TRANSPORT_ERRORS, Body, Headers, ProtocolError, Response, read_head
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any, Protocol
+
+    class Sender(Protocol):
+        """What sends one HTTP exchange (the pool below; an in-memory registry in tests)."""
+
+        def send(self, method: str, url: str, headers: Mapping[str, str],
+                 body: bytes | FileBody | None, timeout: Timeout) -> Response: ...
 
 __all__ = ["TRANSPORT_ERRORS", "ConnectionPool", "FileBody", "Headers", "ProtocolError",
            "Response", "Sender"]
@@ -35,13 +44,6 @@ Timeout = tuple[float, float]  # (connect, read) seconds
 # A reused keep-alive connection the server had already closed: sending fails, or the
 # answer is the end of the connection.
 _STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
-
-class Sender(Protocol):
-    """What sends one HTTP exchange (the pool below; an in-memory registry in tests)."""
-
-    def send(self, method: str, url: str, headers: Mapping[str, str],
-             body: bytes | FileBody | None, timeout: Timeout) -> Response: ...
-
 
 class FileBody:
     """A request body read from a file of known length (sent with a Content-Length,

@@ -12,23 +12,27 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 from ..errors import RegistryError
 from ..netpolicy import Budget, RetryPolicy, is_retry_status, retry_after_seconds, retrying
 from ..netpolicy import Retryable as RetryableError
-from .registry_conn import TRANSPORT_ERRORS, ConnectionPool, FileBody, Response, Sender
+from .registry_conn import TRANSPORT_ERRORS, ConnectionPool, FileBody, Response
 from .registry_ref import check_url_allowed, resolve_location
 from .unreachable import nothing_listens
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported when a registry first challenges: anonymous pulls never do
+    from typing import Any, TypeVar
+
+    from .registry_conn import Sender
+
+    T = TypeVar("T")
     from .registry_auth import Credentials
 
 __all__ = ["TRANSPORT_ERRORS", "Budget", "FileBody", "Response", "RetryPolicy",
            "RetryableError", "Sender", "Transport", "is_retry_status", "retry_after_seconds"]
 
-T = TypeVar("T")
 Body = bytes | FileBody | None
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 

@@ -7,11 +7,15 @@ exact bytes, so they are parsed only to find what they point to.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
 
 from ..digest import is_digest
 from ..errors import RegistryError
 from . import gojson
+from ..records import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -25,7 +29,7 @@ MAX_MANIFEST_BYTES = 4 << 20  # the distribution registry's own limit for manife
 
 # NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
 # a sixth of a short push's start-up; see patchbake.entry).
-class Descriptor(NamedTuple):
+class Descriptor(Record):
     """What a manifest says about one blob or child manifest it references."""
 
     media_type: str
@@ -35,7 +39,7 @@ class Descriptor(NamedTuple):
     urls: bool = False  # foreign/non-distributable layer: lives elsewhere, never pushed
 
 
-class Manifest(NamedTuple):
+class Manifest(Record):
     """A parsed manifest or index. ``blobs`` (config, then layers) for images,
     ``manifests`` for indexes."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple, cast
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
@@ -23,14 +22,16 @@ from . import registry_record
 from .registry_blobs import Progress
 from .registry_manifest import Descriptor, Manifest, parse_manifest
 from .registry_ref import RegistryRef
+from ..records import Record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .registry import RegistryClient
 
 
 # NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
 # a sixth of a short push's start-up; see patchbake.entry).
-class PushResult(NamedTuple):
+class PushResult(Record):
     """What a push did, and what the registry now holds."""
 
     ref: str  # the destination as given (tag and/or digest)
@@ -120,7 +121,8 @@ class Push:
         done = blobs.each_concurrently(_call, [
             lambda: self.put_manifests(existing, tag_existed),
             lambda: self.client._note_blobs(self.store, r.repo, self.wanted)])
-        put, warnings = cast("list[str]", done[0]), cast("tuple[str, ...]", done[1])
+        put: list[str] = done[0]  # type: ignore[assignment]
+        warnings: tuple[str, ...] = done[1]  # type: ignore[assignment]
         return PushResult(str(r), top_digest, top_m.media_type, tuple(tally.uploaded),
                           tuple(tally.mounted), tuple(tally.skipped), tuple(put), tag_existed,
                           tally.nbytes, warnings, self.http.requests_sent)

@@ -13,7 +13,13 @@ pull process's start-up; a registry speaks plain HTTP/1.1 and needs none of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import IO, Any, Protocol, overload
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any, Protocol, overload
+
+    class Reader(Protocol):
+        def read(self, n: int = -1) -> bytes: ...
 
 DRAIN_LIMIT = 64 << 10  # an unread rest of a known length up to this is read on close
 MAX_LINE = 64 << 10  # a status, header or chunk-size line
@@ -40,10 +46,11 @@ class Headers:
             key = k.lower()
             self._d[key] = f"{self._d[key]}, {v}" if key in self._d else v
 
-    @overload
-    def get(self, name: str) -> str | None: ...
-    @overload
-    def get(self, name: str, default: str) -> str: ...
+    if TYPE_CHECKING:
+        @overload
+        def get(self, name: str) -> str | None: ...
+        @overload
+        def get(self, name: str, default: str) -> str: ...
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self._d.get(name.lower(), default)
@@ -59,10 +66,6 @@ class Headers:
 
     def items(self) -> list[tuple[str, str]]:
         return list(self._d.items())
-
-
-class Reader(Protocol):
-    def read(self, n: int = -1) -> bytes: ...
 
 
 class Response:
