@@ -6,7 +6,6 @@ import pickle
 from typing import NamedTuple
 
 import pytest
-
 from patchbake.records import Record
 
 
@@ -78,3 +77,24 @@ def test_mutable_defaults_and_namedtuple_attributes_are_refused() -> None:
 
             def _replace(self, **kw: object) -> Over:  # type: ignore[misc]
                 return self
+
+
+def test_slots_record_equality_repr_and_no_hash() -> None:
+    from patchbake.records import SlotsRecord
+
+    class A(SlotsRecord):
+        __slots__ = ("x", "y")
+
+        def __init__(self, x: int, y: list[int]) -> None:
+            self.x, self.y = x, y
+
+    class B(A):
+        __slots__ = ()
+
+    assert A(1, [2]) == A(1, [2]) and A(1, [2]) != A(1, [3])
+    assert A(1, [2]) != B(1, [2])  # another class is never equal, as with dataclasses
+    assert B(1, [2]) == B(1, [2]) and B(1, [2]) != B(1, [3])  # a subclass's inherited slots
+    assert repr(A(1, [2])) == "A(x=1, y=[2])" and repr(B(1, [2])) == "B(x=1, y=[2])"
+    with pytest.raises(TypeError):
+        hash(A(1, [2]))
+    assert not hasattr(A(1, [2]), "__dict__")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import platformdirs
 import pytest
-
 from patchbake import userdirs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from patchbake import yamlread
 from patchbake.config import load
 from patchbake.errors import ConfigError, InputLimitError
@@ -34,6 +33,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return store
 
 
+@pytest.fixture
+def pipeline(tmp_path: Path) -> Path:
+    p = tmp_path / "pipeline.yaml"
+    p.write_text(PIPELINE)
+    return p
+
+
 def _cached(home: Path) -> list[Path]:
     d = home / "cache" / "yaml"
     return sorted(d.glob("*.json")) if d.is_dir() else []
@@ -45,10 +51,9 @@ def _forget_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delitem(sys.modules, name)
 
 
-def test_second_load_reads_the_cache_without_yaml(home: Path, tmp_path: Path,
+def test_second_load_reads_the_cache_without_yaml(pipeline: Path, home: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+    p = pipeline
     first = load(p, cache=True)
     assert len(_cached(home)) == 1
     _forget_yaml(monkeypatch)
@@ -59,9 +64,8 @@ def test_second_load_reads_the_cache_without_yaml(home: Path, tmp_path: Path,
     assert isinstance(second.images["serve"]["weights"][1], float)
 
 
-def test_an_edit_is_a_new_key(home: Path, tmp_path: Path) -> None:
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+def test_an_edit_is_a_new_key(pipeline: Path, home: Path) -> None:
+    p = pipeline
     load(p, cache=True)
     p.write_text(PIPELINE.replace("name: cached", "name: edited"))
     assert load(p, cache=True).name == "edited"
@@ -92,19 +96,17 @@ def test_a_refused_document_is_refused_every_time(home: Path, tmp_path: Path) ->
     assert _cached(home) == []
 
 
-def test_a_lower_depth_cap_is_not_bypassed(home: Path, tmp_path: Path,
+def test_a_lower_depth_cap_is_not_bypassed(pipeline: Path, home: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+    p = pipeline
     load(p, cache=True)
     monkeypatch.setenv("PATCHBAKE_YAML_DEPTH", "2")
     with pytest.raises(InputLimitError, match="nesting deeper than 2"):
         load(p, cache=True)
 
 
-def test_a_corrupt_entry_is_parsed_again_and_replaced(home: Path, tmp_path: Path) -> None:
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+def test_a_corrupt_entry_is_parsed_again_and_replaced(pipeline: Path, home: Path) -> None:
+    p = pipeline
     first = load(p, cache=True)
     (kept,) = _cached(home)
     kept.write_bytes(b'{"version": 1, "name": "cut')
@@ -112,7 +114,7 @@ def test_a_corrupt_entry_is_parsed_again_and_replaced(home: Path, tmp_path: Path
     assert kept.read_bytes().startswith(b'{"version": 1, "name": "cached"')
 
 
-def test_a_full_store_still_loads(home: Path, tmp_path: Path,
+def test_a_full_store_still_loads(pipeline: Path, home: Path,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
@@ -120,16 +122,14 @@ def test_a_full_store_still_loads(home: Path, tmp_path: Path,
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("patchbake.fsutil.atomic_write", full)
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+    p = pipeline
     assert load(p, cache=True).name == "cached"
     assert _cached(home) == []
 
 
-def test_another_parser_is_another_key(home: Path, tmp_path: Path,
+def test_another_parser_is_another_key(pipeline: Path, home: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+    p = pipeline
     load(p, cache=True)
     monkeypatch.setattr(yamlread, "_parser_id", lambda: "/elsewhere/yaml/__init__.py:1:2")
     load(p, cache=True)
@@ -151,6 +151,8 @@ def test_the_parser_id_names_pyyaml_without_importing_it(
         f"x{n}: &l{n} [*l{n - 1}, *l{n - 1}, *l{n - 1}, *l{n - 1}, *l{n - 1}, *l{n - 1}, "
         f"*l{n - 1}, *l{n - 1}, *l{n - 1}, *l{n - 1}]\n" for n in range(1, 8)),
     "images: {x: &a [*a]}\n",  # a list that holds itself
+    # one 64 KiB scalar named 2,000 times: 128 MB of JSON from a 70 KB file
+    "images: {s: &s " + "x" * (64 << 10) + "}\nrepeat: [" + ", ".join(["*s"] * 2000) + "]\n",
 ])
 def test_shared_nodes_are_not_cached(home: Path, tmp_path: Path, images: str) -> None:
     p = tmp_path / "pipeline.yaml"
@@ -160,20 +162,18 @@ def test_shared_nodes_are_not_cached(home: Path, tmp_path: Path, images: str) ->
     assert "images" in doc and _cached(home) == []
 
 
-def test_no_usable_store_location_parses_without_the_cache(
+def test_no_usable_store_location_parses_without_the_cache(pipeline: Path,
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATCHBAKE_HOME", "~no-such-user-patchbake/x")
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+    p = pipeline
     assert load(p, cache=True).name == "cached"
 
 
-def test_a_poisoned_entry_is_read_only_by_callers_that_ask(home: Path, tmp_path: Path) -> None:
+def test_a_poisoned_entry_is_read_only_by_callers_that_ask(pipeline: Path, home: Path) -> None:
     """fetch --verify and verify check the store: their pins never come from it."""
     import json
 
-    p = tmp_path / "pipeline.yaml"
-    p.write_text(PIPELINE)
+    p = pipeline
     load(p, cache=True)
     (kept,) = _cached(home)
     doc = json.loads(kept.read_bytes())

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 from .errors import ConfigError
-from .schema import Field, Schema, one_of, sha256_check, suggest, validate
 from .records import Record
+from .schema import Field, Schema, one_of, sha256_check, suggest, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from .records import Record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
     from .config import Lineage, Pipeline
     from .store import Store
 

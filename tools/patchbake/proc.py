@@ -8,7 +8,6 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-
 from .errors import ProcessError, ToolMissingError
 from .records import Record
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 
-__all__ = ["Record"]
+__all__ = ["Record", "SlotsRecord"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -66,3 +66,27 @@ else:
 
     class Record(metaclass=_RecordMeta):
         _record_base = True
+
+
+class SlotsRecord:
+    """For the few records the code fills in after creation (a parsed section, a report):
+    a plain class with ``__slots__`` gets from this what a mutable dataclass had --
+    equality field by field within the same class, a repr, and no hash."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _slot_names(self) -> tuple[str, ...]:
+        """Every slot of the class and its bases, base first."""
+        return tuple(k for c in reversed(type(self).__mro__)
+                     for k in c.__dict__.get("__slots__", ()))
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self._slot_names())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._slot_names())
+        return f"{type(self).__name__}({inner})"

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
     from rich.console import Console
 
 

@@ -3,8 +3,8 @@
 On Linux these follow the XDG base directory specification directly: ``$XDG_CACHE_HOME``
 (``$XDG_CONFIG_HOME``) when it is set to an absolute path, else ``~/.cache``
 (``~/.config``), then ``patchbake``; ``~`` is ``$HOME`` when absolute, else the passwd
-entry's home, and a home that is neither is a StoreError (exit 13) that says what to set. That is what platformdirs answers there for a user
-with those variables unset or absolute, without its import on every short command's
+entry's home, and a home that is neither is a StoreError (exit 13) that says what to set.
+That is what platformdirs answers there, without its import on every short command's
 start-up (tests/unit/test_userdirs.py holds the two together). Other systems ask
 platformdirs.
 """

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 RULES = "yamlread 1"  # bump when what a document parses to, or what is refused, changes
 
-_yaml: Any = None  # the PyYAML pieces, imported on the first parse (see _impl)
+_yaml: _Impl | None = None  # the PyYAML pieces, imported on the first parse (see _impl)
 
 
 class _DuplicateKey(Exception):
@@ -82,7 +82,7 @@ def _impl() -> _Impl:
     global _yaml
     if _yaml is None:
         _yaml = _Impl()
-    return _yaml  # type: ignore[no-any-return]
+    return _yaml
 
 
 def _tokens(text: str, cap: int) -> Any:
@@ -226,24 +226,30 @@ def _as_json(doc: Any, source_bytes: int) -> bytes | None:
     non-string keys, NaN or infinities). A plain tree: no node reached twice. YAML anchors
     let a few hundred bytes name one list a billion times over (or itself); PyYAML builds
     each shared node once, but written out as JSON every reference would be a copy, so a
-    document that shares nodes is parsed every time, as it was before this cache."""
+    document that shares nodes is parsed every time, as it was before this cache. The same
+    goes for one long scalar named many times (PyYAML hands out the one string object):
+    the walk counts every string's length and every node against a budget a few times
+    the file's size, which a document without repeats stays far below."""
     seen: set[int] = set()
-    budget = [max(4096, 16 * source_bytes)]  # nodes: a plain tree has fewer than its bytes
+    budget = [4096 + 4 * source_bytes]
 
     def plain(node: Any) -> bool:
-        if node is None or isinstance(node, (str, bool, int)):
+        if isinstance(node, str):
+            budget[0] -= len(node) + 1
+            return budget[0] >= 0
+        if node is None or isinstance(node, (bool, int)):
             return True
         if isinstance(node, float):
             return math.isfinite(node)
         if not isinstance(node, (list, dict)) or id(node) in seen:
             return False
         seen.add(id(node))
-        budget[0] -= len(node)
+        budget[0] -= len(node) + 1
         if budget[0] < 0:
             return False
         if isinstance(node, list):
             return all(plain(v) for v in node)
-        return all(isinstance(k, str) and plain(v) for k, v in node.items())
+        return all(isinstance(k, str) and plain(k) and plain(v) for k, v in node.items())
 
     try:
         if not plain(doc):

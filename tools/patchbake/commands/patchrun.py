@@ -17,6 +17,7 @@ from ..errors import GuardError, UsageError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
     from ..entry import Ctx
 
 

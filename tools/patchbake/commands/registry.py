@@ -24,6 +24,7 @@ from .names import did_you_mean
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
     import click
 
     from ..entry import Ctx

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..schema import Field, Schema, validate
 from ..records import Record
+from ..schema import Field, Schema, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -27,14 +27,15 @@ import hashlib
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError, UsageError
 from ..fsutil import atomic_write, canonical_json
+from ..records import Record
 from ..store import Store
 from . import gojson
 from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
-from ..records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # .image is imported where an index is walked: push/pull never do
     from typing import Any
+
     from .image import Blobs
 
 REF_NAME = "org.opencontainers.image.ref.name"

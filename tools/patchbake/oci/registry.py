@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from ..digest import Digest
 from ..errors import RegistryError, StoreError
+from ..records import Record
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
@@ -32,7 +33,6 @@ from .registry_http import RetryPolicy, Transport
 from .registry_manifest import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, parse_manifest, select_platform
 from .registry_push import Push, PushResult
 from .registry_ref import DEFAULT_REGISTRY_ENV, RegistryRef, base_url, parse_ref
-from ..records import Record
 
 __all__ = ["DEFAULT_PLATFORM", "PullResult", "PushResult", "RegistryClient", "parse_pull_ref",
            "pull", "push"]

@@ -7,11 +7,10 @@ exact bytes, so they are parsed only to find what they point to.
 
 from __future__ import annotations
 
-
 from ..digest import is_digest
 from ..errors import RegistryError
-from . import gojson
 from ..records import Record
+from . import gojson
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,13 +16,13 @@ from functools import partial
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
+from ..records import Record
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
 from .registry_blobs import Progress
 from .registry_manifest import Descriptor, Manifest, parse_manifest
 from .registry_ref import RegistryRef
-from ..records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

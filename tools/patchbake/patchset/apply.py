@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-
 from ..errors import ApplyError
+from ..records import Record
 from .diffparse import NULL_ID, FilePatch, Hunk, Patch, split_lines
 from .gitbinary import apply_delta, blob_id
-from ..records import Record
 
 Base = tuple[bytes, str] | None  # (content, git mode) or None when the file is absent
 Reader = Callable[[str], Base]

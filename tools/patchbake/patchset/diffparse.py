@@ -14,8 +14,8 @@ from itertools import compress
 from operator import itemgetter
 
 from ..errors import PatchError
+from ..records import Record, SlotsRecord
 from .paths import cunquote, to_bytes, validate_path
-from ..records import Record
 
 HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 INDEX_RE = re.compile(rb"^index ([0-9a-f]+)\.\.([0-9a-f]+)(?: ([0-7]{6}))?$")
@@ -46,11 +46,11 @@ class BinaryPart(Record):
     data: bytes
 
 
-class FilePatch:
+class FilePatch(SlotsRecord):
     """One ``diff --git`` section. ``path`` is the new path, or the old one for deletions.
 
     A plain class (the parser fills it in as it reads the section's header lines): the
-    guard's start-up imports no dataclasses."""
+    guard's start-up imports no dataclasses. Equality and repr: SlotsRecord."""
 
     __slots__ = ("path", "status", "old_mode", "new_mode", "old_id", "new_id", "line_no",
                  "raw", "hunks", "binary")
@@ -69,20 +69,6 @@ class FilePatch:
         self.raw = raw
         self.hunks: list[Hunk] = [] if hunks is None else hunks
         self.binary = binary
-
-    def _fields(self) -> tuple[object, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
-        return f"FilePatch({inner})"
 
     @property
     def added(self) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import ExportError
 from ..fsutil import atomic_write
+from ..records import Record
 from ..store import Store
 from .diffparse import Patch, parse_patch
 from .exportdiff import export_diff
@@ -28,7 +29,6 @@ from .filelist import Entry, render
 from .gitcmd import cat_file, git, scratch_repo
 from .sourcerec import SourceRecord, read_source, render_source
 from .workspace import BASE_REF, PRISTINE_REF, PRISTINE_SUBJECT
-from ..records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

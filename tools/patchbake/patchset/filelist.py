@@ -23,11 +23,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-
 from ..digest import is_hex
 from ..errors import GuardError
-from .paths import cquote, cunquote, to_bytes, to_str
 from ..records import Record
+from .paths import cquote, cunquote, to_bytes, to_str
 
 FORMAT_LINE = "patchbake-files 2"
 SEP = "  "

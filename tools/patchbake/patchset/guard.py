@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 
 from ..errors import ApplyError, GuardError, PatchbakeError, PatchError
+from ..records import Record, SlotsRecord
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist, sort_key
 from .treeio import TreeReader
-from ..records import Record
 
 # typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
 # for every import at start-up, and these names appear in annotations only.
@@ -39,7 +39,7 @@ class Problem(Record):
     message: str
 
 
-class Report:
+class Report(SlotsRecord):
     """What the guard found. A plain class: the guard's start-up imports no dataclasses."""
 
     __slots__ = ("ok", "files", "added", "removed", "patch_sha256", "problems", "applied")
@@ -53,17 +53,6 @@ class Report:
         self.patch_sha256 = patch_sha256
         self.problems: list[Problem] = [] if problems is None else problems
         self.applied = applied  # the three-way part ran (a pristine tree was available)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
-        return f"Report({inner})"
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "files": self.files, "added": self.added,

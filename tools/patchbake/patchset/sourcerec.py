@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from ..errors import ExportError
 from ..records import Record
 

@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ExportError
+from ..records import Record
 from ..store import Store
 from .gitcmd import ATTRIBUTES, git
-from ..records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 
 from ..errors import ConfigError
-from ..schema import Field, Schema, suggest, validate
 from ..records import Record
+from ..schema import Field, Schema, suggest, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

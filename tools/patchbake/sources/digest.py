@@ -14,7 +14,6 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-
 from ..digest import Digest
 from ..errors import UnsafeArchiveError
 from ..records import Record

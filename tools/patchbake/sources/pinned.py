@@ -21,13 +21,14 @@ from pathlib import Path
 from .. import config
 from ..errors import FetchError, IntegrityError
 from ..fsutil import CHUNK, atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
+from ..records import Record
 from ..store import Store
 from .digest import digest_entries, tree_entries
-from ..records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
     from .http import ProgressFactory
 
 # http, index (requests, urllib3, certifi), extract (tarfile, zipfile, lzma) and gitsrc
