@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
 import fx
 from patchbake.patchset import reexport as reexport_mod
+from patchbake.patchset.diffparse import parse_patch
 from patchbake.patchset.guard import Report, check
 
 PIN = "fixture==1.0 sha256:" + "0" * 64
@@ -160,10 +161,30 @@ def test_legacy_files_compares_paths_only() -> None:
 
 
 def test_reexport_difference_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reexport_mod.Reexport, "result",
-                        lambda self: fx.patch_bytes().replace(
-                            b"@@ -11,7 +11,8 @@ def f2(x):", b"@@ -11,7 +11,8 @@"))
-    monkeypatch.setattr(reexport_mod.Reexport, "start", lambda self: None)  # no git here
+    class NoGit:  # the re-export's interface, without git (unit tests start no process)
+        def __init__(self, **kw: object) -> None:
+            self.added: list[object] = []
+
+        def __enter__(self) -> NoGit:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def expect(self, files: int) -> None:
+            pass
+
+        def add(self, outcome: object) -> None:
+            self.added.append(outcome)
+
+        def start(self) -> None:
+            pass
+
+        def result(self) -> bytes:
+            assert len(self.added) == len(parse_patch(fx.patch_bytes()).files)  # each one
+            return fx.patch_bytes().replace(b"@@ -11,7 +11,8 @@ def f2(x):", b"@@ -11,7 +11,8 @@")
+
+    monkeypatch.setattr(reexport_mod, "Reexport", NoGit)
     r = check(fx.patch_bytes(), fx.files_bytes(), pristine_root=fx.PRISTINE, pin=PIN)
     assert kinds(r) == ["reexport"]
     assert "re-export from the applied tree differs from the committed patch at line 5" \

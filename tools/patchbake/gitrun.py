@@ -18,6 +18,10 @@ from pathlib import Path
 
 from . import proc
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
+
 AUTHOR = ("patchbake", "patchbake@localhost")
 FIXED_DATE = "@0 +0000"  # 1970-01-01T00:00:00Z: commits of the same trees get the same id
 
@@ -58,9 +62,8 @@ def git_env() -> dict[str, str]:
     }
 
 
-def git(args: Sequence[str | os.PathLike[str]], *, git_dir: Path | None = None,
-        work_tree: Path | None = None, cwd: Path | None = None, input: bytes | None = None,
-        check: bool = True) -> proc.Result:
+def _argv(args: Sequence[str | os.PathLike[str]], git_dir: Path | None,
+          work_tree: Path | None) -> list[str | os.PathLike[str]]:
     argv: list[str | os.PathLike[str]] = ["git"]
     for c in CONFIG:
         argv += ["-c", c]
@@ -69,5 +72,19 @@ def git(args: Sequence[str | os.PathLike[str]], *, git_dir: Path | None = None,
     if work_tree is not None:
         argv.append(f"--work-tree={work_tree}")
     argv += list(args)
-    return proc.run(argv, cwd=cwd or work_tree or git_dir, env=git_env(), input=input,
-                    check=check, replace_env=True)
+    return argv
+
+
+def git(args: Sequence[str | os.PathLike[str]], *, git_dir: Path | None = None,
+        work_tree: Path | None = None, cwd: Path | None = None, input: bytes | None = None,
+        check: bool = True) -> proc.Result:
+    return proc.run(_argv(args, git_dir, work_tree), cwd=cwd or work_tree or git_dir,
+                    env=git_env(), input=input, check=check, replace_env=True)
+
+
+def git_start(args: Sequence[str | os.PathLike[str]], *, git_dir: Path,
+              stderr: IO[bytes]) -> proc.Running:
+    """:func:`git` as a process that reads its standard input from the caller while the
+    caller works (``proc.start``), under the same isolation."""
+    return proc.start(_argv(args, git_dir, None), cwd=git_dir, env=git_env(), stderr=stderr,
+                      replace_env=True)

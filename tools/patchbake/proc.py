@@ -11,6 +11,10 @@ from pathlib import Path
 from .errors import ProcessError, ToolMissingError
 from .records import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
+
 
 class Result(Record):
     argv: tuple[str, ...]
@@ -71,3 +75,53 @@ def run(
         )
     return result
 
+
+class Running:
+    """A program started by :func:`start`: the caller feeds its standard input, then
+    :meth:`finish` es it (or :meth:`stop` s it)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._p = popen
+
+    def send(self, data: bytes) -> bool:
+        """Write ``data`` to its standard input; False when it has gone away."""
+        assert self._p.stdin is not None
+        try:
+            self._p.stdin.write(data)
+            self._p.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            return False
+        return True
+
+    def finish(self) -> int:
+        """Close its standard input and wait for it to exit; its exit code."""
+        self._close_stdin()
+        return self._p.wait()
+
+    def stop(self) -> None:
+        """End it now if it still runs (the caller no longer wants its work)."""
+        if self._p.poll() is None:
+            self._p.kill()
+            self._p.wait()
+        self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        assert self._p.stdin is not None
+        try:
+            self._p.stdin.close()
+        except BrokenPipeError:  # it exited before reading everything: its exit code says why
+            pass
+
+
+def start(argv: Sequence[str | os.PathLike[str]], *, cwd: str | os.PathLike[str] | None = None,
+          env: Mapping[str, str] | None = None, stderr: IO[bytes] | None = None,
+          replace_env: bool = False) -> Running:
+    """Start a program that reads its standard input from the caller (a pipe) while the
+    caller works; its standard output goes nowhere (it writes what matters to a file),
+    its standard error to ``stderr``."""
+    args = [str(a) for a in argv]
+    args[0] = which(args[0]) if os.sep not in args[0] else args[0]
+    full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
+    return Running(subprocess.Popen(args, cwd=str(cwd) if cwd else None, env=full_env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=stderr if stderr is not None else subprocess.DEVNULL))

@@ -16,6 +16,7 @@ import hashlib
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import __version__
@@ -201,11 +202,30 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
     current = hashlib.sha256(current_bytes).hexdigest() if current_bytes is not None else None
     src = read_source(lineage.source_record)
 
-    refs = _read_refs(o, pin, src)
+    # The refusal checks (status of a 6,000-file work tree, ancestry) and the diff are
+    # independent: run them side by side; nothing is written unless every check passed.
+    # The status needs only the work tree, so it starts first, beside reading the refs.
+    refused: list[tuple[int, BaseException]] = []  # (the check's place, its error)
+
+    def beside(check: Callable[[], None], slot: int) -> threading.Thread:
+        def run() -> None:
+            try:
+                check()
+            except BaseException as exc:  # noqa: BLE001 - raised below, in this thread
+                refused.append((slot, exc))
+        t = threading.Thread(target=run, name="export-refusals", daemon=True)
+        t.start()
+        return t
+
+    side = [beside(lambda: _require_clean(o), 0)] if o.kind == "workspace" else []
+    try:
+        refs = _read_refs(o, pin, src)
+    except BaseException:  # what the refs say comes first, as when the checks followed
+        for t in side:
+            t.join()
+        raise
 
     def refusals() -> None:
-        if o.kind == "workspace":
-            _require_clean(o)
         if not _is_ancestor(o.repo, refs.pristine, o.commit):
             raise ExportError(f"{o.spec}: {o.commit[:12]} does not descend from the pristine "
                               f"commit {refs.pristine[:12]}",
@@ -213,19 +233,8 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
         if not force:
             _guard_forward(o, refs, current, src)
 
-    # The refusal checks (status of a 6,000-file work tree, ancestry) and the diff are
-    # independent: run them side by side; nothing is written unless every check passed.
-    refused: list[BaseException] = []
-
-    def checks() -> None:
-        try:
-            refusals()
-        except BaseException as exc:  # noqa: BLE001 - raised below, in this thread
-            refused.append(exc)
-
-    side = threading.Thread(target=checks, name="export-refusals", daemon=True)
-    side.start()
     try:
+        side.append(beside(refusals, 1))
         fetched = fetch(lineage, store)
         scratch = scratch_repo(store.root / "tmp", [o.objects])
         try:
@@ -235,9 +244,10 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     finally:
-        side.join()
-        if refused:
-            raise refused[0]
+        for t in side:
+            t.join()
+        if refused:  # a refusal says more than a failed diff: it comes first
+            raise min(refused, key=lambda r: r[0])[1]
     if refs.pristine_tree_digest and refs.pristine_tree_digest != fetched.tree_digest:
         raise ExportError(f"{o.spec}: its pristine commit records the tree "
                           f"{refs.pristine_tree_digest}, but the pinned upstream is "

@@ -28,7 +28,7 @@ from .gitcmd import DiffInFile, canonical_diff, cat_file, git, memory_tmp
 from .paths import to_str
 
 # Fewer touched files than this: one git process is as quick as two halves.
-SPLIT_MIN = 128
+SPLIT_MIN = 16
 _MODES = {b"000000", b"100644", b"100755"}
 
 

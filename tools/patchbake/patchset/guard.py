@@ -277,8 +277,8 @@ def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool, or
     """Apply, and re-export through git while the applier and the Python-only checks run.
 
     The re-export is fed each outcome as it is applied (see :class:`reexport.Reexport`):
-    git diffs one batch of files while the next is applied, and the last while the
-    checks run. Problems come in the order the steps would give one after the other:
+    one git process, started with the first outcome, diffs one batch of files while the
+    next is applied, and the last while the checks run. Problems come in the order the steps would give one after the other:
     the apply's, the checks', then the re-export's (and are then sorted by kind,
     stably).
     """
@@ -288,6 +288,7 @@ def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool, or
     from .reexport import Reexport
 
     with Reexport(batches=ordered) as rx:
+        rx.expect(len(patch.files))
         outcomes = _apply(patch, root, run, rx.add)
         if len(outcomes) != len(patch.files):  # nothing to compare: no diff is started
             _content_checks(patch, fl, outcomes, run)

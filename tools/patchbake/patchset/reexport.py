@@ -6,52 +6,79 @@ files are written into a scratch repository, as two trees in one pack (see
 :mod:`gitobjects`), and one ``git diff-tree`` of those trees with the canonical flags must
 reproduce the committed patch byte for byte. Standard library only.
 
-For a patch in canonical order the files are taken in batches (:class:`Reexport`): each
-batch is packed into its own scratch repository as soon as it is applied, and its diff
-runs in a git process of its own while the next batch is applied. The batches are
-consecutive runs of paths in git's order, so their diffs, joined, are the one diff of all
-the files: git's work is spread over the time the applier takes instead of following it.
+One ``git diff-tree --stdin`` process does every diff. It starts with the first outcome,
+so its start-up overlaps the caller's work on the next ones. Each batch of files is packed
+into the scratch repository as soon as it is applied (a pack of its own, which git finds
+when it looks the trees up) and its two tree ids are written to git's standard input:
+git diffs one batch while the next is applied. The batches are consecutive runs of paths
+in git's order (a patch in canonical order), so their diffs, written one after the other
+into git's ``--output`` file, are the one diff of all the files. git echoes each pair of
+tree ids on its standard output, which goes nowhere.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
-from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
+from ..errors import ProcessError
+from ..gitrun import git_start
 from .apply import Outcome
-from .gitcmd import DiffInFile, memory_tmp, scratch_repo
+from .gitcmd import DIFF_FLAGS, memory_tmp, scratch_repo
 from .gitobjects import Pack, delta_of
 from .paths import to_bytes
 
-# Bytes of pre- and post-images per batch: at most a handful of git processes for the
-# largest patches (each costs a few milliseconds to start), one for a small patch.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import IO
+
+    from ..proc import Running
+
+# Bytes of pre- and post-images per batch: a handful of batches for the largest patches
+# (each is a pack of its own and a lookup miss for git), one for a small patch.
 BATCH_BYTES = 6 << 20
-# git processes at a time: the machine's cores are shared with the applier
-_GIT_AT_ONCE = 2
+# Batches a patch is cut into (:meth:`Reexport.expect`).
+BATCHES = 8
 
 
 class Reexport:
     """The canonical patch that git writes for outcomes given one by one (:meth:`add`).
 
-    ``batches`` (the files come in canonical order, each path once) lets git start on a
+    git is started with the first outcome (or by :meth:`result` when there is none).
+    ``batches`` (the files come in canonical order, each path once) lets git diff a
     batch while the caller computes the next; otherwise every file goes into one diff,
-    which :meth:`result` starts. Use as a context manager: leaving it waits for the git
-    processes and removes the scratch repositories.
+    which :meth:`result` starts. Use as a context manager: leaving it stops git if it
+    still runs and removes the scratch repository.
     """
 
     def __init__(self, *, batches: bool, scratch_parent: Path | None = None,
                  batch_bytes: int = BATCH_BYTES) -> None:
         self._root = Path(tempfile.mkdtemp(prefix="patchbake-reexport.",
                                            dir=scratch_parent or memory_tmp())).absolute()
-        self._batch_bytes = batch_bytes if batches else -1
+        self.batches = batches
+        self._batch_bytes = batch_bytes
+        self._batch_files = 0  # see expect()
         self._pending: list[Outcome] = []
         self._size = 0
-        self._diffs: list[DiffInFile] = []
-        self._slots = threading.BoundedSemaphore(_GIT_AT_ONCE)
+        self._sent = 0  # tree pairs written to git
+        self._out = self._root / "reexport.patch"
+        self._git: Running | None = None
+        self._err: IO[bytes] | None = None
+
+    def _start_git(self) -> Running:
+        try:
+            self._repo = scratch_repo(self._root)
+            self._err = open(self._root / "git.err", "w+b")  # noqa: SIM115 - closed in close()
+            self._git = git_start(["diff-tree", "--stdin", *DIFF_FLAGS,
+                                   f"--output={self._out}"], git_dir=self._repo,
+                                  stderr=self._err)
+        except BaseException:
+            self.close()
+            raise
+        return self._git
 
     def __enter__(self) -> Reexport:
         return self
@@ -60,31 +87,45 @@ class Reexport:
                  tb: TracebackType | None) -> None:
         self.close()
 
+    def expect(self, files: int, batches: int = BATCHES) -> None:
+        """The caller will add ``files`` outcomes: cut them into about ``batches``
+        batches (or more, where a batch would exceed the byte cap), so the diff of the
+        last batch, which git runs after the caller is done, is a small part of it."""
+        self._batch_files = -(-files // batches)
+
     def add(self, outcome: Outcome) -> None:
+        if self._git is None:  # git starts on the first outcome, while the caller works on
+            self._start_git()
         self._pending.append(outcome)
         self._size += len(outcome.pre or b"") + len(outcome.post or b"")
-        if 0 <= self._batch_bytes <= self._size:
+        if self.batches and (self._size >= self._batch_bytes
+                             or len(self._pending) == self._batch_files):
             self._flush()
 
     def start(self) -> None:
-        """Start the diff of what is left (the caller has added every outcome)."""
-        if self._pending or not self._diffs:
+        """Send what is left (the caller has added every outcome)."""
+        if self._pending or not self._sent:
             self._flush()
 
     def result(self) -> bytes:
-        """The diffs joined, once git has written them; a failed diff's error is raised."""
+        """The diffs joined, once git has written them; git's error if it failed."""
         self.start()
-        for d in self._diffs:
-            d.join()
-        return b"".join(d.result() for d in self._diffs)
+        assert self._git is not None and self._err is not None
+        rc = self._git.finish()
+        if rc != 0:
+            self._err.seek(0)
+            tail = self._err.read().decode("utf-8", "replace").strip().splitlines()[-3:]
+            raise ProcessError(f"git diff-tree exited {rc}: " + " | ".join(tail))
+        return self._out.read_bytes()
 
     def close(self) -> None:
-        for d in self._diffs:
-            d.join()
+        if self._git is not None:
+            self._git.stop()
+        if self._err is not None:
+            self._err.close()
         shutil.rmtree(self._root, ignore_errors=True)
 
     def _flush(self) -> None:
-        repo = scratch_repo(self._root)
         pack = Pack()
         pre: dict[bytes, tuple[str, str]] = {}
         post: dict[bytes, tuple[str, str]] = {}
@@ -102,9 +143,10 @@ class Reexport:
                 oid = pack.add(b"blob", o.post, o.post_id)
             post[path] = (o.post_mode or "100644", oid)
         old, new = pack.add_tree(pre), pack.add_tree(post)
-        pack.write(repo / "objects")
-        self._diffs.append(DiffInFile(repo, old, new, repo / "reexport.patch",
-                                      slots=self._slots))
+        git = self._git or self._start_git()
+        pack.write(self._repo / "objects")
+        git.send(f"{old} {new}\n".encode())  # if git is gone, result() says why
+        self._sent += 1
         self._pending, self._size = [], 0
 
 
