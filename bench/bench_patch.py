@@ -103,6 +103,8 @@ def timed(fn: Callable[[], object]) -> float:
     return statistics.median(samples)
 
 
+NO_AUTO_GC = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "gc.auto", "GIT_CONFIG_VALUE_0": "0",
+              "GIT_CONFIG_KEY_1": "maintenance.auto", "GIT_CONFIG_VALUE_1": "false"}
 SCALES = [int(x) for x in os.environ.get("BENCH_SCALES", "1,10").split(",") if x.strip()]
 GOALS = {  # (step, scale) -> ratio goal against the anchor
     ("check", 1): 10.0, ("check", 10): 3.0, ("export", 1): 3.0, ("export", 10): 1.5,
@@ -253,10 +255,13 @@ def compile_package() -> None:
 def main() -> int:
     compile_package()
     work = Path(tempfile.mkdtemp(prefix="bench-patch."))
-    env = {**os.environ, "PATCHBAKE_NO_PROGRESS": "1",
+    # No automatic `git gc` from the benchmark's own commits: the workspace holds over
+    # 6,000 loose objects, so the 10x commit would start a detached gc that competes for
+    # the CPU with the timings that follow (it did, until this was set).
+    os.environ.update(PATCHBAKE_NO_PROGRESS="1", **NO_AUTO_GC)
+    env = {**os.environ,
            "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@localhost",
            "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@localhost"}
-    os.environ.update(PATCHBAKE_NO_PROGRESS="1")
     try:
         scales = [one_scale(work, sc, env) for sc in SCALES]
     finally:

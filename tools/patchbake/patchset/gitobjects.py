@@ -97,7 +97,8 @@ class Pack:
         return build(root)
 
     def write(self, objects: Path) -> None:
-        """Write ``objects/pack/pack-<sum>.{pack,idx}`` (the index last, as git does)."""
+        """Write ``objects/pack/pack-<sum>.{pack,idx}`` (the index last, as git does;
+        each under a temporary name first)."""
         d = os.path.join(objects, "pack")
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, "tmp_pack")
@@ -137,8 +138,11 @@ class Pack:
         idx += hashlib.sha1(idx).digest()
         name = os.path.join(d, f"pack-{pack_sum.hex()}")
         os.rename(tmp, name + ".pack")
-        with open(name + ".idx", "wb") as f:
+        # The index appears whole (a git that is already running may look for packs
+        # while this one is written: the re-export adds a pack per batch).
+        with open(tmp + "_idx", "wb") as f:  # not "*.idx" until whole
             f.write(idx)
+        os.rename(tmp + "_idx", name + ".idx")
 
 
 _STORED_MAX = 0xFFFF  # the most bytes one stored deflate block holds
