@@ -9,9 +9,12 @@ and build at the seed scale only. Each of ours is timed against its git anchor o
 patch (median of RUNS, after a warm-up):
 
   check   `patchbake patch check` (CLI process, Python start-up included) and
-          `python3 -I tools/check_patch_files.py` vs `git apply --check`
+          `python3 -I tools/check_patch_files.py` vs `git apply --check`; a reference
+          row adds to the anchor what a process importing the same standard library
+          modules as the CLI, and doing nothing else, takes (the floor of any Python
+          command that runs the anchor's work)
   export  `patchbake patch export` (CLI) and export() in-process vs `git diff` of the
-          same two commits
+          same two commits; the same reference row
   apply   `patchbake patch apply --to` (CLI: copy of the tree + apply + verify) vs
           `cp -a` + `git apply`; and apply-only (tree already copied) in-process vs
           `git apply`
@@ -112,6 +115,25 @@ GOALS = {  # (step, scale) -> ratio goal against the anchor
 }
 
 
+def stdlib_floor(argv: list[str]) -> list[str]:
+    """A process that imports every module outside patchbake that the command ``argv``
+    imports (read from ``-X importtime``), and does nothing else: what any Python
+    program needing the same standard library pays before its first line of work."""
+    r = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
+                       text=True, check=True)
+    names = []
+    for line in r.stderr.splitlines():
+        parts = line.split("|")
+        if line.startswith("import time:") and len(parts) == 3 and parts[1].strip().isdigit():
+            name = parts[2].strip()
+            if name.split(".")[0] not in ("patchbake", "__main__"):
+                names.append(name)
+    # some are tried and missing (nt, _winapi, ...): imported where they exist
+    code = (f"for n in {sorted(set(names))!r}:\n try: __import__(n)\n"
+            " except ImportError: pass\n")
+    return [argv[0], "-c", code]
+
+
 def sh(argv: list[str], cwd: Path | None = None, stdout: object = subprocess.DEVNULL) -> None:
     subprocess.run(argv, cwd=cwd, check=True, stdout=stdout, stderr=subprocess.PIPE)
 
@@ -145,12 +167,14 @@ def one_scale(work: Path, scale: int, env: dict[str, str]) -> dict[str, object]:
                                   "check_patch_files.py"), "--repo", str(repo),
                                    "--tree", str(pristine)]))
     res["python_start"] = timed(run([sys.executable, "-I", "-c", "pass"]))
+    res["stdlib_check"] = timed(run(stdlib_floor([*cli, "patch", "check"])))
     res["git_apply_check"] = timed(run(["git", "apply", "--check", str(patch_file)],
                                        pristine))
     pristine_commit = subprocess.run(["git", "rev-parse", "refs/patchbake/pristine"],
                                      cwd=ws, capture_output=True, text=True,
                                      check=True).stdout.strip()
     res["export_cli"] = timed(run([*cli, "patch", "export", "--from", str(ws)]))
+    res["stdlib_export"] = timed(run(stdlib_floor([*cli, "patch", "export", "--from", str(ws)])))
     res["export_lib"] = timed(lambda: export(lin, store, str(ws)))
     res["git_diff"] = timed(lambda: sh(["git", "diff", "--full-index", "--binary",
                                         pristine_commit, "HEAD"], ws))
@@ -225,11 +249,15 @@ def rows_of(scale: int, res: dict[str, float]) -> list[tuple[str, str, float, st
          res["git_apply_check"]),
         ("check", "check_patch_files.py (python3 -I)", res["check_bare"], "git apply --check",
          res["git_apply_check"]),
+        ("(ref)", "stdlib it imports + the anchor", res["stdlib_check"] + res["git_apply_check"],
+         "git apply --check", res["git_apply_check"]),
         ("(ref)", "python3 -I -c pass (start-up alone)", res["python_start"],
          "git apply --check", res["git_apply_check"]),
         ("export", "patchbake patch export (CLI)", res["export_cli"], "git diff",
          res["git_diff"]),
         ("export", "export() in-process", res["export_lib"], "git diff", res["git_diff"]),
+        ("(ref)", "stdlib it imports + the anchor", res["stdlib_export"] + res["git_diff"],
+         "git diff", res["git_diff"]),
     ]
     if scale == 1:
         rows += [
