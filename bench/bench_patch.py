@@ -6,7 +6,7 @@ modified files, new files, a deletion, a mode change), committed and exported: t
 scale. The 10x scale (BENCH_SCALES, default "1,10") edits ten times as many files the same
 way (~700 files, ~+39,000 / -7,700 lines); check and export are timed at every scale, apply
 and build at the seed scale only. Each of ours is timed against its git anchor on the same
-patch (median of RUNS, after a warm-up):
+patch (median of RUNS, after a warm-up; a step's commands in alternating rounds):
 
   check   `patchbake patch check` (CLI process, Python start-up included) and
           `python3 -I tools/check_patch_files.py` vs `git apply --check`; a reference
@@ -106,6 +106,20 @@ def timed(fn: Callable[[], object]) -> float:
     return statistics.median(samples)
 
 
+def timed_together(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Median of RUNS rounds (after a warm-up round); each round runs every function
+    once, in turn."""
+    for fn in fns.values():
+        fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(RUNS):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 NO_AUTO_GC = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "gc.auto", "GIT_CONFIG_VALUE_0": "0",
               "GIT_CONFIG_KEY_1": "maintenance.auto", "GIT_CONFIG_VALUE_1": "false"}
 SCALES = [int(x) for x in os.environ.get("BENCH_SCALES", "1,10").split(",") if x.strip()]
@@ -161,23 +175,26 @@ def one_scale(work: Path, scale: int, env: dict[str, str]) -> dict[str, object]:
     def run(argv: list[str], cwd: Path | None = None) -> Callable[[], None]:
         return lambda: sh(argv, cwd)
 
-    res: dict[str, float] = {}
-    res["check_cli"] = timed(run([*cli, "patch", "check"]))
-    res["check_bare"] = timed(run([sys.executable, "-I", str(REPO / "tools" /
-                                  "check_patch_files.py"), "--repo", str(repo),
-                                   "--tree", str(pristine)]))
-    res["python_start"] = timed(run([sys.executable, "-I", "-c", "pass"]))
-    res["stdlib_check"] = timed(run(stdlib_floor([*cli, "patch", "check"])))
-    res["git_apply_check"] = timed(run(["git", "apply", "--check", str(patch_file)],
-                                       pristine))
     pristine_commit = subprocess.run(["git", "rev-parse", "refs/patchbake/pristine"],
                                      cwd=ws, capture_output=True, text=True,
                                      check=True).stdout.strip()
-    res["export_cli"] = timed(run([*cli, "patch", "export", "--from", str(ws)]))
-    res["stdlib_export"] = timed(run(stdlib_floor([*cli, "patch", "export", "--from", str(ws)])))
-    res["export_lib"] = timed(lambda: export(lin, store, str(ws)))
-    res["git_diff"] = timed(lambda: sh(["git", "diff", "--full-index", "--binary",
-                                        pristine_commit, "HEAD"], ws))
+    # Each step's commands are timed in alternating rounds (ours, then the anchor, ...),
+    # so a drift of the machine's speed moves both sides of a ratio alike.
+    res = timed_together({
+        "check_cli": run([*cli, "patch", "check"]),
+        "check_bare": run([sys.executable, "-I", str(REPO / "tools" / "check_patch_files.py"),
+                           "--repo", str(repo), "--tree", str(pristine)]),
+        "python_start": run([sys.executable, "-I", "-c", "pass"]),
+        "stdlib_check": run(stdlib_floor([*cli, "patch", "check"])),
+        "git_apply_check": run(["git", "apply", "--check", str(patch_file)], pristine),
+    })
+    res.update(timed_together({
+        "export_cli": run([*cli, "patch", "export", "--from", str(ws)]),
+        "stdlib_export": run(stdlib_floor([*cli, "patch", "export", "--from", str(ws)])),
+        "export_lib": lambda: export(lin, store, str(ws)),
+        "git_diff": lambda: sh(["git", "diff", "--full-index", "--binary", pristine_commit,
+                                "HEAD"], ws),
+    }))
     if scale == 1:
         res.update(apply_and_build(work, cli, store, pristine, patch_file, patch))
     return {"scale": scale, "files": ex.files, "added": ex.added, "removed": ex.removed,
