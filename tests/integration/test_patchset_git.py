@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
 import fx
 from patchbake.cli import main
+from patchbake.patchset.apply import Outcome
 from patchbake.patchset.guard import check
 
 pytestmark = pytest.mark.integration
@@ -378,13 +379,41 @@ def test_batched_reexport_is_the_one_diff(tmp_path: Path) -> None:
     applied = list(apply_in_memory(parse_patch(fx.patch_bytes()), fx.PRISTINE).values())
     assert any(o.edits for o in applied)
     for outcomes in (made, applied):
-        one = reexport(outcomes, tmp_path)
-        with Reexport(batches=True, scratch_parent=tmp_path, batch_bytes=1) as rx:
-            for o in outcomes:
-                rx.add(o)
-            assert rx.result() == one
+        one = _one_shot_diff(outcomes, tmp_path)  # `git diff-tree A B`, no --stdin
+        assert reexport(outcomes, tmp_path) == one
+        for expect in (None, 3, len(outcomes)):  # one file a batch; about three; the guard's
+            with Reexport(batches=True, scratch_parent=tmp_path,
+                          batch_bytes=1 if expect is None else 1 << 30) as rx:
+                if expect is not None:
+                    rx.expect(len(outcomes), expect)
+                for o in outcomes:
+                    rx.add(o)
+                assert rx.result() == one
     assert reexport(applied, tmp_path) == fx.patch_bytes()
     assert list(tmp_path.iterdir()) == []  # the scratch repositories are gone
+
+
+def _one_shot_diff(outcomes: list[Outcome], parent: Path) -> bytes:
+    """git's one diff of the outcomes' pre- and post-images, all in one pack: the
+    re-export must write exactly this, however it cuts the files into batches."""
+    import shutil
+
+    from patchbake.patchset.gitcmd import canonical_diff, scratch_repo
+    from patchbake.patchset.gitobjects import Pack
+    from patchbake.patchset.paths import to_bytes
+
+    pack = Pack()
+    pre = {to_bytes(o.path): (o.pre_mode or "100644", pack.add(b"blob", o.pre))
+           for o in outcomes if o.pre is not None}
+    post = {to_bytes(o.path): (o.post_mode or "100644", pack.add(b"blob", o.post))
+            for o in outcomes if o.post is not None}
+    old, new = pack.add_tree(pre), pack.add_tree(post)
+    repo = scratch_repo(parent)
+    try:
+        pack.write(repo / "objects")
+        return canonical_diff(repo, old, new)
+    finally:
+        shutil.rmtree(repo)
 
 
 def _two_commits(tmp_path: Path, edits: dict[str, bytes | None],

@@ -191,6 +191,46 @@ def test_reexport_difference_is_reported(monkeypatch: pytest.MonkeyPatch) -> Non
         in messages(r)
 
 
+def test_reexport_without_git_is_a_reported_problem(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    """No git on PATH: the other checks still run, and the re-export says why it failed
+    (no process is started: the tool is looked up first)."""
+    from patchbake.patchset.gitcmd import memory_tmp
+
+    scratch = memory_tmp()
+    before = set(scratch.glob("patchbake-reexport.*"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = check(fx.patch_bytes(), fx.files_bytes(), pristine_root=fx.PRISTINE, pin=PIN)
+    assert kinds(r) == ["reexport"]
+    assert "re-export failed: 'git' is not installed" in messages(r)
+    assert set(scratch.glob("patchbake-reexport.*")) <= before  # nothing left behind
+
+
+A, B, C, D = ("a" * 40 + " " + "b" * 40 + "\n").encode(), ("c" * 40 + " " + "d" * 40 + "\n").encode(), \
+    ("e" * 40 + " " + "f" * 40 + "\n").encode(), b"diff --git a/x b/x\n+1\n"
+
+
+@pytest.mark.parametrize(("data", "pairs", "want"), [
+    (A + D, [A], D),
+    (A + D + B + D + C + D, [A, B, C], D * 3),
+    (A + B + D + C, [A, B, C], D),  # a batch whose diff is empty
+    (A, [A], b""),
+    (D + A + D, [A], None),  # something before the first echo
+    (A + D + C + D, [A, B, C], None),  # git skipped the second batch
+    (A + D + B + D, [A, B, C], None),  # ... or the last
+    (A + D, [A, B], None),
+    (b"", [A], None),
+])
+def test_strip_echoes(data: bytes, pairs: list[bytes], want: bytes | None) -> None:
+    from patchbake.errors import ProcessError
+
+    if want is None:
+        with pytest.raises(ProcessError, match="git diff-tree skipped the re-export's batch"):
+            reexport_mod.strip_echoes(data, pairs)
+    else:
+        assert reexport_mod.strip_echoes(data, pairs) == want
+
+
 def test_source_recorded_against_another_tree() -> None:
     r = run(tree=False, source_tree_digest="sha256:" + "1" * 64,
             tree_digest="sha256:" + "2" * 64)

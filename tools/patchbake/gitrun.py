@@ -82,9 +82,9 @@ def git(args: Sequence[str | os.PathLike[str]], *, git_dir: Path | None = None,
                     env=git_env(), input=input, check=check, replace_env=True)
 
 
-def git_start(args: Sequence[str | os.PathLike[str]], *, git_dir: Path,
+def git_start(args: Sequence[str | os.PathLike[str]], *, git_dir: Path, stdout: IO[bytes],
               stderr: IO[bytes]) -> proc.Running:
     """:func:`git` as a process that reads its standard input from the caller while the
     caller works (``proc.start``), under the same isolation."""
-    return proc.start(_argv(args, git_dir, None), cwd=git_dir, env=git_env(), stderr=stderr,
-                      replace_env=True)
+    return proc.start(_argv(args, git_dir, None), stdout=stdout, stderr=stderr, cwd=git_dir,
+                      env=git_env(), replace_env=True)

@@ -113,15 +113,14 @@ class Running:
             pass
 
 
-def start(argv: Sequence[str | os.PathLike[str]], *, cwd: str | os.PathLike[str] | None = None,
-          env: Mapping[str, str] | None = None, stderr: IO[bytes] | None = None,
+def start(argv: Sequence[str | os.PathLike[str]], *, stdout: IO[bytes], stderr: IO[bytes],
+          cwd: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
           replace_env: bool = False) -> Running:
     """Start a program that reads its standard input from the caller (a pipe) while the
-    caller works; its standard output goes nowhere (it writes what matters to a file),
-    its standard error to ``stderr``."""
+    caller works, and writes its output and errors into the files ``stdout`` and
+    ``stderr`` (files, not pipes: nothing has to drain them while it runs)."""
     args = [str(a) for a in argv]
     args[0] = which(args[0]) if os.sep not in args[0] else args[0]
     full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
     return Running(subprocess.Popen(args, cwd=str(cwd) if cwd else None, env=full_env,
-                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=stderr if stderr is not None else subprocess.DEVNULL))
+                                    stdin=subprocess.PIPE, stdout=stdout, stderr=stderr))

@@ -278,9 +278,9 @@ def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool, or
 
     The re-export is fed each outcome as it is applied (see :class:`reexport.Reexport`):
     one git process, started with the first outcome, diffs one batch of files while the
-    next is applied, and the last while the checks run. Problems come in the order the steps would give one after the other:
-    the apply's, the checks', then the re-export's (and are then sorted by kind,
-    stably).
+    next is applied, and the last while the checks run. Problems come in the order the
+    steps would give one after the other: the apply's, the checks', then the
+    re-export's (and are then sorted by kind, stably).
     """
     if not reexport:
         _content_checks(patch, fl, _apply(patch, root, run), run)

@@ -2,18 +2,20 @@
 
 Only the touched files matter: with renames off, git writes each file's section from that
 file's two versions alone, in path order. So the pre- and post-images of the touched
-files are written into a scratch repository, as two trees in one pack (see
-:mod:`gitobjects`), and one ``git diff-tree`` of those trees with the canonical flags must
-reproduce the committed patch byte for byte. Standard library only.
+files are written into a scratch repository, as trees in packs (see :mod:`gitobjects`),
+and ``git diff-tree`` of those trees with the canonical flags must reproduce the
+committed patch byte for byte. Standard library only.
 
 One ``git diff-tree --stdin`` process does every diff. It starts with the first outcome,
 so its start-up overlaps the caller's work on the next ones. Each batch of files is packed
 into the scratch repository as soon as it is applied (a pack of its own, which git finds
 when it looks the trees up) and its two tree ids are written to git's standard input:
 git diffs one batch while the next is applied. The batches are consecutive runs of paths
-in git's order (a patch in canonical order), so their diffs, written one after the other
-into git's ``--output`` file, are the one diff of all the files. git echoes each pair of
-tree ids on its standard output, which goes nowhere.
+in git's order (a patch in canonical order), so their diffs, one after the other, are the
+one diff of all the files. git writes each pair of ids before its diff, on the same
+standard output (a file): :func:`strip_echoes` takes them out, and a pair git skipped
+fails the re-export. (Not ``--output``: before git 2.36.1, ``diff-tree --stdin`` closed
+that file after the first pair.)
 """
 
 from __future__ import annotations
@@ -64,20 +66,23 @@ class Reexport:
         self._pending: list[Outcome] = []
         self._size = 0
         self._sent = 0  # tree pairs written to git
-        self._out = self._root / "reexport.patch"
+        self._pairs: list[bytes] = []  # the tree pairs written to git, as git echoes them
         self._git: Running | None = None
+        self._out: IO[bytes] | None = None
         self._err: IO[bytes] | None = None
+        self._failed: Exception | None = None  # git could not be started: result() raises it
 
-    def _start_git(self) -> Running:
-        try:
-            self._repo = scratch_repo(self._root)
-            self._err = open(self._root / "git.err", "w+b")  # noqa: SIM115 - closed in close()
-            self._git = git_start(["diff-tree", "--stdin", *DIFF_FLAGS,
-                                   f"--output={self._out}"], git_dir=self._repo,
-                                  stderr=self._err)
-        except BaseException:
-            self.close()
-            raise
+    def _start_git(self) -> Running | None:
+        if self._git is None and self._failed is None:
+            try:
+                self._repo = scratch_repo(self._root)
+                # files, not pipes: git never waits for a reader
+                self._out = open(self._root / "reexport.out", "w+b")  # noqa: SIM115 - see close()
+                self._err = open(self._root / "git.err", "w+b")  # noqa: SIM115 - see close()
+                self._git = git_start(["diff-tree", "--stdin", *DIFF_FLAGS], git_dir=self._repo,
+                                      stdout=self._out, stderr=self._err)
+            except Exception as exc:  # noqa: BLE001 - raised by result(), as git's own failure
+                self._failed = exc
         return self._git
 
     def __enter__(self) -> Reexport:
@@ -94,8 +99,7 @@ class Reexport:
         self._batch_files = -(-files // batches)
 
     def add(self, outcome: Outcome) -> None:
-        if self._git is None:  # git starts on the first outcome, while the caller works on
-            self._start_git()
+        self._start_git()  # on the first outcome, while the caller works on the next
         self._pending.append(outcome)
         self._size += len(outcome.pre or b"") + len(outcome.post or b"")
         if self.batches and (self._size >= self._batch_bytes
@@ -104,25 +108,29 @@ class Reexport:
 
     def start(self) -> None:
         """Send what is left (the caller has added every outcome)."""
-        if self._pending or not self._sent:
+        if self._pending or not self._pairs:
             self._flush()
 
     def result(self) -> bytes:
         """The diffs joined, once git has written them; git's error if it failed."""
         self.start()
-        assert self._git is not None and self._err is not None
+        if self._failed is not None:
+            raise self._failed
+        assert self._git is not None and self._out is not None and self._err is not None
         rc = self._git.finish()
         if rc != 0:
             self._err.seek(0)
             tail = self._err.read().decode("utf-8", "replace").strip().splitlines()[-3:]
             raise ProcessError(f"git diff-tree exited {rc}: " + " | ".join(tail))
-        return self._out.read_bytes()
+        self._out.seek(0)
+        return strip_echoes(self._out.read(), self._pairs)
 
     def close(self) -> None:
         if self._git is not None:
             self._git.stop()
-        if self._err is not None:
-            self._err.close()
+        for f in (self._out, self._err):
+            if f is not None:
+                f.close()
         shutil.rmtree(self._root, ignore_errors=True)
 
     def _flush(self) -> None:
@@ -143,11 +151,40 @@ class Reexport:
                 oid = pack.add(b"blob", o.post, o.post_id)
             post[path] = (o.post_mode or "100644", oid)
         old, new = pack.add_tree(pre), pack.add_tree(post)
-        git = self._git or self._start_git()
-        pack.write(self._repo / "objects")
-        git.send(f"{old} {new}\n".encode())  # if git is gone, result() says why
-        self._sent += 1
+        git = self._start_git()
+        if git is not None:
+            pack.write(self._repo / "objects")
+            pair = f"{old} {new}\n".encode()
+            git.send(pair)  # if git is gone, result() says why
+            self._pairs.append(pair)
         self._pending, self._size = [], 0
+
+
+def strip_echoes(data: bytes, pairs: list[bytes]) -> bytes:
+    """git's output for the tree ``pairs`` written to ``diff-tree --stdin``, without the
+    line "<old> <new>" git writes before each pair's diff. Each echo must be there, in
+    order: git skips a pair it cannot read (and still exits 0), so a missing echo is a
+    failed re-export, never a shorter patch. An echo cannot be mistaken for a line of a
+    diff: no line of a diff starts with a hexadecimal id followed by a space (hunk lines
+    start with ' ', '+', '-' or '\\', headers with a word, binary data has no space).
+    """
+    out: list[bytes] = []
+    pos = 0
+    for k, pair in enumerate(pairs):
+        if not data.startswith(pair, pos):
+            raise ProcessError(f"git diff-tree skipped the re-export's batch {k + 1} of "
+                               f"{len(pairs)} (trees {pair.decode('ascii', 'replace').strip()})")
+        start = pos + len(pair)
+        if k + 1 == len(pairs):
+            end = len(data)
+        elif data.startswith(pairs[k + 1], start):
+            end = start
+        else:
+            at = data.find(b"\n" + pairs[k + 1], start)
+            end = len(data) if at < 0 else at + 1  # a missing echo fails on the next turn
+        out.append(data[start:end])
+        pos = end
+    return b"".join(out)
 
 
 def reexport(outcomes: Iterable[Outcome], scratch_parent: Path | None = None) -> bytes:
