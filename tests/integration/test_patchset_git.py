@@ -393,6 +393,28 @@ def test_batched_reexport_is_the_one_diff(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # the scratch repositories are gone
 
 
+def test_scratch_of_a_killed_process_is_swept(tmp_path: Path) -> None:
+    """A process killed with SIGKILL while it held a re-export scratch directory leaves
+    it behind; the next one made removes it."""
+    from patchbake.patchset.gitcmd import Scratch
+
+    code = ("import os, sys\nfrom pathlib import Path\n"
+            "from patchbake.patchset.gitcmd import Scratch\n"
+            "s = Scratch('patchbake-reexport.', Path(sys.argv[1]))\n"
+            "(s.path / 'pack').write_bytes(b'x' * 4096)\n"
+            "print(s.path, flush=True)\nos.kill(os.getpid(), 9)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": str(REPO / "tools")},
+                       check=False)
+    assert r.returncode == -9, r.stderr
+    left = Path(r.stdout.strip())
+    assert left.is_dir() and left.parent == tmp_path
+    s = Scratch("patchbake-reexport.", tmp_path)
+    assert not left.exists() and s.path.is_dir()
+    s.remove()
+    assert list(tmp_path.iterdir()) == []
+
+
 def _one_shot_diff(outcomes: list[Outcome], parent: Path) -> bytes:
     """git's one diff of the outcomes' pre- and post-images, all in one pack: the
     re-export must write exactly this, however it cuts the files into batches."""

@@ -16,15 +16,13 @@ and the post-images are found from its sections, as before the listing.
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 
 from ..errors import ProcessError
 from .diffparse import Patch, parse_patch
 from .gitbinary import blob_id
-from .gitcmd import DiffInFile, canonical_diff, cat_file, git, memory_tmp
+from .gitcmd import DiffInFile, Scratch, canonical_diff, cat_file, git
 from .paths import to_str
 
 # Fewer touched files than this: one git process is as quick as two halves.
@@ -110,7 +108,8 @@ def export_diff(git_dir: Path, old: str, new: str, name: str,
     if changes is None:
         return _one_diff(git_dir, old, new, name, work_tree)
     slots = threading.BoundedSemaphore(2)
-    out = Path(tempfile.mkdtemp(prefix="patchbake-export.", dir=memory_tmp()))
+    scratch = Scratch("patchbake-export.")
+    out = scratch.path
     try:
         diffs = [DiffInFile(git_dir, old, new, out / f"{k}.patch", part, slots)
                  for k, part in enumerate(_halves([p for p, _, _ in changes]))]
@@ -122,7 +121,7 @@ def export_diff(git_dir: Path, old: str, new: str, name: str,
                 d.join()
         data = b"".join(d.result() for d in diffs)
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        scratch.remove()
     patch = parse_patch(data, name)
     if [f.path for f in patch.files] != [p for p, _, _ in changes]:
         return _one_diff(git_dir, old, new, name, work_tree)

@@ -20,15 +20,13 @@ that file after the first pair.)
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
 from ..errors import ProcessError
 from ..gitrun import git_start
 from .apply import Outcome
-from .gitcmd import DIFF_FLAGS, memory_tmp, scratch_repo
+from .gitcmd import DIFF_FLAGS, Scratch, scratch_repo
 from .gitobjects import Pack, delta_of
 from .paths import to_bytes
 
@@ -58,8 +56,8 @@ class Reexport:
 
     def __init__(self, *, batches: bool, scratch_parent: Path | None = None,
                  batch_bytes: int = BATCH_BYTES) -> None:
-        self._root = Path(tempfile.mkdtemp(prefix="patchbake-reexport.",
-                                           dir=scratch_parent or memory_tmp())).absolute()
+        self._scratch = Scratch("patchbake-reexport.", scratch_parent)
+        self._root = self._scratch.path
         self.batches = batches
         self._batch_bytes = batch_bytes
         self._batch_files = 0  # see expect()
@@ -131,7 +129,7 @@ class Reexport:
         for f in (self._out, self._err):
             if f is not None:
                 f.close()
-        shutil.rmtree(self._root, ignore_errors=True)
+        self._scratch.remove()
 
     def _flush(self) -> None:
         pack = Pack()
