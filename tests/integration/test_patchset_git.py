@@ -10,12 +10,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
 import fx
+from patchbake import scratch
 from patchbake.cli import main
 from patchbake.patchset.apply import Outcome
 from patchbake.patchset.guard import check
@@ -395,11 +397,11 @@ def test_batched_reexport_is_the_one_diff(tmp_path: Path) -> None:
 
 def test_scratch_of_a_killed_process_is_swept(tmp_path: Path) -> None:
     """A process killed with SIGKILL while it held a re-export scratch directory leaves
-    it behind; the next one made removes it."""
-    from patchbake.patchset.gitcmd import Scratch
+    it behind; one made once it has not changed for a while removes it."""
+    from patchbake.scratch import Scratch
 
     code = ("import os, sys\nfrom pathlib import Path\n"
-            "from patchbake.patchset.gitcmd import Scratch\n"
+            "from patchbake.scratch import Scratch\n"
             "s = Scratch('patchbake-reexport.', Path(sys.argv[1]))\n"
             "(s.path / 'pack').write_bytes(b'x' * 4096)\n"
             "print(s.path, flush=True)\nos.kill(os.getpid(), 9)\n")
@@ -409,10 +411,81 @@ def test_scratch_of_a_killed_process_is_swept(tmp_path: Path) -> None:
     assert r.returncode == -9, r.stderr
     left = Path(r.stdout.strip())
     assert left.is_dir() and left.parent == tmp_path
+    s = Scratch("patchbake-reexport.", tmp_path)  # just killed: not yet taken for dead
+    assert left.is_dir()
+    s.remove()
+    then = time.time() - scratch.DEAD_AGE_S - 60
+    os.utime(left, (then, then))
     s = Scratch("patchbake-reexport.", tmp_path)
     assert not left.exists() and s.path.is_dir()
     s.remove()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_reexport_and_export_scratch_directories_are_held(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-export's directory is held while it runs (a sweep by another process's
+    new one keeps it) and gone after; export's diff makes and removes one too."""
+    import fcntl
+
+    from patchbake.patchset import exportdiff
+    from patchbake.patchset.diffparse import parse_patch
+    from patchbake.patchset.reexport import Reexport
+    from patchbake.patchset.strict import apply_in_memory
+
+    applied = list(apply_in_memory(parse_patch(fx.patch_bytes()), fx.PRISTINE).values())
+    with Reexport(batches=True, scratch_parent=tmp_path) as rx:
+        rx.add(applied[0])
+        root = next(tmp_path.iterdir())
+        then = time.time() - scratch.DEAD_AGE_S - 60
+        os.utime(root, (then, then))
+        scratch.Scratch("patchbake-reexport.", tmp_path).remove()
+        assert root.is_dir()
+        fd = os.open(root / ".held", os.O_RDONLY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)
+        for o in applied[1:]:
+            rx.add(o)
+        assert rx.result() == fx.patch_bytes()
+    assert list(tmp_path.iterdir()) == []
+
+    made: list[Path] = []
+
+    class Recorded(scratch.Scratch):
+        def __init__(self, prefix: str, parent: Path | None = None) -> None:
+            super().__init__(prefix, tmp_path)
+            made.append(self.path)
+
+    monkeypatch.setattr(exportdiff, "SPLIT_MIN", 2)
+    monkeypatch.setattr(exportdiff, "Scratch", Recorded)
+    (tmp_path / "repo").mkdir()
+    ws, first, second = _two_commits(tmp_path / "repo", {"f00": b"x\n", "f03": b"y\n"})
+    from patchbake.patchset.gitcmd import scratch_repo
+
+    repo = scratch_repo(tmp_path / "repo", [ws / ".git" / "objects"])
+    exportdiff.export_diff(repo, first, second, "t.patch", ws)
+    assert len(made) == 1 and not made[0].exists()
+
+
+def test_a_cli_process_leaves_no_git_home(repo: Path, home: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """git runs with an empty HOME of its own; a command's process removes it as it
+    ends (it ends with os._exit, which runs no atexit function)."""
+    ws = tmp_path / "ws"
+    assert cli(capsys, "patch", "workspace", str(ws))[0] == 0
+    make_change(ws)
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    tmpd = tmp_path / "tmpd"
+    tmpd.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools"), "PATCHBAKE_HOME": str(home),
+           "TMPDIR": str(tmpd)}
+    for args in (["patch", "export", "--from", str(ws)], ["patch", "check"],
+                 ["patch", "check", "--json"]):
+        out = subprocess.run([sys.executable, "-m", "patchbake", *args], cwd=repo, env=env,
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert out.returncode == 0, out.stderr
+        assert [p.name for p in tmpd.iterdir() if p.name.startswith("patchbake-git-home.")] == []
 
 
 def _one_shot_diff(outcomes: list[Outcome], parent: Path) -> bytes:

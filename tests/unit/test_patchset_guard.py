@@ -262,30 +262,3 @@ def test_check_lineage_reads_the_committed_files(tmp_path: Path) -> None:
         check_lineage(lin)
     assert exc.value.exit_code == 21
 
-
-def test_scratch_sweeps_only_directories_nobody_holds(tmp_path: Path) -> None:
-    """A scratch directory whose owner died is removed when the next one is made; one
-    that is held (here: by this process) or being made this instant is kept."""
-    import os
-    import time
-
-    from patchbake.patchset.gitcmd import Scratch
-
-    held = Scratch("pb-test.", tmp_path)
-    dead = tmp_path / "pb-test.dead"
-    (dead / "objects").mkdir(parents=True)
-    (dead / ".held").write_bytes(b"")  # its owner is gone: nobody holds the lock
-    young = tmp_path / "pb-test.young"  # no lock file yet: being made
-    young.mkdir()
-    orphan = tmp_path / "pb-test.orphan"  # no lock file, and old: left behind
-    orphan.mkdir()
-    os.utime(orphan, (time.time() - 7200, time.time() - 7200))
-    other = tmp_path / "other.dead"
-    other.mkdir()
-    (other / ".held").write_bytes(b"")
-    new = Scratch("pb-test.", tmp_path)
-    assert held.path.is_dir() and new.path.is_dir() and young.is_dir() and other.is_dir()
-    assert not dead.exists() and not orphan.exists()
-    new.remove()
-    held.remove()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.dead", "pb-test.young"]

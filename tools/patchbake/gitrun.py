@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import proc
+from .scratch import Scratch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,15 +38,24 @@ CONFIG: tuple[str, ...] = (
     "tar.umask=0022",
 )
 
-_HOME: list[str] = []
+_HOME: list[Scratch] = []
 
 
 def _home() -> str:
+    """git's empty HOME, one per process: a :class:`scratch.Scratch` in the temporary
+    directory, removed at exit (:func:`remove_home`), or by a later process if this one
+    is killed."""
     if not _HOME:
-        d = tempfile.mkdtemp(prefix="patchbake-git-home.")
-        atexit.register(shutil.rmtree, d, True)
-        _HOME.append(d)
-    return _HOME[0]
+        _HOME.append(Scratch("patchbake-git-home.", Path(tempfile.gettempdir())))
+        atexit.register(remove_home)
+    return str(_HOME[0].path)
+
+
+def remove_home() -> None:
+    """Remove git's HOME of this process (``entry`` ends a command with ``os._exit``,
+    which runs no ``atexit`` function)."""
+    while _HOME:
+        _HOME.pop().remove()
 
 
 def git_env() -> dict[str, str]:

@@ -8,16 +8,13 @@ output; its own ``info/attributes`` unsets every attribute that could.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..gitrun import AUTHOR, CONFIG, FIXED_DATE, git, git_env
+from ..scratch import Scratch, memory_tmp
 
 __all__ = ["AUTHOR", "ATTRIBUTES", "CONFIG", "DIFF_FLAGS", "FIXED_DATE", "canonical_diff",
            "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "memory_tmp", "Scratch",
@@ -35,73 +32,6 @@ DIFF_FLAGS: tuple[str, ...] = (
     "--indent-heuristic", "--no-renames", "--full-index", "--binary", "--no-relative",
     "-O/dev/null",
 )
-
-
-def memory_tmp() -> Path:
-    """Where short-lived scratch files go: a memory file system when there is one."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
-
-
-_ORPHAN_AGE_S = 3600  # a scratch directory without its lock file, older than this: litter
-
-
-class Scratch:
-    """A scratch directory (on a memory file system where there is one) that this
-    process holds: a lock on its ``.held`` file says its owner is alive. A process
-    killed before it could clean up (SIGKILL, a power cut of the container) leaves
-    its directory behind, in memory; making a new one with the same ``prefix`` first
-    removes those whose lock nobody holds. :meth:`remove` removes it, then lets go.
-    """
-
-    def __init__(self, prefix: str, parent: Path | None = None) -> None:
-        where = parent or memory_tmp()
-        _sweep(where, prefix)
-        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=where)).absolute()
-        try:
-            self._held = open(self.path / ".held", "wb")  # noqa: SIM115 - held until remove()
-            fcntl.flock(self._held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BaseException:
-            shutil.rmtree(self.path, ignore_errors=True)
-            raise
-
-    def remove(self) -> None:
-        """Remove the directory, then release it (a sweeper never sees it unheld)."""
-        shutil.rmtree(self.path, ignore_errors=True)
-        self._held.close()
-
-
-def _sweep(where: Path, prefix: str) -> None:
-    """Remove the directories ``prefix*`` in ``where`` whose owner is gone."""
-    try:
-        entries = [e for e in os.scandir(where) if e.name.startswith(prefix)]
-    except OSError:
-        return
-    for e in entries:
-        try:
-            if not e.is_dir(follow_symlinks=False):
-                continue
-            fd = os.open(os.path.join(e.path, ".held"), os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:  # being made this instant, or left before it was held
-            try:
-                if time.time() - e.stat(follow_symlinks=False).st_mtime > _ORPHAN_AGE_S:
-                    shutil.rmtree(e.path, ignore_errors=True)
-            except OSError:
-                pass
-            continue
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held: its owner is alive
-            os.close(fd)
-            continue
-        try:
-            shutil.rmtree(e.path, ignore_errors=True)
-        finally:
-            os.close(fd)
 
 
 def scratch_repo(parent: Path, alternates: Sequence[Path] = ()) -> Path:
