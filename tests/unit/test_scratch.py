@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from patchbake import scratch
 from patchbake.scratch import Scratch
 

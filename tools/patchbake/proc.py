@@ -36,6 +36,14 @@ def which(tool: str) -> str:
     return found
 
 
+def _prepare(argv: Sequence[str | os.PathLike[str]], env: Mapping[str, str] | None,
+             replace_env: bool) -> tuple[list[str], dict[str, str]]:
+    """The argument list with the program resolved on PATH, and the environment."""
+    args = [str(a) for a in argv]
+    args[0] = which(args[0]) if os.sep not in args[0] else args[0]
+    return args, dict(env or {}) if replace_env else {**os.environ, **(env or {})}
+
+
 def run(
     argv: Sequence[str | os.PathLike[str]],
     *,
@@ -51,9 +59,7 @@ def run(
     ``env`` is merged over ``os.environ`` unless ``replace_env`` is set. On failure with
     ``check`` the error carries the last lines of stderr so the user sees why.
     """
-    args = [str(a) for a in argv]
-    args[0] = which(args[0]) if os.sep not in args[0] else args[0]
-    full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
+    args, full_env = _prepare(argv, env, replace_env)
     try:
         cp = subprocess.run(
             args,
@@ -119,8 +125,6 @@ def start(argv: Sequence[str | os.PathLike[str]], *, stdout: IO[bytes], stderr: 
     """Start a program that reads its standard input from the caller (a pipe) while the
     caller works, and writes its output and errors into the files ``stdout`` and
     ``stderr`` (files, not pipes: nothing has to drain them while it runs)."""
-    args = [str(a) for a in argv]
-    args[0] = which(args[0]) if os.sep not in args[0] else args[0]
-    full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
+    args, full_env = _prepare(argv, env, replace_env)
     return Running(subprocess.Popen(args, cwd=str(cwd) if cwd else None, env=full_env,
                                     stdin=subprocess.PIPE, stdout=stdout, stderr=stderr))

@@ -20,9 +20,10 @@ import threading
 from pathlib import Path
 
 from ..errors import ProcessError
+from ..scratch import Scratch
 from .diffparse import Patch, parse_patch
 from .gitbinary import blob_id
-from .gitcmd import DiffInFile, Scratch, canonical_diff, cat_file, git
+from .gitcmd import DiffInFile, canonical_diff, cat_file, git
 from .paths import to_str
 
 # Fewer touched files than this: one git process is as quick as two halves.

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..gitrun import AUTHOR, CONFIG, FIXED_DATE, git, git_env
-from ..scratch import Scratch, memory_tmp
+from ..scratch import memory_tmp
 
 __all__ = ["AUTHOR", "ATTRIBUTES", "CONFIG", "DIFF_FLAGS", "FIXED_DATE", "canonical_diff",
-           "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "memory_tmp", "Scratch",
+           "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "memory_tmp",
            "objects_dir", "scratch_repo"]
 
 # Attributes that change what git writes into a diff or a commit; "!x" makes x

@@ -25,8 +25,9 @@ from types import TracebackType
 
 from ..errors import ProcessError
 from ..gitrun import git_start
+from ..scratch import Scratch
 from .apply import Outcome
-from .gitcmd import DIFF_FLAGS, Scratch, scratch_repo
+from .gitcmd import DIFF_FLAGS, scratch_repo
 from .gitobjects import Pack, delta_of
 from .paths import to_bytes
 
@@ -63,7 +64,6 @@ class Reexport:
         self._batch_files = 0  # see expect()
         self._pending: list[Outcome] = []
         self._size = 0
-        self._sent = 0  # tree pairs written to git
         self._pairs: list[bytes] = []  # the tree pairs written to git, as git echoes them
         self._git: Running | None = None
         self._out: IO[bytes] | None = None
