@@ -12,6 +12,7 @@ the same error, message included.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import random
@@ -139,7 +140,8 @@ def test_hunk_parser_fast_path_on_the_fixture_mangled() -> None:
 
 def _moved(h: Hunk, rng: random.Random) -> Hunk:
     field = rng.choice(["old_start", "new_start", "old_count", "new_count"])
-    return h._replace(**{field: max(0, getattr(h, field) + rng.choice([-2, -1, 1]))})
+    return dataclasses.replace(
+        h, **{field: max(0, getattr(h, field) + rng.choice([-2, -1, 1]))})
 
 
 def _fast(hunks: list[Hunk], data: bytes) -> bytes | None:
@@ -164,7 +166,7 @@ def test_apply_fast_path_equals_reference() -> None:
         a, b = _no_eol(pre, cut_pre), _no_eol(post, cut_post)
         if a == b:
             return
-        hunks = parse_patch(section(a, b)).files[0].hunks
+        hunks = list(parse_patch(section(a, b)).files[0].hunks)
         rng = random.Random(seed)
         base = mangle(a, rng, base_edits) if base_edits else a
         for _ in range(moves):

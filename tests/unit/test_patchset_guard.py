@@ -35,7 +35,7 @@ def messages(r: Report) -> str:
 
 def test_clean_fixture_passes() -> None:
     r = run()
-    assert r.ok and r.applied and r.problems == []
+    assert r.ok and r.applied and r.problems == ()
     assert (r.files, r.added, r.removed) == (6, 9, 4)
     assert set(r.as_json()) == {"ok", "files", "added", "removed", "patch_sha256", "problems"}
     json.dumps(r.as_json())

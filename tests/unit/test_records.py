@@ -1,100 +1,64 @@
-"""Record builds what typing.NamedTuple builds, without typing."""
+"""Records are frozen slotted dataclasses: equal within their class only, immutable, not tuples."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
 import pickle
-from typing import NamedTuple
+import pkgutil
 
+import patchbake
 import pytest
-from patchbake.records import Record
+from patchbake.oci.layout import _Candidate
+from patchbake.oci.registry_ref import RegistryRef
+from patchbake.patchset.guard import Problem, Report
+
+# a str subclass with __slots__ = (): its own type, not a record
+NOT_RECORDS = {"patchbake.digest.Digest"}
 
 
-class Point(Record):
-    """A point."""
-
-    x: int
-    y: int = 0
-    label: str | None = None
-
-    @property
-    def norm1(self) -> int:
-        return abs(self.x) + abs(self.y)
-
-    def moved(self, dx: int) -> Point:
-        return self._replace(x=self.x + dx)
+def _package_classes() -> list[type]:
+    found = []
+    for info in pkgutil.walk_packages(patchbake.__path__, "patchbake."):
+        if info.name.endswith("__main__"):  # runs the CLI when imported
+            continue
+        module = importlib.import_module(info.name)
+        found += [c for c in vars(module).values()
+                  if inspect.isclass(c) and c.__module__ == module.__name__]
+    return found
 
 
-class TypedPoint(NamedTuple):
-    """A point."""
-
-    x: int
-    y: int = 0
-    label: str | None = None
-
-
-def test_same_shape_as_typing_namedtuple() -> None:
-    assert Point._fields == TypedPoint._fields
-    assert Point._field_defaults == TypedPoint._field_defaults
-    assert Point.__doc__ == TypedPoint.__doc__ == "A point."
-    assert Point.__module__ == __name__ and Point.__qualname__ == "Point"
-    assert Point.__annotations__ == {k: v.__forward_arg__
-                                     for k, v in TypedPoint.__annotations__.items()}
-    p, t = Point(3, -4), TypedPoint(3, -4)
-    assert tuple(p) == tuple(t) and repr(p) == repr(t).replace("TypedPoint", "Point")
-    assert hash(p) == hash(t) and p._asdict() == t._asdict()
+def test_one_record_idiom() -> None:
+    """No namedtuple and no hand-written __slots__ class is left in the package."""
+    classes = _package_classes()
+    assert len(classes) > 100
+    tuples = [c.__qualname__ for c in classes if issubclass(c, tuple)]
+    hand = [f"{c.__module__}.{c.__qualname__}" for c in classes
+            if "__slots__" in vars(c) and not dataclasses.is_dataclass(c)]
+    assert tuples == [] and set(hand) <= NOT_RECORDS, (tuples, hand)
 
 
-def test_methods_properties_and_pickle() -> None:
-    p = Point(3, -4, "a")
-    assert p.norm1 == 7 and p.moved(2) == Point(5, -4, "a")
-    assert pickle.loads(pickle.dumps(p)) == p
-    with pytest.raises(AttributeError):
-        p.x = 1  # type: ignore[misc]
+def test_equal_within_a_class_only() -> None:
+    ref = RegistryRef("h", "r", None, "v")
+    assert ref == RegistryRef("h", "r", None, "v") and ref != RegistryRef("h", "r", "t", "v")
+    assert hash(ref) == hash(RegistryRef("h", "r", None, "v"))
+    # the same values in another record class, or as a tuple, are not the same record
+    assert ref != _Candidate("h", "r", None, "v")  # type: ignore[comparison-overlap]
+    assert Problem("k", None, "m") != ("k", None, "m")  # type: ignore[comparison-overlap]
 
 
-def test_refusals() -> None:
-    with pytest.raises(TypeError, match="without a default follows"):
-        class Bad(Record):
-            a: int = 1
-            b: int  # type: ignore[misc]  # the refusal under test
-
-    with pytest.raises(TypeError, match="super"):
-        class Sup(Record):
-            a: int
-
-            def r(self) -> str:
-                return super().__repr__()
-
-
-def test_mutable_defaults_and_namedtuple_attributes_are_refused() -> None:
-    with pytest.raises(TypeError, match="mutable default"):
-        class Shared(Record):
-            a: dict[str, int] = {}  # noqa: RUF012
-
-    with pytest.raises(AttributeError, match="cannot overwrite _replace"):
-        class Over(Record):
-            a: int
-
-            def _replace(self, **kw: object) -> Over:  # type: ignore[misc]
-                return self
-
-
-def test_slots_record_equality_repr_and_no_hash() -> None:
-    from patchbake.records import SlotsRecord
-
-    class A(SlotsRecord):
-        __slots__ = ("x", "y")
-
-        def __init__(self, x: int, y: list[int]) -> None:
-            self.x, self.y = x, y
-
-    class B(A):
-        __slots__ = ()
-
-    assert A(1, [2]) == A(1, [2]) and A(1, [2]) != A(1, [3])
-    assert A(1, [2]) != B(1, [2])  # another class is never equal, as with dataclasses
-    assert B(1, [2]) == B(1, [2]) and B(1, [2]) != B(1, [3])  # a subclass's inherited slots
-    assert repr(A(1, [2])) == "A(x=1, y=[2])" and repr(B(1, [2])) == "B(x=1, y=[2])"
+def test_immutable_and_not_a_tuple() -> None:
+    p = Problem("k", "a.py", "m")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.kind = "other"  # type: ignore[misc]
+    assert not hasattr(p, "__dict__")  # slotted
     with pytest.raises(TypeError):
-        hash(A(1, [2]))
-    assert not hasattr(A(1, [2]), "__dict__")
+        iter(p)  # type: ignore[call-overload]
+    assert dataclasses.replace(p, kind="other") == Problem("other", "a.py", "m")
+    assert pickle.loads(pickle.dumps(p)) == p
+
+
+def test_report_as_json_lists_problems_as_objects() -> None:
+    r = Report(False, 1, 2, 3, "ab" * 32, (Problem("count", "a.py", "m"),))
+    assert r.as_json()["problems"] == [{"kind": "count", "path": "a.py", "message": "m"}]

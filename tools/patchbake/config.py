@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError
-from .records import Record
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
 
 TYPE_CHECKING = False
@@ -67,7 +67,8 @@ PIPELINE_SCHEMA = Schema({
 })
 
 
-class Upstream(Record):
+@dataclass(frozen=True, slots=True)
+class Upstream:
     kind: str
     package: str
     version: str
@@ -89,7 +90,8 @@ class Upstream(Record):
         return f"{self.package}=={self.version} sha256:{self.sha256}"
 
 
-class Lineage(Record):
+@dataclass(frozen=True, slots=True)
+class Lineage:
     key: str
     name: str
     upstream: Upstream
@@ -99,7 +101,8 @@ class Lineage(Record):
     series: Path | None
 
 
-class Pipeline(Record):
+@dataclass(frozen=True, slots=True)
+class Pipeline:
     path: Path
     root: Path
     name: str

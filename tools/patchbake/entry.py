@@ -17,10 +17,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from dataclasses import dataclass, field
 
 from .errors import PatchbakeError
-from .records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,14 +82,15 @@ def hoist_json(args: list[str]) -> list[str]:
 
 # -- the plain parse -----------------------------------------------------------------------
 
-class PlainCommand(Record):
+@dataclass(frozen=True, slots=True)
+class PlainCommand:
     """A command's click declaration, as far as the plain parse needs it."""
 
     module: str  # in patchbake.commands: the module holding the function
     function: str  # f(ctx, **arguments)
     arguments: tuple[str, ...]  # positional, all required
     options: dict[str, tuple[str, bool]]  # --name VALUE -> (parameter, repeatable)
-    flags: Mapping[str, str] = MappingProxyType({})  # --name -> parameter (a boolean flag)
+    flags: Mapping[str, str] = field(default_factory=dict)  # --name -> parameter (a flag)
     # pipeline.yaml's parse may come from the store's cache: only for commands that take
     # the store's trees as given (the guard reads the pristine tree from it unhashed); a
     # command that checks the store (fetch --verify, verify) must not read its pins there

@@ -10,16 +10,15 @@ InputLimitError (15) for YAML/JSON, DeadlineError (16) for the network budget.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, fields
 
 from .errors import ConfigError
-from .records import Record
 
 MiB = 1 << 20
 
 
-# A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with
-# inspect, a sixth of a short push's start-up; see patchbake.entry).
-class Limits(Record):
+@dataclass(frozen=True, slots=True)
+class Limits:
     """The caps in force (defaults, or ``PATCHBAKE_<FIELD>`` overrides)."""
 
     # extraction (sources/extract.py)
@@ -44,17 +43,18 @@ class Limits(Record):
 
 
 # field -> environment variable
-ENV = {name: "PATCHBAKE_" + name.upper() for name in Limits._fields}
+ENV = {f.name: "PATCHBAKE_" + f.name.upper() for f in fields(Limits)}
 
 
 def current() -> Limits:
     """The defaults, with any ``PATCHBAKE_<FIELD>`` environment override applied."""
     kw: dict[str, int | float] = {}
-    for name in Limits._fields:
+    for f in fields(Limits):
+        name = f.name
         raw = os.environ.get(ENV[name])
         if raw is None or raw == "":
             continue
-        typ = float if isinstance(Limits._field_defaults[name], float) else int
+        typ = float if isinstance(f.default, float) else int
         try:
             value = typ(raw)
         except ValueError:

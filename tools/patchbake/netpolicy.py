@@ -24,10 +24,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import limits
 from .errors import DeadlineError, PatchbakeError
-from .records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,9 +42,8 @@ def is_retry_status(status: int) -> bool:
     return status in RETRY_STATUS
 
 
-# NamedTuple and a plain class, not dataclasses: `patchbake push`/`pull` import no
-# dataclasses (with inspect, a sixth of a short push's start-up; see patchbake.entry).
-class RetryPolicy(Record):
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
     """How often, how long and how patiently one operation's requests are retried."""
 
     attempts: int = 5  # total tries, the first included

@@ -6,17 +6,18 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ProcessError, ToolMissingError
-from .records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
 
-class Result(Record):
+@dataclass(frozen=True, slots=True)
+class Result:
     argv: tuple[str, ...]
     returncode: int
     stdout: bytes

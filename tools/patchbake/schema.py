@@ -4,16 +4,17 @@ one-line ConfigErrors naming the key and the file, with "did you mean" for typos
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .errors import ConfigError
-from .records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 
-class Field(Record):
+@dataclass(frozen=True, slots=True)
+class Field:
     types: type | tuple[type, ...]
     required: bool = False
     default: Any = None
@@ -22,7 +23,8 @@ class Field(Record):
     items: type | None = None  # for a list: the type every item must have
 
 
-class Schema(Record):
+@dataclass(frozen=True, slots=True)
+class Schema:
     fields: dict[str, Field]
     name: str = ""
     extra: Field | None = None  # schema for values under arbitrary keys

@@ -25,12 +25,12 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from .digest import hex_of
 from .errors import IntegrityError, PatchbakeError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
-from .records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,9 +101,8 @@ def _check_hex(digest: str) -> str:
                              "digits)") from None
 
 
-# A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with
-# inspect, a sixth of a short push's start-up; see patchbake.entry).
-class Store(Record):
+@dataclass(frozen=True, slots=True)
+class Store:
     """The content-addressed store at ``root``."""
 
     root: Path

@@ -7,9 +7,9 @@ only run suites and never sign.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..records import Record
 from ..schema import Field, Schema, validate
 
 TYPE_CHECKING = False
@@ -39,7 +39,8 @@ def default_private_key() -> Path:
     return Path(env).expanduser() if env else default_key_dir() / PRIVATE_NAME
 
 
-class Signing(Record):
+@dataclass(frozen=True, slots=True)
+class Signing:
     trust_policy: Path
     evidence_dir: Path
     key: Path

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import ImageError, PatchbakeError
@@ -30,14 +31,13 @@ if TYPE_CHECKING:
 # --- the Go types, as shapes: a struct's JSON field names, and what each field holds -----
 
 
-class Struct:  # a plain class, hashed by identity: push/pull import no dataclasses
+# eq=False: a shape is hashed by identity (its field map is a dict), for _folded_fields
+@dataclass(frozen=True, slots=True, eq=False)
+class Struct:
     """A Go struct: its JSON field names (json tags, or the Go name where untagged)."""
 
-    __slots__ = ("name", "fields")
-
-    def __init__(self, name: str, fields: Mapping[str, Shape]) -> None:
-        self.name = name
-        self.fields = fields
+    name: str
+    fields: Mapping[str, Shape]
 
     def field_for(self, key: str) -> str | None:
         """The field Go's decoder assigns ``key`` to (exact name first, then folded)."""
@@ -46,18 +46,14 @@ class Struct:  # a plain class, hashed by identity: push/pull import no dataclas
         return _folded_fields(self).get(go_fold(key))
 
 
+@dataclass(frozen=True, slots=True)
 class ListOf:
-    __slots__ = ("item",)
-
-    def __init__(self, item: Shape) -> None:
-        self.item = item
+    item: Shape
 
 
+@dataclass(frozen=True, slots=True)
 class MapOf:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Shape) -> None:
-        self.value = value
+    value: Shape
 
 
 if TYPE_CHECKING:  # what a field holds; None: a scalar, or an empty struct

@@ -23,11 +23,11 @@ move live in registries and are guarded there).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError, UsageError
 from ..fsutil import atomic_write, canonical_json
-from ..records import Record
 from ..store import Store
 from . import gojson
 from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
@@ -148,16 +148,16 @@ DEFAULT_PLATFORM = "linux/amd64"
 _MAX_NESTING = 4
 
 
-# NamedTuples, not dataclasses: `patchbake push`/`pull` import no dataclasses (with inspect,
-# a sixth of a short push's start-up; see patchbake.entry).
-class Chosen(Record):
+@dataclass(frozen=True, slots=True)
+class Chosen:
     """The manifest a layout reference stands for, and why that one (shown by verify)."""
 
     digest: str
     why: str
 
 
-class _Candidate(Record):
+@dataclass(frozen=True, slots=True)
+class _Candidate:
     digest: str
     platform: str | None  # from the index descriptor; None: look in the config
     name: str | None  # org.opencontainers.image.ref.name

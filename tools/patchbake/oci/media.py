@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..digest import hex_of
 from ..errors import ImageError
-from ..records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,9 +47,8 @@ def compression_of(media_type: str) -> str:
                      "layers only; zstd layers cannot be checked here)")
 
 
-# A NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
-# a sixth of a short push's start-up; see patchbake.entry).
-class Descriptor(Record):
+@dataclass(frozen=True, slots=True)
+class Descriptor:
     """An OCI descriptor: media type, digest, size, annotations."""
 
     media_type: str

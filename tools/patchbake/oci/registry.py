@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..digest import Digest
 from ..errors import RegistryError, StoreError
-from ..records import Record
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
@@ -45,9 +45,8 @@ if TYPE_CHECKING:  # credentials are looked up only when a registry challenges
 DEFAULT_PLATFORM = "linux/amd64"
 
 
-# NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
-# a sixth of a short push's start-up; see patchbake.entry).
-class PullResult(Record):
+@dataclass(frozen=True, slots=True)
+class PullResult:
     """What a pull fetched and stored."""
 
     ref: str

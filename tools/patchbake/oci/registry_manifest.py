@@ -7,9 +7,10 @@ exact bytes, so they are parsed only to find what they point to.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..digest import is_digest
 from ..errors import RegistryError
-from ..records import Record
 from . import gojson
 
 TYPE_CHECKING = False
@@ -26,9 +27,8 @@ MANIFEST_ACCEPT = f"{OCI_MANIFEST}, {OCI_INDEX}, {DOCKER_MANIFEST}, {DOCKER_LIST
 MAX_MANIFEST_BYTES = 4 << 20  # the distribution registry's own limit for manifests
 
 
-# NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
-# a sixth of a short push's start-up; see patchbake.entry).
-class Descriptor(Record):
+@dataclass(frozen=True, slots=True)
+class Descriptor:
     """What a manifest says about one blob or child manifest it references."""
 
     media_type: str
@@ -38,7 +38,8 @@ class Descriptor(Record):
     urls: bool = False  # foreign/non-distributable layer: lives elsewhere, never pushed
 
 
-class Manifest(Record):
+@dataclass(frozen=True, slots=True)
+class Manifest:
     """A parsed manifest or index. ``blobs`` (config, then layers) for images,
     ``manifests`` for indexes."""
 

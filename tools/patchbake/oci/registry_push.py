@@ -12,11 +12,11 @@ while the manifests go up.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
-from ..records import Record
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
@@ -29,9 +29,8 @@ if TYPE_CHECKING:
     from .registry import RegistryClient
 
 
-# NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
-# a sixth of a short push's start-up; see patchbake.entry).
-class PushResult(Record):
+@dataclass(frozen=True, slots=True)
+class PushResult:
     """What a push did, and what the registry now holds."""
 
     ref: str  # the destination as given (tag and/or digest)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from ..digest import is_digest
 from ..errors import RegistryError, UsageError
-from ..records import Record
 
 # The distribution spec's grammar for repository path components and tags.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -23,9 +23,8 @@ TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _HOST_RE = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$")
 
 
-# NamedTuple, not a dataclass: `patchbake push`/`pull` import no dataclasses (with inspect,
-# a sixth of a short push's start-up; see patchbake.entry).
-class RegistryRef(Record):
+@dataclass(frozen=True, slots=True)
+class RegistryRef:
     """One parsed reference. ``tag`` and ``digest`` may both be set (``repo:tag@sha256:..``)."""
 
     host: str

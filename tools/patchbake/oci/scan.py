@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..digest import Digest
 from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArchiveError
@@ -38,7 +38,8 @@ KEEP = "opt/patchbake/"  # the identity record and verifier: kept in memory for 
 _KEEP_MAX = 16 << 20
 
 
-class FileInfo(NamedTuple):  # a tuple: built once per tracked file, so keep it cheap
+@dataclass(frozen=True, slots=True)
+class FileInfo:
     kind: str  # "file" | "symlink" | "other"
     mode: int
     size: int

@@ -9,10 +9,10 @@ tree it means it was applied before ("already applied").
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..errors import ApplyError
-from ..records import Record
 from .diffparse import NULL_ID, FilePatch, Hunk, Patch, split_lines
 from .gitbinary import apply_delta, blob_id
 
@@ -23,7 +23,8 @@ Reader = Callable[[str], Base]
 Edits = tuple[tuple[int, int] | bytes, ...]
 
 
-class Outcome(Record):
+@dataclass(frozen=True, slots=True)
+class Outcome:
     """What the patch does to one path: pre and post content (None = absent) and modes."""
 
     path: str
@@ -86,7 +87,7 @@ def _hunk_mismatch(path: str, k: int, h: Hunk, lines: list[bytes], pos: int,
     return _err("context", f"{where} does not match at line {pos + 1}")
 
 
-def _edits(hunks: list[Hunk], data: bytes) -> Edits | None:
+def _edits(hunks: Sequence[Hunk], data: bytes) -> Edits | None:
     """What :func:`apply_hunks` makes of ``data``, as edits found by byte searches, or
     None to let it decide.
 
@@ -152,13 +153,13 @@ def _find_at_line(data: bytes, block: bytes, off: int, line: int, pos: int) -> i
 _FAST = True
 
 
-def apply_hunks(path: str, hunks: list[Hunk], data: bytes) -> bytes:
+def apply_hunks(path: str, hunks: Sequence[Hunk], data: bytes) -> bytes:
     if _FAST and (edits := _edits(hunks, data)) is not None:
         return edited(data, edits)
     return _apply_lines(path, hunks, data)
 
 
-def _apply_lines(path: str, hunks: list[Hunk], data: bytes) -> bytes:
+def _apply_lines(path: str, hunks: Sequence[Hunk], data: bytes) -> bytes:
     """The reference: the file as a list of lines, each hunk compared line by line."""
     lines = split_lines(data)
     out: list[bytes] = []

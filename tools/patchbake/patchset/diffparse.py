@@ -10,11 +10,11 @@ without data, no empty line inside a hunk, hunk bodies that match their header c
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
 
 from ..errors import PatchError
-from ..records import Record, SlotsRecord
 from .paths import cunquote, to_bytes, validate_path
 
 HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
@@ -23,7 +23,8 @@ MODE_RE = re.compile(rb"^(100644|100755|120000|160000)$")
 NULL_ID = "0" * 40
 
 
-class Hunk(Record):
+@dataclass(frozen=True, slots=True)
+class Hunk:
     """One ``@@`` hunk. ``old``/``new`` are the pre/post lines with their line endings."""
 
     old_start: int
@@ -38,7 +39,8 @@ class Hunk(Record):
     removed: int
 
 
-class BinaryPart(Record):
+@dataclass(frozen=True, slots=True)
+class BinaryPart:
     """One direction of a ``GIT binary patch``: ``literal`` or ``delta`` with inflated data."""
 
     method: str
@@ -46,29 +48,20 @@ class BinaryPart(Record):
     data: bytes
 
 
-class FilePatch(SlotsRecord):
-    """One ``diff --git`` section. ``path`` is the new path, or the old one for deletions.
+@dataclass(frozen=True, slots=True)
+class FilePatch:
+    """One ``diff --git`` section. ``path`` is the new path, or the old one for deletions."""
 
-    A plain class (the parser fills it in as it reads the section's header lines): the
-    guard's start-up imports no dataclasses. Equality and repr: SlotsRecord."""
-
-    __slots__ = ("path", "status", "old_mode", "new_mode", "old_id", "new_id", "line_no",
-                 "raw", "hunks", "binary")
-
-    def __init__(self, path: str, status: str, old_mode: str | None, new_mode: str | None,
-                 old_id: str | None, new_id: str | None, line_no: int, raw: bytes,
-                 hunks: list[Hunk] | None = None,
-                 binary: tuple[BinaryPart, BinaryPart] | None = None) -> None:
-        self.path = path
-        self.status = status  # A, M or D
-        self.old_mode = old_mode
-        self.new_mode = new_mode
-        self.old_id = old_id
-        self.new_id = new_id
-        self.line_no = line_no
-        self.raw = raw
-        self.hunks: list[Hunk] = [] if hunks is None else hunks
-        self.binary = binary
+    path: str
+    status: str  # A, M or D
+    old_mode: str | None
+    new_mode: str | None
+    old_id: str | None
+    new_id: str | None
+    line_no: int
+    raw: bytes
+    hunks: tuple[Hunk, ...] = ()
+    binary: tuple[BinaryPart, BinaryPart] | None = None
 
     @property
     def added(self) -> int:
@@ -79,7 +72,8 @@ class FilePatch(SlotsRecord):
         return sum(h.removed for h in self.hunks)
 
 
-class Patch(Record):
+@dataclass(frozen=True, slots=True)
+class Patch:
     files: tuple[FilePatch, ...]
     data: bytes
 
@@ -348,11 +342,14 @@ def _parse_binary_part(r: _Reader) -> BinaryPart:
     return BinaryPart(method, size, data)
 
 
-def _parse_section(r: _Reader) -> FilePatch:
-    start = r.i
-    path = _parse_git_line(r, r.take())
-    fp = FilePatch(path=path, status="M", old_mode=None, new_mode=None, old_id=None,
-                   new_id=None, line_no=start + 1, raw=b"")
+def _parse_header(r: _Reader, path: str) -> tuple[str, str | None, str | None, str | None,
+                                                 str | None]:
+    """A section's extended header lines: its status, old and new modes, old and new ids."""
+    status = "M"
+    old_mode: str | None = None
+    new_mode: str | None = None
+    old_id: str | None = None
+    new_id: str | None = None
     while (line := r.peek()) is not None and not line.startswith((b"diff --git ", b"@@",
                                                                  b"--- ", b"GIT binary")):
         text = _strip_eol(r.take())
@@ -360,22 +357,31 @@ def _parse_section(r: _Reader) -> FilePatch:
         if key in (b"old", b"new", b"deleted file", b"new file") and MODE_RE.match(value):
             mode = value.decode()
             if key in (b"old", b"deleted file"):
-                fp.old_mode = mode
+                old_mode = mode
             if key in (b"new", b"new file"):
-                fp.new_mode = mode
-            fp.status = {b"deleted file": "D", b"new file": "A"}.get(key, fp.status)
+                new_mode = mode
+            status = {b"deleted file": "D", b"new file": "A"}.get(key, status)
         elif (m := INDEX_RE.match(text)) is not None:
-            fp.old_id, fp.new_id = m.group(1).decode(), m.group(2).decode()
-            if len(fp.old_id) != 40 or len(fp.new_id) != 40:
+            old_id, new_id = m.group(1).decode(), m.group(2).decode()
+            if len(old_id) != 40 or len(new_id) != 40:
                 raise r.fail("abbreviated index line: export uses --full-index")
             if m.group(3):
-                fp.old_mode = fp.new_mode = m.group(3).decode()
+                old_mode = new_mode = m.group(3).decode()
         elif text.startswith((b"rename ", b"copy ", b"similarity ", b"dissimilarity ")):
             raise r.fail("a rename or copy is not canonical: export uses --no-renames")
         elif text.startswith(b"Binary files "):
             raise r.fail(f"binary change to {path} without data: export uses --binary")
         else:
             raise r.fail(f"unexpected header line {text[:60]!r} in the section of {path}")
+    return status, old_mode, new_mode, old_id, new_id
+
+
+def _parse_section(r: _Reader) -> FilePatch:
+    start = r.i
+    path = _parse_git_line(r, r.take())
+    status, old_mode, new_mode, old_id, new_id = _parse_header(r, path)
+    hunks: list[Hunk] = []
+    binary = None
     line = r.peek()
     if line is not None and line.startswith(b"--- "):
         old = _header_path(r, r.take(), b"--- ", b"a/")
@@ -388,26 +394,26 @@ def _parse_section(r: _Reader) -> FilePatch:
         if not named or any(p != same and validate_path(p, where=f"{r.name}:{r.i}") != path
                             for p in named):
             raise r.fail(f"'---'/'+++' paths disagree with the 'diff --git' line of {path}")
-        if (old is None) != (fp.status == "A") or (new is None) != (fp.status == "D"):
+        if (old is None) != (status == "A") or (new is None) != (status == "D"):
             raise r.fail(f"/dev/null side disagrees with the file status of {path}")
         if r.peek() is None or not r.peek().startswith(b"@@"):  # type: ignore[union-attr]
             raise r.fail(f"no hunk after the header of {path}", r.i + 1)
         while (line := r.peek()) is not None and line.startswith(b"@@"):
-            fp.hunks.append(_parse_hunk(r, r.take()))
+            hunks.append(_parse_hunk(r, r.take()))
         if line is not None and line[:1] in (b" ", b"+", b"-", b"\\"):
             raise r.fail(f"the last hunk of {path} has more lines than its header counts "
                          "(a count was changed or lines were added by hand)", r.i + 1)
     elif line is not None and line.startswith(b"GIT binary patch"):
         r.take()
-        fp.binary = (_parse_binary_part(r), _parse_binary_part(r))
-    if line is not None and line.startswith(b"@@") and not fp.hunks:
+        binary = (_parse_binary_part(r), _parse_binary_part(r))
+    if line is not None and line.startswith(b"@@") and not hunks:
         raise r.fail(f"hunk without '---'/'+++' header lines in the section of {path}")
-    if fp.old_id is None and (fp.hunks or fp.binary):
+    if old_id is None and (hunks or binary):
         raise r.fail(f"content change to {path} without an index line")
-    if fp.status == "M" and fp.old_mode is None:
+    if status == "M" and old_mode is None:
         raise r.fail(f"section of {path} names no file mode")
-    fp.raw = b"".join(r.lines[start:r.i])
-    return fp
+    return FilePatch(path, status, old_mode, new_mode, old_id, new_id, start + 1,
+                     b"".join(r.lines[start:r.i]), tuple(hunks), binary)
 
 
 def parse_patch(data: bytes, name: str = "patch") -> Patch:

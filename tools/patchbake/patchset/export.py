@@ -17,12 +17,12 @@ import re
 import shutil
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
 from ..errors import ExportError
 from ..fsutil import atomic_write
-from ..records import Record
 from ..store import Store
 from .diffparse import Patch, parse_patch
 from .exportdiff import export_diff
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
-class Exported(Record):
+@dataclass(frozen=True, slots=True)
+class Exported:
     patch_path: Path
     files_path: Path
     source_path: Path
@@ -50,7 +51,8 @@ class Exported(Record):
     changed: bool
 
 
-class _Origin(Record):
+@dataclass(frozen=True, slots=True)
+class _Origin:
     repo: Path
     commit: str
     kind: str  # workspace | repo
@@ -102,7 +104,8 @@ def _is_ancestor(repo: Path, old: str, new: str) -> bool:
                check=False).returncode == 0
 
 
-class _Refs(Record):
+@dataclass(frozen=True, slots=True)
+class _Refs:
     pristine: str
     pristine_tree_digest: str | None  # what the pristine commit's message records
     base_patch_sha: str | None  # what the workspace's base commit applied

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..digest import is_hex
 from ..errors import GuardError
-from ..records import Record
 from .paths import cquote, cunquote, to_bytes, to_str
 
 FORMAT_LINE = "patchbake-files 2"
@@ -33,7 +33,8 @@ SEP = "  "
 _ROW = re.compile(r"^[AMD]$")
 
 
-class Entry(Record):
+@dataclass(frozen=True, slots=True)
+class Entry:
     path: str
     status: str | None = None
     added: int | None = None
@@ -41,7 +42,8 @@ class Entry(Record):
     sha256: str | None = None  # post-image; None when deleted or in the legacy form
 
 
-class FileList(Record):
+@dataclass(frozen=True, slots=True)
+class FileList:
     entries: tuple[Entry, ...]
     header: dict[str, str]
     legacy: bool

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ApplyError, GuardError, PatchbakeError, PatchError
-from ..records import Record, SlotsRecord
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist, sort_key
@@ -33,38 +33,34 @@ PRIORITY = ("crlf", "final-newline", "parse", "dropped", "unrecorded", "count", 
             "upstream", "whitespace")
 
 
-class Problem(Record):
+@dataclass(frozen=True, slots=True)
+class Problem:
     kind: str
     path: str | None
     message: str
 
 
-class Report(SlotsRecord):
-    """What the guard found. A plain class: the guard's start-up imports no dataclasses."""
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What the guard found."""
 
-    __slots__ = ("ok", "files", "added", "removed", "patch_sha256", "problems", "applied")
-
-    def __init__(self, ok: bool, files: int, added: int, removed: int, patch_sha256: str,
-                 problems: list[Problem] | None = None, applied: bool = False) -> None:
-        self.ok = ok
-        self.files = files
-        self.added = added
-        self.removed = removed
-        self.patch_sha256 = patch_sha256
-        self.problems: list[Problem] = [] if problems is None else problems
-        self.applied = applied  # the three-way part ran (a pristine tree was available)
+    ok: bool
+    files: int
+    added: int
+    removed: int
+    patch_sha256: str
+    problems: tuple[Problem, ...] = ()
+    applied: bool = False  # the three-way part ran (a pristine tree was available)
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "files": self.files, "added": self.added,
                 "removed": self.removed, "patch_sha256": self.patch_sha256,
-                "problems": [p._asdict() for p in self.problems]}
+                "problems": [asdict(p) for p in self.problems]}
 
 
+@dataclass(slots=True)
 class _Run:
-    __slots__ = ("problems",)
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
+    problems: list[Problem] = field(default_factory=list)
 
     def add(self, kind: str, path: str | None, message: str) -> None:
         self.problems.append(Problem(kind, path, message))
@@ -368,7 +364,7 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
     files = len(patch.files) if patch else len(fl.entries) if fl else 0
     added = patch.added if patch else 0
     removed = patch.removed if patch else 0
-    return Report(not run.problems, files, added, removed, sha, run.problems, applied)
+    return Report(not run.problems, files, added, removed, sha, tuple(run.problems), applied)
 
 
 def check_lineage(lineage: Any, *, pristine_root: Path | None = None,

@@ -13,6 +13,7 @@ parsed and validated as a whole, and only then written (atomically).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,8 @@ def new_lineage(old: Lineage, root: Path, key: str, version: str, sha256: str) -
     up: Upstream = old.upstream
     filename = f"{up.package}-{version}.tar.gz"
     strip = up.strip.replace(up.version, version) if up.strip else None
-    new_up = up._replace(kind="index", version=version, filename=filename, sha256=sha256,
-                         url=None, path=None, repo=None, commit=None, strip=strip)
+    new_up = replace(up, kind="index", version=version, filename=filename, sha256=sha256,
+                     url=None, path=None, repo=None, commit=None, strip=strip)
     d = root / "patch" / key
     return Lineage(key=key, name=old.name, upstream=new_up,
                    patch=d / f"{old.name}-{key}.patch", files=d / "FILES.txt",

@@ -16,10 +16,10 @@ writes the same bytes.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ExportError
-from ..records import Record
 
 # typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
 # for every import at start-up, and these names appear in annotations only.
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 FORMAT = "patchbake-source 1"
 
 
-class SourceRecord(Record):
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
     data: dict[str, Any]
 
     @property

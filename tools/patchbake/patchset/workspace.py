@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ExportError
-from ..records import Record
 from ..store import Store
 from .gitcmd import ATTRIBUTES, git
 
@@ -27,7 +27,8 @@ BASE_REF = "refs/patchbake/base"
 PRISTINE_SUBJECT = "patchbake: pristine "
 
 
-class Workspace(Record):
+@dataclass(frozen=True, slots=True)
+class Workspace:
     path: Path
     pristine_commit: str
     base_commit: str

@@ -12,9 +12,9 @@ Imports nothing heavy: pipeline.yaml is validated on machines that only run suit
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..records import Record
 from ..schema import Field, Schema, suggest, validate
 
 TYPE_CHECKING = False
@@ -50,12 +50,14 @@ BENCHMARK_SCHEMA = Schema({
 })
 
 
-class Benchmark(Record):
+@dataclass(frozen=True, slots=True)
+class Benchmark:
     name: str
     tolerance: float
 
 
-class Gate(Record):
+@dataclass(frozen=True, slots=True)
+class Gate:
     """One gate as configured: its kind, the channel that declared it, and settings."""
 
     kind: str
@@ -66,7 +68,8 @@ class Gate(Record):
     approvals: int = 1
 
 
-class Channel(Record):
+@dataclass(frozen=True, slots=True)
+class Channel:
     name: str
     position: int  # in pipeline.yaml's order
     description: str

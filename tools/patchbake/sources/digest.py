@@ -12,11 +12,11 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..digest import Digest
 from ..errors import UnsafeArchiveError
-from ..records import Record
 
 FORMAT = b"patchbake-tree-digest v1\n"
 MODE_FILE = "100644"
@@ -25,7 +25,8 @@ MODE_LINK = "120000"
 _READ = 1 << 20
 
 
-class Entry(Record):
+@dataclass(frozen=True, slots=True)
+class Entry:
     path: bytes  # relative, '/'-separated, no leading './'
     mode: str  # MODE_FILE, MODE_EXEC or MODE_LINK
     sha256: str  # content hash; for a symlink, the hash of its target bytes

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
 from ..errors import FetchError, IntegrityError
 from ..fsutil import CHUNK, atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
-from ..records import Record
 from ..store import Store
 from .digest import digest_entries, tree_entries
 
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 RECORD_VERSION = 1
 
 
-class Fetched(Record):
+@dataclass(frozen=True, slots=True)
+class Fetched:
     archive_sha256: str | None  # hex; None for a directory or git source
     tree_digest: str  # "sha256:<hex>"
     root: Path  # the pristine tree in the store: treat as read-only
