@@ -226,10 +226,3 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
                    else (v.message if isinstance(v, PatchbakeError) else "does not count"))
                   for k, v in found.items()])
         ui.say(text)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(keys_group)
-    group.add_command(evidence_group)
-
-

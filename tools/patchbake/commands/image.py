@@ -214,9 +214,3 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
     with did_you_mean(ctx, ref):
         out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
     ui.say(str(out / "vllm"))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(bake_cmd)
-    group.add_command(verify_cmd)
-    group.add_command(image_group)

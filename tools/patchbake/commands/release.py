@@ -262,9 +262,3 @@ def report_cmd(ctx: Ctx, release: str, out: Path) -> None:
 
     page = report.write(ctx.pipeline, signing(ctx.pipeline).trust_policy, release, out)
     ui.emit_json({"report": str(page)}) if ctx.as_json else ui.out.print(str(page))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(release_group)
-    group.add_command(ledger_group)
-    group.add_command(report_cmd)

@@ -1,4 +1,5 @@
-"""`patchbake fixtures list|run`: declared suites, run against one exact image."""
+"""`patchbake suites list|run|bundle` (also called as `patchbake fixtures`): declared suites,
+run against one exact image."""
 
 from __future__ import annotations
 
@@ -24,14 +25,18 @@ def _suites(ctx: Ctx) -> dict[str, suitesmod.Suite]:
     return suitesmod.parse_all(p.suites, p.root, p.path.name)
 
 
-@click.group("fixtures")
-def fixtures_group() -> None:
-    """Fixture suites run against an exact image (docker or host runner)."""
+@click.group("suites")
+def suites_group() -> None:
+    """Fixture suites run against an exact image (alias: fixtures).
+
+    The docker or host runner runs a suite here; `suites bundle` carries images to a GPU
+    machine.
+    """
 
 
-@fixtures_group.command("list")
+@suites_group.command("list")
 @pass_ctx
-def fixtures_list(ctx: Ctx) -> None:
+def suites_list(ctx: Ctx) -> None:
     """Declared suites (every declaration is validated)."""
     suites = _suites(ctx)
     if ctx.as_json:
@@ -73,7 +78,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
     return provide
 
 
-@fixtures_group.command("run")
+@suites_group.command("run")
 @click.argument("suite_name", metavar="SUITE")
 @click.option("--image", "image_ref", required=True,
               help="image: definition/store name, sha256:DIGEST or name@sha256:DIGEST")
@@ -88,7 +93,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
               help="take the pristine tree from this image's layers (e.g. the unpatched "
                    "base by digest) instead of fetching the upstream sdist")
 @pass_ctx
-def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
+def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
                  results_out: Path | None, pristine_tree: Path | None,
                  pristine_image: str | None) -> None:
     """Run SUITE against the exact image; exit 40 unless it passed and its probes hold."""
@@ -143,12 +148,12 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
                          + "; ".join(str(f) for f in flags))
 
 
-@fixtures_group.command("bundle")
+@suites_group.command("bundle")
 @click.argument("images", nargs=-1, required=True)
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="new store directory to fill (use it as PATCHBAKE_HOME on the GPU box)")
 @pass_ctx
-def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
+def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     """Copy IMAGES (manifest, config, layers) into a fresh store for a machine with no
     network and no registry; each blob is re-hashed on the way in."""
     from ..suites.bundle import bundle
@@ -162,7 +167,3 @@ def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
         ui.emit_json(made)
     else:
         ui.kv(f"bundle {out}", [(k, v) for k, v in made.items()])
-
-
-def register(group: click.Group) -> None:
-    group.add_command(fixtures_group)
