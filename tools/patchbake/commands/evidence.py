@@ -93,7 +93,7 @@ def evidence_group() -> None:
 @pass_ctx
 def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
                   image_ref: str | None) -> None:
-    """Sign suite results (from `fixtures run --results-out`) into manifests/evidence/."""
+    """Sign suite results (from `suites run --results-out`) into manifests/evidence/."""
     from ..evidence import keys as keymod
     from ..evidence import records
     from ..suites.result import SuiteResult
