@@ -19,8 +19,8 @@ from .names import did_you_mean
 if TYPE_CHECKING:
     from ..evidence import records, summary
 
-# cryptography is imported only by the commands that sign or verify: every patchbake
-# command loads this module, and machines that only run suites (the GPU box) lack it.
+# cryptography is imported only by the commands that sign or verify: machines that only
+# run suites (the GPU box) lack it, and `patchbake --help` loads this module there too.
 
 
 def _signing(ctx: Ctx) -> settings.Signing:

@@ -10,13 +10,21 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
+from ..config import _version_key
 from ..errors import PortError, PortUnresolvedError
+from ..fsutil import atomic_write
+from ..patchset.port import port
+from ..patchset.portpin import (
+    check_names,
+    index_sha256,
+    new_lineage,
+    plan_lineage_edit,
+    write_pipeline,
+)
 
 
 def _source_lineage(ctx: Ctx, version: str) -> Any:
     """The lineage to port from: --lineage before `port`, else the newest older one."""
-    from ..config import _version_key
-
     if ctx.lineage_key:
         return ctx.lineage()
     older = [lin for lin in ctx.pipeline.lineages.values()
@@ -30,8 +38,6 @@ def _source_lineage(ctx: Ctx, version: str) -> Any:
 def _target_lineage(ctx: Ctx, old: Any, version: str, key: str,
                     sha256: str | None) -> tuple[Any, str | None]:
     """(new lineage, pipeline.yaml text to write or None when it is declared already)."""
-    from ..patchset.portpin import index_sha256, new_lineage, plan_lineage_edit
-
     have = ctx.pipeline.lineages.get(key)
     if have is not None:
         if have.upstream.version != version:
@@ -77,10 +83,6 @@ def _print(report: Any) -> None:
 def port_cmd(ctx: Ctx, version: str, new_key: str | None, sha256: str | None,
              workspace: Path | None, markdown: Path | None) -> None:
     """Replay the lineage's patch onto upstream VERSION in a workspace; report each hunk."""
-    from ..fsutil import atomic_write
-    from ..patchset.port import port
-    from ..patchset.portpin import check_names, write_pipeline
-
     key = new_key or f"v{version}"
     check_names(version, key)
     old = _source_lineage(ctx, version)

@@ -7,6 +7,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..mainjob import run_main_job
+from .release import print_table
 
 LABELS = (
     ("upstream_pin", "upstream pin"),
@@ -44,6 +45,4 @@ def run_cmd(ctx: Ctx, image: str | None) -> None:
     ui.kv(f"identity chain of lineage {job.lineage}", rows)
     ui.say(f"image {ident['image']} = {ident['manifest_digest']}")
     if job.gates is not None:
-        from .release import print_table
-
         print_table(job.gates)

@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .. import ui
+from .. import identity, ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
+from ..expected import bind_lineage
 from ..fsutil import atomic_write
+from ..oci import image as oci_image
+from ..sources import fetch
+from ..sources.digest import tree_digest
 from ..suites import image as imagemod
 from ..suites import spec as suitesmod
+from ..suites.bundle import bundle
+from ..suites.docker import DockerRunner
+from ..suites.host import HostRunner
 from ..suites.run import run_suite
 from .names import did_you_mean
 
@@ -53,11 +61,6 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
               lineage: Any) -> Any:
     def provide() -> tuple[Path, str]:
         if image is not None:
-            import tempfile
-
-            from .. import identity
-            from ..sources.digest import tree_digest
-
             ref = imagemod.resolve(ctx.store, image, ctx.pipeline)
             tmp = Path(tempfile.mkdtemp(prefix="patchbake-pristine."))
             atexit.register(shutil.rmtree, tmp, True)
@@ -67,11 +70,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
             return dest, (f"the unpatched base image {ref.digest} (its vllm/ tree "
                           f"{tree_digest(dest / 'vllm')})")
         if given is not None:
-            from ..sources.digest import tree_digest
-
             return given, f"given directory {given} (tree {tree_digest(given)})"
-        from ..sources import fetch
-
         f = fetch(lineage, ctx.store, base=ctx.pipeline.root)
         return f.root, f"pristine upstream {f.pin} (tree {f.tree_digest})"
 
@@ -101,24 +100,17 @@ def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
     with did_you_mean(ctx, image_ref):
         ref = imagemod.resolve(ctx.store, image_ref, p)
-    from ..expected import bind_lineage
 
     # the pristine probe and the recorded pins are the image's own lineage's
     lineage = bind_lineage(p, ctx.lineage_key, definition=image_ref if image_ref in p.images
                            else None, manifest_digest=ref.digest)
     kind = runner or suite.runner
     if kind == "docker":
-        from ..suites.docker import DockerRunner
-
         r: Any = DockerRunner(p.root, ctx.store)
     else:
-        from ..suites.host import HostRunner
-
         r = HostRunner(p.root, ctx.store, pipeline=p)
     sp = None
     if pristine_image:
-        from ..oci import image as oci_image
-
         img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
         sp = img.labels.get("dev.patchbake.site-packages")
     result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp, lineage),
@@ -156,8 +148,6 @@ def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
 def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     """Copy IMAGES (manifest, config, layers) into a fresh store for a machine with no
     network and no registry; each blob is re-hashed on the way in."""
-    from ..suites.bundle import bundle
-
     refs = []
     for i in images:
         with did_you_mean(ctx, i):
