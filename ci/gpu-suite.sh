@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 : "${STAGING:?set STAGING=host:port/repo}"
 digest=$(PYTHONPATH=tools python3 -c 'from patchbake import config; from patchbake.images import record; print(record.latest(config.load().root, "sm89-serving-offline")["manifest_digest"])')
 PYTHONPATH=tools python3 -m patchbake pull "$STAGING@$digest"
-PYTHONPATH=tools python3 -m patchbake fixtures run dsv4-topk-gpu --image "$digest" \
+PYTHONPATH=tools python3 -m patchbake suites run dsv4-topk-gpu --image "$digest" \
   --runner host --results-out "results-$1.json"
 PYTHONPATH=tools python3 -m patchbake evidence sign "results-$1.json" --image "$digest"

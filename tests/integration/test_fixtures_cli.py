@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fixtures_toy_image import define_toy, toy_image
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.store import Store
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_python_image import ensure_image, image_site
-from patchbake.cli import main
+from patchbake.entry import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.sdist]
 

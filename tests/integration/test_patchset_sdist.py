@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.config import load
 from patchbake.patchset.filelist import parse_filelist
 from patchbake.patchset.patched import patched_tree

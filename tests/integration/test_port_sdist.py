@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.config import load
 
 pytestmark = [pytest.mark.integration, pytest.mark.sdist, pytest.mark.sdist033]

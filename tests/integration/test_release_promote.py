@@ -28,7 +28,7 @@ import requests
 import yaml
 from patchbake import config
 from patchbake.bake import bake_image
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.release import ledger, manifest, referrers
 from patchbake.release.rebake import _seed
 from patchbake.store import Store

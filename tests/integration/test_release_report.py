@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from patchbake.cli import main
+from patchbake.entry import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from release_support import make_release, make_repo

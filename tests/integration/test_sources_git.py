@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from patchbake import cli, config
+from patchbake import config, entry
 from patchbake.errors import FetchError
 from patchbake.sources import fetch, tree_digest
 from patchbake.store import Store
@@ -97,6 +97,6 @@ lineages:
     source_record: s
 """)
     monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
-    assert cli.main(["--pipeline", str(p), "fetch"]) == 10
+    assert entry.main(["--pipeline", str(p), "fetch"]) == 10
     err = capsys.readouterr().err
     assert f"git source: {'1' * 40} is not a commit in {repo}" in err

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from patchbake import cli, config
+from patchbake import config, entry
 from patchbake.sources import Fetched, fetch, tree_digest
 from patchbake.store import Store
 
@@ -50,7 +50,7 @@ def test_cli_second_fetch_is_cached(vllm: Fetched, shared_home: Path, pipeline_p
         raise AssertionError("a cached fetch must not touch the network")
 
     monkeypatch.setattr(requests.Session, "send", no_network)
-    assert cli.main(["--pipeline", str(pipeline_path), "fetch", "--json"]) == 0
+    assert entry.main(["--pipeline", str(pipeline_path), "fetch", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["tree_digest"] == vllm.tree_digest and doc["archive_sha256"] == SHA
 

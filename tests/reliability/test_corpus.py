@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from corpus import CASES, Case
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.store import Store
 from patchbake.storecheck import fsck
 

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from images_support import make_repo
 from patchbake.bake import bake_image
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.store import Store
 from patchbake.storecheck import fsck
 

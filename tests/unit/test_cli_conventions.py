@@ -10,25 +10,27 @@ from pathlib import Path
 
 import click
 import pytest
-from patchbake import __version__, cli, ui
+from patchbake import __version__, cli, entry, ui
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(["--pipeline", str(REPO / "pipeline.yaml"), *argv])
+    rc = entry.main(["--pipeline", str(REPO / "pipeline.yaml"), *argv])
     out, err = capsys.readouterr()
     return rc, out, err
 
 
 def _commands() -> list[tuple[str, click.Command]]:
-    cli._register()
     found: list[tuple[str, click.Command]] = []
+    ctx = click.Context(cli.main_group)
 
     def walk(prefix: str, cmd: click.Command) -> None:
         found.append((prefix, cmd))
         if isinstance(cmd, click.Group):
-            for name, sub in cmd.commands.items():
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, name
                 walk(f"{prefix} {name}".strip(), sub)
 
     walk("", cli.main_group)

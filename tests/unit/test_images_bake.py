@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from images_support import SP, make_repo
 from patchbake.bake import bake_image, latest_digest
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.errors import ConfigError, ImageError, IntegrityError
 from patchbake.oci import layout
 from patchbake.store import Store

@@ -14,7 +14,7 @@ import pytest
 from images_support import SP, UPSTREAM, Repo, make_repo, write_tree
 from patchbake.bake import bake_image
 from patchbake.images.recipe import revision
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.errors import LineageError
 from patchbake.images.standin import build_standin
 from patchbake.oci import layout

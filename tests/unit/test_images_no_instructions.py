@@ -13,7 +13,7 @@ import pytest
 from images_craft import layer, with_config, with_layer
 from images_support import SP, Repo, make_repo
 from patchbake.bake import bake_image
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.errors import ConfigError, ImageError, VerifyError
 from patchbake.identity import raise_on_failure, verify_image
 

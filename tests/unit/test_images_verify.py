@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from images_support import SP, Repo, make_repo
 from patchbake.bake import bake_image
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.errors import ImageError, IntegrityError, UnsafeArchiveError, VerifyError
 from patchbake.fsutil import canonical_json
 from patchbake.identity import materialise, raise_on_failure, verify_image

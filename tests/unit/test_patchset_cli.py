@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
 import fx
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.config import load
 from patchbake.errors import ApplyError
 from patchbake.patchset.patched import patched_tree

@@ -31,5 +31,5 @@ def test_repository_lineages_and_explicit_default() -> None:
 def test_every_command_module_loads() -> None:
     result = CliRunner().invoke(main_group, ["--help"])
     assert result.exit_code == 0, result.output
-    for name in ("fixtures", "patch", "series", "bake", "verify", "evidence"):
+    for name in ("suites", "patch", "series", "bake", "verify", "evidence"):
         assert f"  {name} " in result.output, name

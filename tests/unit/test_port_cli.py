@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.patchset.gitbinary import blob_id
 from patchbake.patchset.seriesdeps import _applies, _needs
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from patchbake import cli
+from patchbake import entry
 from patchbake.commands import registry as cmd
 from patchbake.oci.registry import RegistryClient
 from patchbake.store import Store
@@ -27,7 +27,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRegistry:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(list(argv))
+    rc = entry.main(list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from patchbake import config
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.errors import ConfigError
 from patchbake.evidence import keys, policy
 from patchbake.release import channels

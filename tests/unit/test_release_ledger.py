@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.errors import LedgerError, ReleaseError
 from patchbake.evidence import dsse, keys, policy
 from patchbake.fsutil import canonical_json

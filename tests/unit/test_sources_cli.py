@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from patchbake import cli, config
+from patchbake import config, entry
 from patchbake.sources import fetch
 from patchbake.store import Store
 
@@ -43,7 +43,7 @@ lineages:
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    rc = cli.main(argv)
+    rc = entry.main(argv)
     out, err = capsys.readouterr()
     return rc, out, err
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from patchbake.cli import main
+from patchbake.entry import main
 from patchbake.store import Store
 from patchbake.storecheck import fsck, gc
 

@@ -48,10 +48,10 @@ def make_targets() -> set[str]:
 
 
 def patchbake_commands() -> set[str]:
-    from patchbake.cli import _register, main_group
+    import click
+    from patchbake.cli import main_group
 
-    _register()
-    return set(main_group.commands)
+    return set(main_group.list_commands(click.Context(main_group)))
 
 
 def commands_of(script: str) -> list[list[str]]:

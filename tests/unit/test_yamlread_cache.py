@@ -181,14 +181,3 @@ def test_a_poisoned_entry_is_read_only_by_callers_that_ask(pipeline: Path, home:
     kept.write_text(json.dumps(doc))
     assert load(p).name == "cached"  # the default: parsed from the file
     assert load(p, cache=True).name == "poisoned"  # what "trusts the store" means
-
-
-def test_only_the_guard_commands_read_the_cache() -> None:
-    from patchbake.entry import PLAIN_COMMANDS, plain_call
-
-    trusting = {words for words, spec in PLAIN_COMMANDS.items() if spec.cached_pipeline}
-    assert trusting == {("patch", "check"), ("patch", "export")}
-    found = plain_call(["patch", "check"])
-    assert found is not None and found[0].cached_pipeline
-    found = plain_call(["pull", "127.0.0.1:5000/r:t"])
-    assert found is not None and not found[0].cached_pipeline

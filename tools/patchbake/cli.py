@@ -1,32 +1,114 @@
-"""Command line: argv -> settings -> one library call -> table or JSON, and an exit code.
+"""Command line: argv -> settings -> one library call -> table or JSON.
 
-Each stage's commands live in ``patchbake.commands.<stage>`` and register themselves here.
-The process starts in ``patchbake.entry``, which runs plain ``push``/``pull`` itself and
-hands everything else to :func:`run_click`.
+The one parser is click. Each stage's commands live in ``patchbake.commands.<stage>``;
+:data:`COMMANDS` says where, and :class:`LazyGroup` imports a command's module only when
+that command runs or is listed, so ``patchbake push`` does not import every stage.
+The process starts in ``patchbake.entry``, which calls :func:`run` and turns what it
+raises into one line on stderr and an exit code.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
+
 import click
 
 from . import __version__
-from .entry import Ctx as Ctx
-from .entry import fail, guarded, interrupted, terminated
-from .entry import hoist_json
-from .entry import main as main
+from .config import Lineage, Pipeline, load
 from .errors import UsageError
+from .store import Store, write_failure
 
-_hoist_json = hoist_json  # the name tests and callers use
+
+class Ctx:
+    """What the global options say, and the pipeline and store, opened on first use."""
+
+    def __init__(self, pipeline_path: str | None, lineage_key: str | None, as_json: bool,
+                 debug: bool) -> None:
+        self.pipeline_path = pipeline_path
+        self.lineage_key = lineage_key
+        self.as_json = as_json
+        self.debug = debug
+        self._pipeline: Pipeline | None = None
+        self._store: Store | None = None
+
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            self._pipeline = load(self.pipeline_path)
+        return self._pipeline
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store.open()
+        return self._store
+
+    def lineage(self) -> Lineage:
+        return self.pipeline.lineage(self.lineage_key)
+
+
 pass_ctx = click.make_pass_decorator(Ctx)
-_JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
+JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
+
+# command name -> "module:attribute" in patchbake.commands
+COMMANDS = {
+    "bake": "image:bake_cmd", "evidence": "evidence:evidence_group", "fetch": "fetch:fetch_cmd",
+    "image": "image:image_group", "keys": "evidence:keys_group", "ledger": "release:ledger_group",
+    "patch": "patch:patch_group", "port": "port:port_cmd", "pull": "registry:pull_cmd",
+    "push": "registry:push_cmd", "release": "release:release_group",
+    "report": "release:report_cmd", "run": "run:run_cmd", "series": "patch:series_group",
+    "store": "store:store_group", "suites": "suites:suites_group", "verify": "image:verify_cmd",
+}
+# other name -> command name: accepted, not listed (the command's help names them)
+ALIASES = {"fixtures": "suites"}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _show_json_option(cmd: click.Command) -> None:
+    """Every command's --help lists --json. The flag itself is read once, globally
+    (``entry.hoist_json`` moves it before the command name), so the option added here
+    only documents it and passes nothing to the command."""
+    if not any("--json" in getattr(p, "opts", ()) for p in cmd.params):
+        cmd.params.append(click.Option(["--json"], is_flag=True, expose_value=False,
+                                       help=JSON_HELP))
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _show_json_option(sub)
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported when asked for (click's documented lazy
+    loading): ``lazy_subcommands`` maps a name to ``"module:attribute"`` in
+    ``patchbake.commands``, ``aliases`` a second name to one of those."""
+
+    def __init__(self, *args: object, lazy_subcommands: Mapping[str, str],
+                 aliases: Mapping[str, str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # click's own arguments
+        self.lazy_subcommands = dict(lazy_subcommands)
+        self.aliases = dict(aliases)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        name = self.aliases.get(cmd_name, cmd_name)
+        if name not in self.lazy_subcommands:
+            return super().get_command(ctx, name)
+        module, _, attr = self.lazy_subcommands[name].partition(":")
+        cmd = getattr(importlib.import_module(f"{__package__}.commands.{module}"), attr)
+        if not isinstance(cmd, click.Command):
+            raise TypeError(f"patchbake.commands.{module}:{attr} is not a click command")
+        _show_json_option(cmd)
+        return cmd
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=COMMANDS, aliases=ALIASES,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--pipeline", "pipeline_path", envvar="PATCHBAKE_PIPELINE", default=None,
               help="pipeline.yaml to use (default: nearest one above the working directory)")
 @click.option("--lineage", "lineage_key", default=None,
               help="lineage (upstream pin) to act on; default: the newest")
-@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--debug", is_flag=True, help="show tracebacks for expected failures")
 @click.version_option(__version__, prog_name="patchbake")
 @click.pass_context
@@ -36,95 +118,25 @@ def main_group(ctx: click.Context, pipeline_path: str | None, lineage_key: str |
     ctx.obj = Ctx(pipeline_path, lineage_key, as_json, debug)
 
 
-# Which module registers each top-level command. Resolving one command imports only its
-# module, so `patchbake push` does not pay for importing every stage (start-up time is
-# part of the benchmarks). A name missing here falls back to importing every module.
-COMMAND_MODULES = {
-    "fetch": "fetch", "patch": "patch", "series": "patch", "bake": "image",
-    "verify": "image", "image": "image", "push": "registry", "pull": "registry",
-    "run": "run", "keys": "evidence", "evidence": "evidence", "fixtures": "fixtures",
-    "store": "store", "release": "release", "ledger": "release", "report": "release",
-    "port": "port",
-}
-_loaded: set[str] = set()
-
-
-def _load(module: str) -> None:
-    import importlib
-
-    from . import commands
-
-    if module in _loaded:
-        return
-    _loaded.add(module)
-    reg = getattr(importlib.import_module(f"{commands.__name__}.{module}"), "register", None)
-    if reg:
-        reg(main_group)
-        for cmd in main_group.commands.values():
-            _show_json_option(cmd)
-
-
-
-def _show_json_option(cmd: click.Command) -> None:
-    """Every command's --help lists --json. The flag itself is read once, globally
-    (``_hoist_json`` moves it before the command name), so the option added here only
-    documents it and passes nothing to the command."""
-    if not any("--json" in getattr(p, "opts", ()) for p in cmd.params):
-        cmd.params.append(click.Option(["--json"], is_flag=True, expose_value=False,
-                                       help=_JSON_HELP))
-    if isinstance(cmd, click.Group):
-        for sub in cmd.commands.values():
-            _show_json_option(sub)
-
-
-def _load_all() -> None:
-    import pkgutil
-
-    from . import commands
-
-    for mod in sorted(m.name for m in pkgutil.iter_modules(commands.__path__)):
-        _load(mod)
-
-
-class _LazyGroup(click.Group):
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.commands:
-            module = COMMAND_MODULES.get(cmd_name)
-            _load(module) if module else _load_all()
-        return super().get_command(ctx, cmd_name)
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        _load_all()
-        return super().list_commands(ctx)
-
-
-main_group.__class__ = _LazyGroup
-
-
-def _register() -> None:
-    """Import every command module (tests and docs use this to see all commands)."""
-    _load_all()
-
-
-def run_click(args: list[str], debug: bool, as_json: bool) -> int:
-    """Parse and run ``args`` with click; usage errors and aborts as one line."""
+def run(args: list[str]) -> int:
+    """Parse ``args`` (``--json`` first if given, see ``entry.hoist_json``) and run the
+    command; its exit code, 0 for success. A failure is raised for ``entry.main`` to
+    report: a PatchbakeError (a usage error and a write the file system refused become
+    one) or KeyboardInterrupt."""
     try:
-        return guarded(lambda: main_group.main(args=args, prog_name="patchbake",
-                                               standalone_mode=False), debug, as_json)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
+        rc = main_group.main(args=args, prog_name="patchbake", standalone_mode=False)
+    except click.exceptions.Abort as exc:  # click's word for Ctrl-C (or SIGTERM) in a command
+        raise KeyboardInterrupt from exc
     except click.ClickException as exc:
         hint = None
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             hint = f"see `{exc.ctx.command_path} --help`"
-        return fail(UsageError(exc.format_message(), hint=hint), as_json)
-    except click.exceptions.Abort:
-        return interrupted(as_json)
-    except KeyboardInterrupt:
-        return 143 if terminated() else 130
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())
+        raise UsageError(exc.format_message(), hint=hint) from exc
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        err = write_failure(exc, "a file")
+        if err is None:
+            raise
+        raise err from exc
+    return rc if isinstance(rc, int) else 0  # --help and --version end with click's Exit(0)

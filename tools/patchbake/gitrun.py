@@ -52,8 +52,7 @@ def _home() -> str:
 
 
 def remove_home() -> None:
-    """Remove git's HOME of this process (``entry`` ends a command with ``os._exit``,
-    which runs no ``atexit`` function)."""
+    """Remove git's HOME of this process (at exit: :func:`_home` registers it)."""
     while _HOME:
         _HOME.pop().remove()
 

@@ -12,12 +12,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from rich.console import Console
+
+# rich is imported where it draws (colour, a bar, a boxed table on a terminal): about 70 ms
+# of start-up that output to a pipe, a CI log or --json never needs.
 
 
 # Every --json document (results on stdout, errors on stderr) carries this; bump it when a
@@ -34,27 +36,23 @@ def _color() -> bool:
     return not no_color() and sys.stderr.isatty()
 
 
-_consoles: dict[str, Console] = {}
+@cache
+def err_console() -> Console:
+    """The rich console on stderr (made on first use, then the same one)."""
+    from rich.console import Console
+
+    return Console(stderr=True, no_color=not _color(), highlight=False, soft_wrap=True)
 
 
-def __getattr__(name: str) -> Console:
-    """``ui.err`` and ``ui.out``: rich consoles made on first use, so commands that print
-    only JSON (and the guard's hot path) never import rich."""
-    if name not in ("err", "out"):
-        raise AttributeError(name)
-    if name not in _consoles:
-        from rich.console import Console
+@cache
+def out_console() -> Console:
+    """The rich console on stdout. Not a terminal (CI logs, pipes): wide enough that
+    digests are never folded."""
+    from rich.console import Console
 
-        if name == "err":
-            _consoles[name] = Console(stderr=True, no_color=not _color(), highlight=False,
-                                      soft_wrap=True)
-        else:
-            # Not a terminal (CI logs, pipes): wide enough that digests are never folded.
-            tty = sys.stdout.isatty()
-            _consoles[name] = Console(no_color=no_color() or not tty,
-                                      highlight=False, soft_wrap=True,
-                                      width=None if tty else 200)
-    return _consoles[name]
+    tty = sys.stdout.isatty()
+    return Console(no_color=no_color() or not tty, highlight=False, soft_wrap=True,
+                   width=None if tty else 200)
 
 
 def versioned(obj: Any) -> dict[str, Any]:
@@ -73,7 +71,7 @@ def emit_json(obj: Any) -> None:
 def say(text: str) -> None:
     """A line of results on stdout (rich only on a terminal: a pipe gets the text as is)."""
     if sys.stdout.isatty():
-        __getattr__("out").print(text, markup=False, highlight=False)
+        out_console().print(text, markup=False, highlight=False)
     else:
         sys.stdout.write(text + "\n")
 
@@ -81,7 +79,7 @@ def say(text: str) -> None:
 def warn(text: str) -> None:
     """A diagnostic line on stderr."""
     if _color():
-        __getattr__("err").print(text, markup=False, highlight=False)
+        err_console().print(text, markup=False, highlight=False)
     else:
         sys.stderr.write(text + "\n")
 
@@ -110,7 +108,7 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*[str(x) for x in r])
-    __getattr__("out").print(t)
+    out_console().print(t)
 
 
 def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
@@ -119,7 +117,7 @@ def kv(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
 
 def step(msg: str) -> None:
     if _color():
-        __getattr__("err").print(f"[bold]==>[/bold] {msg}")
+        err_console().print(f"[bold]==>[/bold] {msg}")
     else:
         sys.stderr.write(f"==> {msg}\n")
         sys.stderr.flush()
@@ -212,6 +210,6 @@ def progress(description: str, total: int | None, unit_bytes: bool = True) -> It
     cols: list[Any] = [TextColumn("{task.description}"), BarColumn()]
     cols += [DownloadColumn(), TransferSpeedColumn()] if unit_bytes else [MofNCompleteColumn()]
     cols.append(TimeRemainingColumn())
-    with RP(*cols, console=__getattr__("err"), transient=True) as bar:
+    with RP(*cols, console=err_console(), transient=True) as bar:
         p._bar, p._task = bar, bar.add_task(description, total=total)
         yield p

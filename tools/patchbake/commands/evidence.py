@@ -19,8 +19,8 @@ from .names import did_you_mean
 if TYPE_CHECKING:
     from ..evidence import records, summary
 
-# cryptography is imported only by the commands that sign or verify: every patchbake
-# command loads this module, and machines that only run suites (the GPU box) lack it.
+# cryptography is imported only by the commands that sign or verify: machines that only
+# run suites (the GPU box) lack it, and `patchbake --help` loads this module there too.
 
 
 def _signing(ctx: Ctx) -> settings.Signing:
@@ -93,7 +93,7 @@ def evidence_group() -> None:
 @pass_ctx
 def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
                   image_ref: str | None) -> None:
-    """Sign suite results (from `fixtures run --results-out`) into manifests/evidence/."""
+    """Sign suite results (from `suites run --results-out`) into manifests/evidence/."""
     from ..evidence import keys as keymod
     from ..evidence import records
     from ..suites.result import SuiteResult
@@ -226,10 +226,3 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
                    else (v.message if isinstance(v, PatchbakeError) else "does not count"))
                   for k, v in found.items()])
         ui.say(text)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(keys_group)
-    group.add_command(evidence_group)
-
-

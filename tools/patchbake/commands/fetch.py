@@ -21,25 +21,24 @@ def summary(lineage_key: str, f: Fetched) -> dict[str, Any]:
             "files": f.files, "store_path": str(f.root)}
 
 
-def register(group: click.Group) -> None:
-    @group.command("fetch")
-    @click.option("--all", "all_lineages", is_flag=True,
-                  help="fetch every lineage in pipeline.yaml (JSON: a 'lineages' list)")
-    @click.option("--verify", is_flag=True,
-                  help="re-hash a cached tree and fail if it no longer matches its digest")
-    @pass_ctx
-    def fetch_cmd(ctx: Ctx, all_lineages: bool, verify: bool) -> None:
-        """Fetch, verify and extract the pinned upstream; print its identity."""
-        pipeline = ctx.pipeline
-        keys = sorted(pipeline.lineages) if all_lineages else [ctx.lineage().key]
-        rows = []
-        for key in keys:
-            f = fetch(pipeline.lineage(key), ctx.store, progress=ui.progress,
-                      base=pipeline.root, verify=verify)
-            rows.append(summary(key, f))
-        if ctx.as_json:
-            ui.emit_json({"lineages": rows} if all_lineages else rows[0])
-            return
-        for row in rows:
-            ui.kv(f"upstream of lineage {row['lineage']}",
-                  [(k, "-" if v is None else v) for k, v in row.items()])
+@click.command("fetch")
+@click.option("--all", "all_lineages", is_flag=True,
+              help="fetch every lineage in pipeline.yaml (JSON: a 'lineages' list)")
+@click.option("--verify", is_flag=True,
+              help="re-hash a cached tree and fail if it no longer matches its digest")
+@pass_ctx
+def fetch_cmd(ctx: Ctx, all_lineages: bool, verify: bool) -> None:
+    """Fetch, verify and extract the pinned upstream; print its identity."""
+    pipeline = ctx.pipeline
+    keys = sorted(pipeline.lineages) if all_lineages else [ctx.lineage().key]
+    rows = []
+    for key in keys:
+        f = fetch(pipeline.lineage(key), ctx.store, progress=ui.progress,
+                  base=pipeline.root, verify=verify)
+        rows.append(summary(key, f))
+    if ctx.as_json:
+        ui.emit_json({"lineages": rows} if all_lineages else rows[0])
+        return
+    for row in rows:
+        ui.kv(f"upstream of lineage {row['lineage']}",
+              [(k, "-" if v is None else v) for k, v in row.items()])

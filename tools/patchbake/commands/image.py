@@ -9,9 +9,17 @@ from pathlib import Path
 import click
 
 from .. import ui
+from ..bake import bake_image
 from ..cli import Ctx, pass_ctx
 from ..digest import Digest
 from ..errors import ImageError
+from ..identity import materialise, raise_on_failure, verify_image
+from ..images import definition as definitions
+from ..images import record
+from ..images.refs import resolve
+from ..images.standin import build_standin
+from ..oci import layout
+from ..oci.archive import export_docker_archive
 from .names import did_you_mean
 
 
@@ -25,8 +33,6 @@ from .names import did_you_mean
 @pass_ctx
 def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str) -> None:
     """Bake IMAGE (a definition from pipeline.yaml; default: the offline one)."""
-    from ..bake import bake_image
-
     if not ctx.as_json:
         ui.step(f"bake {image or '(default image)'}")
     res = bake_image(ctx.pipeline, image, ctx.store, lineage=ctx.lineage_key, backend=backend,
@@ -64,8 +70,6 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | 
     REF: a definition (its latest bake), sha256:<manifest>, an OCI layout dir, a
     docker-archive file, docker:NAME, or HOST:PORT/repo@sha256:<digest>.
     """
-    from ..identity import raise_on_failure, verify_image
-
     with did_you_mean(ctx, ref, early=True), ui.progress("verify: layers read", None) as bar:
         res = verify_image(ctx.pipeline, ref, ctx.store, ctx.lineage_key,
                            site_packages=site_packages, definition=definition,
@@ -110,11 +114,8 @@ def image_group() -> None:
 @pass_ctx
 def image_ls(ctx: Ctx) -> None:
     """Definitions with their latest recorded bake, and images named in the store."""
-    from ..images import definition, record
-    from ..oci import layout
-
     rows = []
-    for name in definition.names(ctx.pipeline):
+    for name in definitions.names(ctx.pipeline):
         try:
             digest = record.latest(ctx.pipeline.root, name).manifest_digest
         except ImageError:
@@ -139,9 +140,7 @@ def image_ls(ctx: Ctx) -> None:
 @pass_ctx
 def image_show(ctx: Ctx, name: str) -> None:
     """The validated (effective) definition NAME."""
-    from ..images import definition
-
-    d = definition.load(ctx.pipeline, name)
+    d = definitions.load(ctx.pipeline, name)
     fields = {"name": d.name, "file": str(d.path.relative_to(ctx.pipeline.root)),
               "base.source": d.base.source, "base.name": d.base.name,
               "base.digest": d.base.digest, "base.platform": d.base.platform,
@@ -166,9 +165,6 @@ def image_show(ctx: Ctx, name: str) -> None:
 @pass_ctx
 def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path | None) -> None:
     """Build the offline stand-in base from the pinned sdist (deterministic)."""
-    from ..images.standin import build_standin
-    from ..oci.archive import export_docker_archive
-
     variant = "with-python" if with_python else "plain"
     s = build_standin(ctx.store, ctx.lineage(), site_packages, variant=variant)
     if archive:
@@ -191,9 +187,6 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
 @pass_ctx
 def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
     """Write REF (definition, store name or digest) as a docker-archive to DEST."""
-    from ..images.refs import resolve
-    from ..oci.archive import export_docker_archive
-
     with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
         if res.kind not in ("definition", "store"):
             raise ImageError(f"export reads images from the store; {ref} is a {res.kind}")
@@ -209,14 +202,6 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
 @pass_ctx
 def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
     """Write REF's verified vLLM tree (all layers, whiteouts applied) to DEST/vllm."""
-    from ..identity import materialise
-
     with did_you_mean(ctx, ref):
         out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
     ui.say(str(out / "vllm"))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(bake_cmd)
-    group.add_command(verify_cmd)
-    group.add_command(image_group)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..cli import Ctx
 from ..errors import ConfigError, ImageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ..cli import Ctx
+from ..oci import layout
 
 
 def known_image_names(ctx: Ctx) -> list[str]:
@@ -22,8 +21,6 @@ def known_image_names(ctx: Ctx) -> list[str]:
     except (ConfigError, OSError):
         names.update(())  # no pipeline: suggest from the store alone
     try:
-        from ..oci import layout
-
         names.update(layout.refs(ctx.store))
     except Exception:  # noqa: BLE001, S110 -- a suggestion must never hide the real error
         pass
@@ -37,8 +34,6 @@ def suggestion(ctx: Ctx, ref: str) -> str | None:
     known = known_image_names(ctx)
     if name in known:
         return None
-    import difflib
-
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return close[0] if close else None
 
@@ -54,8 +49,6 @@ def require_known(ctx: Ctx, ref: str) -> None:
     known = known_image_names(ctx)
     if ref in known:
         return
-    import difflib
-
     close = difflib.get_close_matches(ref, known, n=1, cutoff=0.6)
     raise ImageError(f"cannot resolve image reference '{ref}': no image definition or store "
                      "image has that name",

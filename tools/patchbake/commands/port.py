@@ -10,13 +10,21 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
+from ..config import _version_key
 from ..errors import PortError, PortUnresolvedError
+from ..fsutil import atomic_write
+from ..patchset.port import port
+from ..patchset.portpin import (
+    check_names,
+    index_sha256,
+    new_lineage,
+    plan_lineage_edit,
+    write_pipeline,
+)
 
 
 def _source_lineage(ctx: Ctx, version: str) -> Any:
     """The lineage to port from: --lineage before `port`, else the newest older one."""
-    from ..config import _version_key
-
     if ctx.lineage_key:
         return ctx.lineage()
     older = [lin for lin in ctx.pipeline.lineages.values()
@@ -30,8 +38,6 @@ def _source_lineage(ctx: Ctx, version: str) -> Any:
 def _target_lineage(ctx: Ctx, old: Any, version: str, key: str,
                     sha256: str | None) -> tuple[Any, str | None]:
     """(new lineage, pipeline.yaml text to write or None when it is declared already)."""
-    from ..patchset.portpin import index_sha256, new_lineage, plan_lineage_edit
-
     have = ctx.pipeline.lineages.get(key)
     if have is not None:
         if have.upstream.version != version:
@@ -62,49 +68,44 @@ def _print(report: Any) -> None:
                    ("seconds", report.seconds)])
 
 
-def register(group: click.Group) -> None:
-    @group.command("port")
-    @click.option("--to", "version", required=True, metavar="VERSION",
-                  help="upstream release to port to, e.g. 0.33.0")
-    @click.option("--lineage", "new_key", default=None, metavar="NEW_KEY",
-                  help="key of the new lineage (default: vVERSION)")
-    @click.option("--sha256", default=None, metavar="HEX",
-                  help="pin the sdist by this hash instead of asking the package index")
-    @click.option("--workspace", type=click.Path(path_type=Path), default=None,
-                  help="new directory for the workspace (default: .work/workspace-NEW_KEY)")
-    @click.option("--markdown", type=click.Path(path_type=Path), default=None,
-                  help="also write the report as a markdown section for the pull request")
-    @pass_ctx
-    def port_cmd(ctx: Ctx, version: str, new_key: str | None, sha256: str | None,
-                 workspace: Path | None, markdown: Path | None) -> None:
-        """Replay the lineage's patch onto upstream VERSION in a workspace; report each hunk."""
-        from ..fsutil import atomic_write
-        from ..patchset.port import port
-        from ..patchset.portpin import check_names, write_pipeline
-
-        key = new_key or f"v{version}"
-        check_names(version, key)
-        old = _source_lineage(ctx, version)
-        if old.key == key:
-            raise PortError(f"lineage {key} is the one being ported; name another --lineage")
-        new, pipeline_text = _target_lineage(ctx, old, version, key, sha256)
-        dest = workspace or ctx.pipeline.root / ".work" / f"workspace-{key}"
-        ui.step(f"port {old.key} -> {key} in {dest}")
-        report = port(old, new, ctx.store, dest)
+@click.command("port")
+@click.option("--to", "version", required=True, metavar="VERSION",
+              help="upstream release to port to, e.g. 0.33.0")
+@click.option("--lineage", "new_key", default=None, metavar="NEW_KEY",
+              help="key of the new lineage (default: vVERSION)")
+@click.option("--sha256", default=None, metavar="HEX",
+              help="pin the sdist by this hash instead of asking the package index")
+@click.option("--workspace", type=click.Path(path_type=Path), default=None,
+              help="new directory for the workspace (default: .work/workspace-NEW_KEY)")
+@click.option("--markdown", type=click.Path(path_type=Path), default=None,
+              help="also write the report as a markdown section for the pull request")
+@pass_ctx
+def port_cmd(ctx: Ctx, version: str, new_key: str | None, sha256: str | None,
+             workspace: Path | None, markdown: Path | None) -> None:
+    """Replay the lineage's patch onto upstream VERSION in a workspace; report each hunk."""
+    key = new_key or f"v{version}"
+    check_names(version, key)
+    old = _source_lineage(ctx, version)
+    if old.key == key:
+        raise PortError(f"lineage {key} is the one being ported; name another --lineage")
+    new, pipeline_text = _target_lineage(ctx, old, version, key, sha256)
+    dest = workspace or ctx.pipeline.root / ".work" / f"workspace-{key}"
+    ui.step(f"port {old.key} -> {key} in {dest}")
+    report = port(old, new, ctx.store, dest)
+    if pipeline_text is not None:
+        write_pipeline(ctx.pipeline.path, pipeline_text)
+    if markdown:
+        atomic_write(markdown, report.markdown().encode())
+    if ctx.as_json:
+        doc = report.as_json()
+        doc["pipeline_updated"] = pipeline_text is not None
+        ui.emit_json(doc)
+    else:
+        _print(report)
         if pipeline_text is not None:
-            write_pipeline(ctx.pipeline.path, pipeline_text)
-        if markdown:
-            atomic_write(markdown, report.markdown().encode())
-        if ctx.as_json:
-            doc = report.as_json()
-            doc["pipeline_updated"] = pipeline_text is not None
-            ui.emit_json(doc)
-        else:
-            _print(report)
-            if pipeline_text is not None:
-                ui.step(f"{ctx.pipeline.path.name}: added lineage {key}")
-        if report.unresolved:
-            raise PortUnresolvedError(
-                f"{report.unresolved} hunk(s) need a hand (conflict or target gone) in "
-                f"{report.workspace}",
-                hint=f"resolve them, commit, then `patchbake --lineage {key} patch export`")
+            ui.step(f"{ctx.pipeline.path.name}: added lineage {key}")
+    if report.unresolved:
+        raise PortUnresolvedError(
+            f"{report.unresolved} hunk(s) need a hand (conflict or target gone) in "
+            f"{report.workspace}",
+            hint=f"resolve them, commit, then `patchbake --lineage {key} patch export`")

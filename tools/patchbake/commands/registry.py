@@ -1,33 +1,23 @@
 """``patchbake push`` and ``patchbake pull``: move images between the store and a registry
-by digest. Printing lives here; the work is in ``patchbake.oci.registry``.
-
-:func:`push` and :func:`pull` are the commands; ``register`` declares them to click.
-A plain push or pull is parsed by ``patchbake.entry`` and calls them without importing
-click, so this module imports click only inside ``register``: an option added here must
-be added to ``entry.PLAIN_COMMANDS`` too (tests/unit/test_cli_plain.py checks the two
-agree).
-"""
+by digest. Printing lives here; the work is in ``patchbake.oci.registry``."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
+
+import click
 
 from .. import ui
+from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
+from ..images.refs import store_digest
 from ..oci import layout
 from ..oci.media import Descriptor
 from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient, parse_pull_ref
 from ..oci.registry_ref import parse_ref
 from ..store import Store
 from .names import did_you_mean
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    import click
-
-    from ..entry import Ctx
 
 PUSH_JSON_VERSION = 1
 
@@ -37,8 +27,6 @@ def resolve_source(ctx: Ctx, store: Store, source: str) -> str:
     name in the store's index.json -> manifest digest (the images stage's resolver)."""
     if source.startswith("sha256:"):
         return layout.resolve(store, source).digest
-    from ..images.refs import store_digest  # reads pipeline.yaml: only for a name
-
     named = store_digest(store, source, ctx.pipeline) if "@" not in source else None
     if named is not None:
         return named[1]
@@ -69,7 +57,14 @@ def _pull_json(res: PullResult, name: str) -> dict[str, Any]:
     }
 
 
-def push(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...] = ()) -> None:
+@click.command("push")
+@click.argument("source")
+@click.argument("dest")
+@click.option("--mount-from", "mount_from", multiple=True, metavar="REPO",
+              help="a repository on the destination registry that may hold the blobs "
+                   "(cross-repository mount instead of upload); repeatable")
+@pass_ctx
+def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...]) -> None:
     """Push SOURCE (image definition, store name or sha256:DIGEST) to DEST
     (HOST[:PORT]/repo:tag or HOST[:PORT]/repo@sha256:...). An existing tag that points
     to another digest is never moved (exit 32)."""
@@ -96,7 +91,12 @@ def push(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...] = ()) -> 
     ])
 
 
-def pull(ctx: Ctx, ref: str, platform: str = DEFAULT_PLATFORM) -> None:
+@click.command("pull")
+@click.argument("ref")
+@click.option("--platform", default=DEFAULT_PLATFORM, show_default=True,
+              help="os/arch[/variant] to take from a multi-arch index")
+@pass_ctx
+def pull_cmd(ctx: Ctx, ref: str, platform: str) -> None:
     """Pull REF (HOST[:PORT]/repo:tag or @sha256:...) into the store, every byte verified;
     the image is named REF in the store's index.json."""
     r = parse_pull_ref(ref)
@@ -121,29 +121,3 @@ def pull(ctx: Ctx, ref: str, platform: str = DEFAULT_PLATFORM) -> None:
         ("already in store", len(res.present)), ("store name", name),
     ])
 
-
-def register(group: click.Group) -> None:
-    import click
-
-    from ..cli import pass_ctx
-
-    @click.command("push", help=push.__doc__)
-    @click.argument("source")
-    @click.argument("dest")
-    @click.option("--mount-from", "mount_from", multiple=True, metavar="REPO",
-                  help="a repository on the destination registry that may hold the blobs "
-                       "(cross-repository mount instead of upload); repeatable")
-    @pass_ctx
-    def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...]) -> None:
-        push(ctx, source, dest, mount_from)
-
-    @click.command("pull", help=pull.__doc__)
-    @click.argument("ref")
-    @click.option("--platform", default=DEFAULT_PLATFORM, show_default=True,
-                  help="os/arch[/variant] to take from a multi-arch index")
-    @pass_ctx
-    def pull_cmd(ctx: Ctx, ref: str, platform: str) -> None:
-        pull(ctx, ref, platform)
-
-    group.add_command(push_cmd)
-    group.add_command(pull_cmd)

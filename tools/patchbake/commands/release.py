@@ -11,7 +11,11 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..errors import GateError, UsageError
+from ..errors import GateError, LedgerError, ReleaseError, UsageError
+
+# The release stage is imported inside each command: it signs and verifies with
+# cryptography, which machines that only run suites (the GPU box) lack, and
+# `patchbake --help` and `patchbake run` (print_table) load this module there too.
 
 KEY_HELP = "private key [default: signing.key from pipeline.yaml, $PATCHBAKE_SIGNING_KEY, " \
            "or the user config dir]"
@@ -21,7 +25,7 @@ def print_table(table: Any) -> None:
     ui.table(f"gates of channel '{table.channel}' for {table.image} {table.digest}",
              ["channel", "gate", "status", "reason"],
              [(d.channel, d.gate, d.status.upper(), d.reason) for d in table.decisions])
-    ui.out.print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(), markup=False)
+    ui.out_console().print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(), markup=False)
 
 
 def _store(ctx: Ctx) -> Any:
@@ -106,8 +110,6 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
         from ..release.bundle import BUNDLE
 
         if not (bundle / BUNDLE).is_file():
-            from ..errors import ReleaseError
-
             raise ReleaseError(f"{bundle} is not a release bundle (no {BUNDLE})",
                                hint="make one with `patchbake release export RELEASE --to DIR`")
         return bundle.resolve(), trust_policy or signing(ctx.pipeline).trust_policy
@@ -138,7 +140,7 @@ def verify_cmd(ctx: Ctx, ref: str, bundle: Path | None, image_ref: str | None,
         ui.emit_json(verdict.to_json())
         return
     ui.table(f"release {verdict.release}", ["check", "detail"], verdict.checks)
-    ui.out.print(f"VERIFIED: release {verdict.release[:16]} of {verdict.digest} in "
+    ui.out_console().print(f"VERIFIED: release {verdict.release[:16]} of {verdict.digest} in "
                  f"'{verdict.channel}'", markup=False)
 
 
@@ -181,7 +183,7 @@ def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str,
                          f"{ev.policy_path.name}: its approval would not count")
     path = attest.sign_approval(ev.evidence_dir, channel, ev.image, ev.digest, trusted.name,
                                 note, key)
-    ui.emit_json({"approval": str(path)}) if ctx.as_json else ui.out.print(str(path))
+    ui.emit_json({"approval": str(path)}) if ctx.as_json else ui.out_console().print(str(path))
 
 
 @release_group.command("benchmark")
@@ -205,7 +207,7 @@ def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
     key = keys.load_private(key_path or create.signing(ctx.pipeline).key)
     path = attest.sign_benchmark(ev.evidence_dir, name, ev.image, ev.digest,
                                  doc.get("figures"), doc.get("environment") or {}, key)
-    ui.emit_json({"benchmark": str(path)}) if ctx.as_json else ui.out.print(str(path))
+    ui.emit_json({"benchmark": str(path)}) if ctx.as_json else ui.out_console().print(str(path))
 
 
 @click.group("ledger")
@@ -221,7 +223,6 @@ def ledger_group() -> None:
 def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
     """Check the chain, every signature, that each entry's release is committed and that
     every committed release has its entry."""
-    from ..errors import LedgerError
     from ..evidence import policy
     from ..release import ledger, manifest
     from ..release.create import signing
@@ -247,7 +248,7 @@ def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
         return
     ui.table(f"ledger {ledger.path_of(rdir)}", ["seq", "kind", "channel", "release", "digest",
                                                  "to", "time"], rows)
-    ui.out.print(f"ledger intact: {len(entries)} entries, head {ledger.head(entries)}",
+    ui.out_console().print(f"ledger intact: {len(entries)} entries, head {ledger.head(entries)}",
                  markup=False)
 
 
@@ -261,10 +262,4 @@ def report_cmd(ctx: Ctx, release: str, out: Path) -> None:
     from ..release.create import signing
 
     page = report.write(ctx.pipeline, signing(ctx.pipeline).trust_policy, release, out)
-    ui.emit_json({"report": str(page)}) if ctx.as_json else ui.out.print(str(page))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(release_group)
-    group.add_command(ledger_group)
-    group.add_command(report_cmd)
+    ui.emit_json({"report": str(page)}) if ctx.as_json else ui.out_console().print(str(page))

@@ -7,6 +7,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..mainjob import run_main_job
+from .release import print_table
 
 LABELS = (
     ("upstream_pin", "upstream pin"),
@@ -26,25 +27,22 @@ LABELS = (
 )
 
 
-def register(group: click.Group) -> None:
-    @group.command("run")
-    @click.option("--image", default=None, help="image definition to bake (default: the offline one)")
-    @pass_ctx
-    def run_cmd(ctx: Ctx, image: str | None) -> None:
-        """Fetch, check, apply, bake and verify; print the identity chain."""
-        job = run_main_job(ctx.pipeline, ctx.store, lineage=ctx.lineage_key, image=image,
-                           on_step=lambda s: ui.step(s), progress=ui.progress)
-        if ctx.as_json:
-            ui.emit_json(job.to_json())
-            return
-        ui.table("steps", ["step", "seconds"], [(s["step"], s["seconds"]) for s in job.steps])
-        ident = job.identity
-        rows = [(label, ident[key]) for key, label in LABELS]
-        touched = f"{ident['patch_files']} (+{ident['patch_added']} -{ident['patch_removed']})"
-        rows[6] = ("files touched", touched)
-        ui.kv(f"identity chain of lineage {job.lineage}", rows)
-        ui.say(f"image {ident['image']} = {ident['manifest_digest']}")
-        if job.gates is not None:
-            from .release import print_table
-
-            print_table(job.gates)
+@click.command("run")
+@click.option("--image", default=None, help="image definition to bake (default: the offline one)")
+@pass_ctx
+def run_cmd(ctx: Ctx, image: str | None) -> None:
+    """Fetch, check, apply, bake and verify; print the identity chain."""
+    job = run_main_job(ctx.pipeline, ctx.store, lineage=ctx.lineage_key, image=image,
+                       on_step=lambda s: ui.step(s), progress=ui.progress)
+    if ctx.as_json:
+        ui.emit_json(job.to_json())
+        return
+    ui.table("steps", ["step", "seconds"], [(s["step"], s["seconds"]) for s in job.steps])
+    ident = job.identity
+    rows = [(label, ident[key]) for key, label in LABELS]
+    touched = f"{ident['patch_files']} (+{ident['patch_added']} -{ident['patch_removed']})"
+    rows[6] = ("files touched", touched)
+    ui.kv(f"identity chain of lineage {job.lineage}", rows)
+    ui.say(f"image {ident['image']} = {ident['manifest_digest']}")
+    if job.gates is not None:
+        print_table(job.gates)

@@ -112,7 +112,3 @@ def gc_cmd(ctx: Ctx, dry_run: bool, grace_s: float, repo: str | None) -> None:
          f"{len(rep.removed)} entries, {rep.bytes_freed} bytes"),
         ("litter", len(rep.litter)), ("idle lock files", len(rep.idle_locks)),
     ])
-
-
-def register(group: click.Group) -> None:
-    group.add_command(store_group)

@@ -87,7 +87,7 @@ def check_pristine_probe(result: SuiteResult, pinned_vllm_digest: str) -> None:
     if not got:
         fail("foreign-pristine", f"suite '{suite}': the result does not record which vLLM tree "
              "its patch-sensitivity probe ran on, so it cannot show the suite fails on the "
-             "pinned upstream", hint="re-run `patchbake fixtures run` with this version")
+             "pinned upstream", hint="re-run `patchbake suites run` with this version")
     if got != pinned_vllm_digest:
         fail("foreign-pristine", f"suite '{suite}': the patch-sensitivity probe ran on a vLLM "
              f"tree {got}, not the pinned upstream's {pinned_vllm_digest}",

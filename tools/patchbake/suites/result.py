@@ -30,7 +30,7 @@ RESULT_FORMAT = "patchbake-suite-result/v1"
 COUNT_KEYS = ("tests", "passed", "failed", "skipped", "errors")
 OUTCOMES = ("PASSED", "FAILED")
 RUNNERS = ("host", "docker")
-_HINT = "produce it with `patchbake fixtures run SUITE --results-out FILE`"
+_HINT = "produce it with `patchbake suites run SUITE --results-out FILE`"
 
 # field -> the JSON types it must have (bool is never an int or a number here)
 _FIELDS: dict[str, tuple[type, ...]] = {

@@ -1,20 +1,29 @@
-"""`patchbake fixtures list|run`: declared suites, run against one exact image."""
+"""`patchbake suites list|run|bundle` (also called as `patchbake fixtures`): declared suites,
+run against one exact image."""
 
 from __future__ import annotations
 
 import atexit
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .. import ui
+from .. import identity, ui
 from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
+from ..expected import bind_lineage
 from ..fsutil import atomic_write
+from ..oci import image as oci_image
+from ..sources import fetch
+from ..sources.digest import tree_digest
 from ..suites import image as imagemod
 from ..suites import spec as suitesmod
+from ..suites.bundle import bundle
+from ..suites.docker import DockerRunner
+from ..suites.host import HostRunner
 from ..suites.run import run_suite
 from .names import did_you_mean
 
@@ -24,14 +33,18 @@ def _suites(ctx: Ctx) -> dict[str, suitesmod.Suite]:
     return suitesmod.parse_all(p.suites, p.root, p.path.name)
 
 
-@click.group("fixtures")
-def fixtures_group() -> None:
-    """Fixture suites run against an exact image (docker or host runner)."""
+@click.group("suites")
+def suites_group() -> None:
+    """Fixture suites run against an exact image (alias: fixtures).
+
+    The docker or host runner runs a suite here; `suites bundle` carries images to a GPU
+    machine.
+    """
 
 
-@fixtures_group.command("list")
+@suites_group.command("list")
 @pass_ctx
-def fixtures_list(ctx: Ctx) -> None:
+def suites_list(ctx: Ctx) -> None:
     """Declared suites (every declaration is validated)."""
     suites = _suites(ctx)
     if ctx.as_json:
@@ -48,11 +61,6 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
               lineage: Any) -> Any:
     def provide() -> tuple[Path, str]:
         if image is not None:
-            import tempfile
-
-            from .. import identity
-            from ..sources.digest import tree_digest
-
             ref = imagemod.resolve(ctx.store, image, ctx.pipeline)
             tmp = Path(tempfile.mkdtemp(prefix="patchbake-pristine."))
             atexit.register(shutil.rmtree, tmp, True)
@@ -62,18 +70,14 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
             return dest, (f"the unpatched base image {ref.digest} (its vllm/ tree "
                           f"{tree_digest(dest / 'vllm')})")
         if given is not None:
-            from ..sources.digest import tree_digest
-
             return given, f"given directory {given} (tree {tree_digest(given)})"
-        from ..sources import fetch
-
         f = fetch(lineage, ctx.store, base=ctx.pipeline.root)
         return f.root, f"pristine upstream {f.pin} (tree {f.tree_digest})"
 
     return provide
 
 
-@fixtures_group.command("run")
+@suites_group.command("run")
 @click.argument("suite_name", metavar="SUITE")
 @click.option("--image", "image_ref", required=True,
               help="image: definition/store name, sha256:DIGEST or name@sha256:DIGEST")
@@ -88,7 +92,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
               help="take the pristine tree from this image's layers (e.g. the unpatched "
                    "base by digest) instead of fetching the upstream sdist")
 @pass_ctx
-def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
+def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
                  results_out: Path | None, pristine_tree: Path | None,
                  pristine_image: str | None) -> None:
     """Run SUITE against the exact image; exit 40 unless it passed and its probes hold."""
@@ -96,24 +100,17 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
     with did_you_mean(ctx, image_ref):
         ref = imagemod.resolve(ctx.store, image_ref, p)
-    from ..expected import bind_lineage
 
     # the pristine probe and the recorded pins are the image's own lineage's
     lineage = bind_lineage(p, ctx.lineage_key, definition=image_ref if image_ref in p.images
                            else None, manifest_digest=ref.digest)
     kind = runner or suite.runner
     if kind == "docker":
-        from ..suites.docker import DockerRunner
-
         r: Any = DockerRunner(p.root, ctx.store)
     else:
-        from ..suites.host import HostRunner
-
         r = HostRunner(p.root, ctx.store, pipeline=p)
     sp = None
     if pristine_image:
-        from ..oci import image as oci_image
-
         img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
         sp = img.labels.get("dev.patchbake.site-packages")
     result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp, lineage),
@@ -143,16 +140,14 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
                          + "; ".join(str(f) for f in flags))
 
 
-@fixtures_group.command("bundle")
+@suites_group.command("bundle")
 @click.argument("images", nargs=-1, required=True)
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="new store directory to fill (use it as PATCHBAKE_HOME on the GPU box)")
 @pass_ctx
-def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
+def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     """Copy IMAGES (manifest, config, layers) into a fresh store for a machine with no
     network and no registry; each blob is re-hashed on the way in."""
-    from ..suites.bundle import bundle
-
     refs = []
     for i in images:
         with did_you_mean(ctx, i):
@@ -162,7 +157,3 @@ def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
         ui.emit_json(made)
     else:
         ui.kv(f"bundle {out}", [(k, v) for k, v in made.items()])
-
-
-def register(group: click.Group) -> None:
-    group.add_command(fixtures_group)
