@@ -15,8 +15,9 @@ from patchbake import config
 from patchbake.evidence import keys, records, statement
 from patchbake.fsutil import atomic_write
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
-from patchbake.release import attest, channels, create, gates, ledger, manifest, vsa
-from patchbake.suites import spec
+from patchbake.config import channels
+from patchbake.release import attest, create, gates, ledger, manifest, vsa
+from patchbake.config import suites as spec
 from patchbake.suites.run import suite_content_sha256
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from patchbake.errors import ConfigError, RequirementError, SuiteError
-from patchbake.suites import junit, machine, probes, spec as suites
+from patchbake.config import suites
+from patchbake.suites import junit, machine, probes
 from patchbake.suites.execution import Execution, fill, verdict
 
 GOOD = {"path": "tests/fixtures/suites/passing", "runner": "host",

@@ -12,7 +12,7 @@ from patchbake import config
 from patchbake.cli import main
 from patchbake.errors import ConfigError
 from patchbake.evidence import keys, policy
-from patchbake.release import channels
+from patchbake.config import channels
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 from patchbake import config
-from patchbake.release import attest, channels, create, gates
-from patchbake.release.channels import Benchmark, Gate
+from patchbake.config import channels
+from patchbake.release import attest, create, gates
+from patchbake.config.channels import Benchmark, Gate
 from release_support import (
     FIGURES,
     Keys,

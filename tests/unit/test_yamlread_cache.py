@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from patchbake import yamlread
+from patchbake.config import yamlread
 from patchbake.config import load
 from patchbake.errors import ConfigError, InputLimitError
 

@@ -22,7 +22,7 @@ from .images import definition as definitions
 from .images import recipe
 from .images import record as records
 from .images.base import resolve_base
-from .images.definition import Definition
+from .config.images import Definition
 from .images.overlay import (
     Overlay,
     Patched,

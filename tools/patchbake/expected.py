@@ -15,7 +15,7 @@ from typing import Any
 from .config import Pipeline
 from .errors import ImageError
 from .images import definition as definitions
-from .images.definition import Definition
+from .config.images import Definition
 from .images.overlay import IDENTITY_PATH
 from .images.record import ImageRecord
 from .images.refs import Resolved

@@ -11,7 +11,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import EvidenceError, PatchbakeError, UsageError
-from ..evidence import settings
+from ..config import signing as settings
 from ..evidence.failures import reason_of
 from ..suites import image as imagemod
 from .names import did_you_mean

@@ -14,7 +14,7 @@ from ..cli import Ctx, pass_ctx
 from ..errors import SuiteError
 from ..fsutil import atomic_write
 from ..suites import image as imagemod
-from ..suites import spec as suitesmod
+from ..config import suites as suitesmod
 from ..suites.run import run_suite
 from .names import did_you_mean
 

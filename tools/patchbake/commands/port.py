@@ -15,7 +15,7 @@ from ..errors import PortError, PortUnresolvedError
 
 def _source_lineage(ctx: Ctx, version: str) -> Any:
     """The lineage to port from: --lineage before `port`, else the newest older one."""
-    from ..config import _version_key
+    from ..config.pipeline import _version_key
 
     if ctx.lineage_key:
         return ctx.lineage()

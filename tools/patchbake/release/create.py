@@ -15,10 +15,11 @@ from typing import Any
 
 from ..config import Pipeline
 from ..errors import GateError, ReleaseError
-from ..evidence import settings
+from ..config import signing as settings
 from ..fsutil import atomic_write
 from ..store import Store
-from . import channels, ledger, manifest, vsa
+from ..config import channels
+from . import ledger, manifest, vsa
 from .gates import Evaluation, Table, evaluate
 
 

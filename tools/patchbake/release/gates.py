@@ -21,7 +21,7 @@ from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError
 from ..fsutil import sha256_bytes
 from ..store import Store
-from .channels import Channel, Gate
+from ..config.channels import Channel, Gate
 
 if TYPE_CHECKING:  # evidence/ needs cryptography, imported by the gates that verify
     from ..evidence.records import Verified
@@ -222,7 +222,7 @@ def _suite_problem(ev: Evaluation, name: str, v: Verified) -> str | None:
     """Why verified evidence ``v`` for suite ``name`` does not satisfy the pipeline's own
     declaration of the suite (never the declaration the evidence carries)."""
     from ..suites.run import suite_content_sha256
-    from ..suites.spec import get as get_suite
+    from ..config.suites import get as get_suite
 
     suite = get_suite(ev.pipeline.suites, name, ev.pipeline.root)
     s = v.statement
@@ -281,7 +281,7 @@ def gate_evidence(ev: Evaluation, g: Gate) -> Outcome:
 
 # -- sm89-stable ----------------------------------------------------------------------
 def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
-    from ..suites.spec import parse_all
+    from ..config.suites import parse_all
 
     gpu_suites = [n for n, s in parse_all(ev.pipeline.suites, ev.pipeline.root).items()
                   if s.requires.gpu]

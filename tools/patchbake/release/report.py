@@ -16,7 +16,8 @@ from typing import Any
 
 from ..config import Pipeline
 from ..fsutil import atomic_write
-from . import channels, ledger, manifest
+from ..config import channels
+from . import ledger, manifest
 from .gates import GATES, Decision
 
 TEMPLATE = "report.html.j2"

@@ -15,7 +15,7 @@ import re
 
 from ..errors import ConfigError
 from ..records import Record
-from ..schema import Field, Schema, suggest, validate
+from .schema import Field, Schema, suggest, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .errors import ConfigError
-from .records import Record
+from ..errors import ConfigError
+from ..records import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def validate(data: Any, schema: Schema, where: str, source: str) -> dict[str, An
 
 
 def sha256_check(value: Any) -> str | None:
-    from .digest import is_hex
+    from ..digest import is_hex
 
     if not is_hex(value):
         return "must be 64 lowercase hex digits (a sha256)"

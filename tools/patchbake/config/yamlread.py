@@ -25,9 +25,9 @@ import math
 import os
 from pathlib import Path
 
-from . import __version__, limits
-from .errors import ConfigError, InputLimitError, PatchbakeError
-from .fsutil import cache_write
+from .. import __version__, limits
+from ..errors import ConfigError, InputLimitError, PatchbakeError
+from ..fsutil import cache_write
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ def _parse_cached(data: bytes, name: str) -> Any:
 
 
 def _cache_path(data: bytes) -> Path:
-    from .store import default_root
+    from ..store import default_root
 
     lim = limits.current()
     h = hashlib.sha256(f"{RULES}\0{__version__}\0{_parser_id()}\0{lim.yaml_bytes}\0"

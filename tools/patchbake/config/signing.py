@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from ..records import Record
-from ..schema import Field, Schema, validate
+from .schema import Field, Schema, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from .errors import ConfigError
-from .records import Record
+from ..errors import ConfigError
+from ..records import Record
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
 
 TYPE_CHECKING = False
@@ -154,15 +154,15 @@ def _check_sections(top: dict[str, Any], root: Path, source: str) -> None:
     whatever command runs (their modules import nothing heavy); an absent or empty section
     has nothing to check, and a short command's start-up skips their imports."""
     if top["suites"]:
-        from .suites.spec import parse_all as parse_suites
+        from .suites import parse_all as parse_suites
 
         parse_suites(top["suites"], root, source)
     if top["signing"]:
-        from .evidence.settings import parse as parse_signing
+        from .signing import parse as parse_signing
 
         parse_signing(top["signing"], root, source)
     if top["channels"]:
-        from .release.channels import parse as parse_channels
+        from .channels import parse as parse_channels
 
         parse_channels(top["channels"], top["suites"], source)
 
