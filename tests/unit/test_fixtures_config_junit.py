@@ -55,7 +55,7 @@ def test_missing_path_and_unknown_suite() -> None:
     with pytest.raises(ConfigError, match="missing required key 'suites.toy.path'"):
         suites.parse_suite("toy", raw, Path("/r"))
     with pytest.raises(ConfigError, match="no suite 'tyo'; did you mean 'toy'"):
-        suites.get({"toy": GOOD}, "tyo", Path("/r"))
+        suites.get(suites.parse_all({"toy": GOOD}, Path("/r")), "tyo")
 
 
 def test_capability_constraints() -> None:

@@ -50,7 +50,7 @@ class Ctx:
         if self._pipeline is None:
             from .config import load
 
-            self._pipeline = load(self.pipeline_path, cache=self.cached_pipeline)
+            self._pipeline = load(self.pipeline_path)
         return self._pipeline
 
     @property

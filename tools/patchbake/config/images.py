@@ -19,6 +19,7 @@ from ..digest import is_digest, is_hex
 from ..errors import ConfigError
 from ..fsutil import canonical_json, sha256_bytes
 from .schema import Field, Schema, one_of, validate
+from .yamlread import load_file as read_yaml
 
 BASE_SOURCES = ("registry", "oci-layout", "docker-archive", "docker", "standin")
 MODES = ("overlay", "build")
@@ -166,7 +167,5 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
 
 
 def load_file(path: Path, name: str | None = None, root: Path | None = None) -> Definition:
-    from .yamlread import load_file as read_yaml
-
     data = read_yaml(path, "image definition")
     return parse(data, name or path.stem, path, root or path.parent.parent)

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LineageError
 from ..records import Record
+from . import channels as channels_section
+from . import signing as signing_section
+from . import suites as suites_section
+from .channels import Channel
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
+from .signing import Signing
+from .suites import Suite
+
+from .images import Definition
+from .yamlread import load_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,12 +114,15 @@ class Pipeline(Record):
     path: Path
     root: Path
     name: str
-    lineages: dict[str, Lineage]
+    lineages: Mapping[str, Lineage]
     default_lineage: str
-    images: dict[str, Any]
-    suites: dict[str, Any]
-    channels: dict[str, Any]
-    signing: dict[str, Any]
+    # definition name -> its file, as declared under the repository root; the file is read
+    # (config.images) by the command that uses the definition, so a definition being written
+    # (after `image standin` gave its base's digest) does not stop the other commands
+    images: Mapping[str, Path]
+    suites: Mapping[str, Suite]
+    channels: Mapping[str, Channel]  # in pipeline.yaml's order
+    signing: Signing
 
     def lineage(self, key: str | None = None) -> Lineage:
         k = key or self.default_lineage
@@ -118,6 +132,19 @@ class Pipeline(Record):
                 f" (lineages: {', '.join(sorted(self.lineages))})"
             )
         return self.lineages[k]
+
+    def lineage_for(self, definition: Definition | None, requested: str | None) -> Lineage:
+        """The lineage an image of ``definition`` is baked, verified or probed against: the
+        one the definition names; ``--lineage`` naming another is refused, so a bake, a
+        suite's pristine probe, a verify or a signature never uses another upstream's tree.
+        Without a definition (or one naming none) it is the requested or default lineage."""
+        bound = definition.lineage if definition is not None else ""
+        if bound and requested and requested != bound:
+            assert definition is not None
+            raise LineageError(f"image definition '{definition.name}' ({definition.path.name}) "
+                               f"bakes lineage {bound}; --lineage {requested} names another "
+                               "upstream", hint=f"drop --lineage or pass --lineage {bound}")
+        return self.lineage(requested or bound or None)
 
 
 def _version_key(v: str) -> tuple[Any, ...]:
@@ -149,22 +176,14 @@ def _pins(raw: dict[Any, Any], where: str, source: str) -> tuple[tuple[str, str]
     return tuple(sorted(raw.items()))
 
 
-def _check_sections(top: dict[str, Any], root: Path, source: str) -> None:
-    """suites, signing and channels are validated at load, so a bad declaration fails
-    whatever command runs (their modules import nothing heavy); an absent or empty section
-    has nothing to check, and a short command's start-up skips their imports."""
-    if top["suites"]:
-        from .suites import parse_all as parse_suites
-
-        parse_suites(top["suites"], root, source)
-    if top["signing"]:
-        from .signing import parse as parse_signing
-
-        parse_signing(top["signing"], root, source)
-    if top["channels"]:
-        from .channels import parse as parse_channels
-
-        parse_channels(top["channels"], top["suites"], source)
+def _images(raw: dict[str, Any], root: Path, source: str) -> Mapping[str, Path]:
+    out: dict[str, Path] = {}
+    for name, rel in raw.items():
+        if not isinstance(rel, str):
+            raise ConfigError(f"{source}: 'images.{name}' must be the path of a "
+                              f"definition file, got {type(rel).__name__}")
+        out[str(name)] = root / rel
+    return MappingProxyType(out)
 
 
 def parse(data: Any, path: Path) -> Pipeline:
@@ -203,21 +222,21 @@ def parse(data: Any, path: Path) -> Pipeline:
     if default not in lineages:
         raise ConfigError(f"{source}: 'default_lineage' names '{default}', which is not a "
                           f"lineage{suggest(default, list(lineages))}")
-    _check_sections(top, root, source)
-    return Pipeline(path=path.resolve(), root=root, name=top["name"], lineages=lineages,
-                    default_lineage=default, images=top["images"], suites=top["suites"],
-                    channels=top["channels"], signing=top["signing"])
+    # every section is validated here, so a bad declaration fails whatever command runs
+    suites = suites_section.parse_all(top["suites"], root, source)
+    return Pipeline(path=path.resolve(), root=root, name=top["name"],
+                    lineages=MappingProxyType(lineages), default_lineage=default,
+                    images=_images(top["images"], root, source), suites=suites,
+                    channels=channels_section.parse(top["channels"], suites, source),
+                    signing=signing_section.parse(top["signing"], root, source))
 
 
-def load(path: str | os.PathLike[str] | None = None, *, cache: bool = False) -> Pipeline:
-    """pipeline.yaml, validated. ``cache``: the YAML parse may be read back from the store
-    (yamlread.load_file); only for callers that trust the store's content already."""
-    from .yamlread import load_file
-
+def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
+    """pipeline.yaml, read and validated."""
     p = Path(path) if path else find_pipeline()
     if not p.exists():
         raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline")
-    return parse(load_file(p, "pipeline", cache=cache), p)
+    return parse(load_file(p, "pipeline"), p)
 
 
 def find_pipeline(start: Path | None = None) -> Path:

@@ -9,13 +9,12 @@ from ..config.schema import suggest
 from ..errors import ConfigError
 
 
-
 def names(pipeline: Pipeline) -> list[str]:
     return sorted(pipeline.images)
 
 
 def load(pipeline: Pipeline, name: str) -> Definition:
-    """The definition ``name`` from pipeline.yaml ``images:`` (name -> file path)."""
+    """The definition ``name`` from pipeline.yaml ``images:``, read from its file."""
     images = pipeline.images
     if name not in images:
         known = sorted(images)
@@ -23,16 +22,13 @@ def load(pipeline: Pipeline, name: str) -> Definition:
                           f"{suggest(name, known)}"
                           + (f" (definitions: {', '.join(known)})" if known else
                              " (pipeline.yaml declares no images)"))
-    rel = images[name]
-    if not isinstance(rel, str):
-        raise ConfigError(f"{pipeline.path.name}: 'images.{name}' must be the path of a "
-                          f"definition file, got {type(rel).__name__}")
-    path = (pipeline.root / rel).resolve()
-    if not path.is_relative_to(pipeline.root.resolve()):
-        raise ConfigError(f"{pipeline.path.name}: 'images.{name}' names {rel}, which lies "
+    path = images[name]
+    if not path.resolve().is_relative_to(pipeline.root.resolve()):
+        shown = path.relative_to(pipeline.root) if path.is_relative_to(pipeline.root) else path
+        raise ConfigError(f"{pipeline.path.name}: 'images.{name}' names {shown}, which lies "
                           "outside the repository",
                           hint="image definitions are reviewed files of the repository")
-    return load_file(pipeline.root / rel, name, pipeline.root)
+    return load_file(path, name, pipeline.root)
 
 
 def default_name(pipeline: Pipeline) -> str:
