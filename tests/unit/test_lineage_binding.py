@@ -51,3 +51,27 @@ def test_an_unrecorded_digest_keeps_the_asked_or_default_lineage(
     assert bind_lineage(pipeline, None, manifest_digest="sha256:" + "0" * 64).key == "v0.25.1"
     assert bind_lineage(pipeline, "v0.33.0", manifest_digest="sha256:" + "0" * 64).key == \
         "v0.33.0"
+
+
+def test_release_gates_refuse_another_lineage_than_the_images(
+        pipeline: config.Pipeline) -> None:
+    from patchbake.release import create
+
+    ev = create.evaluation(pipeline, None, "sm89-serving-offline-v0.33.0")
+    assert ev.lineage.key == "v0.33.0"
+    with pytest.raises(LineageError, match="bakes lineage v0.33.0; --lineage v0.25.1") as e:
+        create.evaluation(pipeline, None, "sm89-serving-offline-v0.33.0", "v0.25.1")
+    assert e.value.exit_code == 37
+
+
+def test_bake_and_verify_bind_the_same_way(pipeline: config.Pipeline) -> None:
+    from patchbake.images import definition
+
+    defn = definition.load(pipeline, "sm89-serving-offline-v0.33.0")
+    assert pipeline.lineage_for(defn, None).key == "v0.33.0"
+    assert pipeline.lineage_for(defn, "v0.33.0").key == "v0.33.0"
+    assert pipeline.lineage_for(None, "v0.33.0").key == "v0.33.0"
+    assert pipeline.lineage_for(None, None).key == "v0.25.1"
+    with pytest.raises(LineageError, match=r"image definition 'sm89-serving-offline-v0.33.0' "
+                                           r"\(sm89-serving-offline-v0.33.0.yaml\) bakes"):
+        pipeline.lineage_for(defn, "v0.25.1")

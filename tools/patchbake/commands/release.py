@@ -100,7 +100,6 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
     """The tree to verify and the trust policy to verify it with. A bundle's own copy of
     a trust policy is never the anchor (whoever made the bundle chose it): the policy is
     the one named with --trust-policy, else this repository's."""
-
     if bundle is not None:
         from ..release.bundle import BUNDLE
 

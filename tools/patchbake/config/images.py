@@ -6,6 +6,9 @@ a definition name to its file::
 
     images:
       sm89-serving: images/sm89-serving.yaml
+
+The file is read (``load_file``) when a command uses the definition, not when pipeline.yaml
+is loaded: `image standin` gives the digest a new definition names.
 """
 
 from __future__ import annotations

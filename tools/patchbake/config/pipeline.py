@@ -22,13 +22,13 @@ from .channels import Channel
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
 from .signing import Signing
 from .suites import Suite
-
-from .images import Definition
 from .yamlread import load_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from .images import Definition  # its module imports dataclasses: not on the guard's path
 
 PIPELINE_FILE = "pipeline.yaml"
 SOURCE_KINDS = ("index", "url", "path", "git")
@@ -138,13 +138,14 @@ class Pipeline(Record):
         one the definition names; ``--lineage`` naming another is refused, so a bake, a
         suite's pristine probe, a verify or a signature never uses another upstream's tree.
         Without a definition (or one naming none) it is the requested or default lineage."""
-        bound = definition.lineage if definition is not None else ""
-        if bound and requested and requested != bound:
-            assert definition is not None
+        if definition is None or not definition.lineage:
+            return self.lineage(requested)
+        bound = definition.lineage
+        if requested and requested != bound:
             raise LineageError(f"image definition '{definition.name}' ({definition.path.name}) "
                                f"bakes lineage {bound}; --lineage {requested} names another "
                                "upstream", hint=f"drop --lineage or pass --lineage {bound}")
-        return self.lineage(requested or bound or None)
+        return self.lineage(bound)
 
 
 def _version_key(v: str) -> tuple[Any, ...]:
