@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from patchbake.digest import Digest
 from patchbake.evidence import keys, policy, records
-from patchbake.suites import spec as suites
+from patchbake.config import suites
 from patchbake.suites.host import HostRunner
 from patchbake.suites.image import ImageRef
 from patchbake.suites.run import run_suite

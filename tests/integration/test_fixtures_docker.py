@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fixtures_python_image import ensure_image
 from patchbake.digest import Digest
-from patchbake.suites import spec as suites
+from patchbake.config import suites
 from patchbake.suites.docker import DockerRunner
 from patchbake.suites.image import ImageRef
 from patchbake.suites.run import run_suite

@@ -11,7 +11,7 @@ import pytest
 from patchbake.digest import Digest
 from patchbake.errors import SuiteError
 from patchbake.evidence import keys, policy, records
-from patchbake.suites import spec as suites
+from patchbake.config import suites
 from patchbake.suites.host import HostRunner
 from patchbake.suites.image import ImageRef
 from patchbake.suites.run import run_suite

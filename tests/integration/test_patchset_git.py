@@ -606,7 +606,7 @@ def test_check_and_export_processes_start_without_heavy_imports(
         out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env,
                              capture_output=True, text=True, timeout=120, check=False)
         assert out.stderr.strip().splitlines()[-1] == "0 []", (args, out.stderr)
-    # the repository's own pipeline.yaml declares suites, channels and signing too
+    # the repository's own pipeline.yaml declares images, suites, channels and signing too
     code = ("import sys\nfrom patchbake.entry import main\n"
             "rc = main(['--pipeline', sys.argv[1], 'patch', 'check', '--no-tree'])\n"
             f"print(rc, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")

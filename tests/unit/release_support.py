@@ -15,8 +15,8 @@ from patchbake import config
 from patchbake.evidence import keys, records, statement
 from patchbake.fsutil import atomic_write
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
-from patchbake.release import attest, channels, create, gates, ledger, manifest, vsa
-from patchbake.suites import spec
+from patchbake.release import attest, create, gates, ledger, manifest, vsa
+from patchbake.config import suites as spec
 from patchbake.suites.run import suite_content_sha256
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ def suite_result(root: Path, suite: str, image: str, digest: str, *,
                  capability: str | None = None, passed: int | None = None,
                  sensitivity: str = "ok", determinism: str = "ok") -> SuiteResult:
     pipe = yaml.safe_load((root / "pipeline.yaml").read_text())
-    s = spec.get(pipe["suites"], suite, root)
+    s = spec.get(spec.parse_all(pipe["suites"], root), suite)
     n = passed if passed is not None else s.requires.min_tests + 2
     tests = [f"test_x::test_{i}" for i in range(n)]
     gpu = capability is not None
@@ -136,7 +136,7 @@ def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
     p = config.load(root / "pipeline.yaml")
     ev = create.evaluation(p, None, f"{IMAGE}@{digest}")
     decisions = []
-    for g in channels.parse(p.channels, p.suites)[channel].gates:
+    for g in p.channels[channel].gates:
         if g.kind in ("evidence", "capability", "benchmark", "approval"):
             st, reason = gates.GATES[g.kind](ev, g)
             decisions.append(gates.Decision(g.declared_in, g.kind, st, reason))

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from patchbake.errors import ConfigError, RequirementError, SuiteError
-from patchbake.suites import junit, machine, probes, spec as suites
+from patchbake.config import suites
+from patchbake.suites import junit, machine, probes
 from patchbake.suites.execution import Execution, fill, verdict
 
 GOOD = {"path": "tests/fixtures/suites/passing", "runner": "host",
@@ -54,7 +55,7 @@ def test_missing_path_and_unknown_suite() -> None:
     with pytest.raises(ConfigError, match="missing required key 'suites.toy.path'"):
         suites.parse_suite("toy", raw, Path("/r"))
     with pytest.raises(ConfigError, match="no suite 'tyo'; did you mean 'toy'"):
-        suites.get({"toy": GOOD}, "tyo", Path("/r"))
+        suites.get(suites.parse_all({"toy": GOOD}, Path("/r")), "tyo")
 
 
 def test_capability_constraints() -> None:

@@ -11,7 +11,8 @@ import pytest
 from patchbake.digest import Digest
 from patchbake.errors import RequirementError, SuiteError
 from patchbake.evidence import statement
-from patchbake.suites import junit, spec as suites
+from patchbake.config import suites
+from patchbake.suites import junit
 from patchbake.suites.execution import Execution
 from patchbake.suites.image import ImageRef, parse
 from patchbake.suites.run import run_suite, suite_content_sha256

@@ -64,7 +64,7 @@ def test_a_base_of_another_upstream_is_refused(tmp_path: Path,
     code = main(["--pipeline", str(p), "--lineage", "v0.24.0", "bake", "rightbase"])
     err = capsys.readouterr().err
     assert code == LineageError.exit_code == 37
-    assert "rightbase.yaml bakes lineage v0.25.1; --lineage v0.24.0 names another" in err
+    assert "(rightbase.yaml) bakes lineage v0.25.1; --lineage v0.24.0 names another" in err
     assert len([ln for ln in err.splitlines() if ln.startswith("patchbake: error:")]) == 1
 
 

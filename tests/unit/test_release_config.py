@@ -12,14 +12,13 @@ from patchbake import config
 from patchbake.entry import main
 from patchbake.errors import ConfigError
 from patchbake.evidence import keys, policy
-from patchbake.release import channels
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_repository_channels_are_cumulative_in_order() -> None:
     p = config.load(REPO / "pipeline.yaml")
-    chs = channels.parse(p.channels, p.suites)
+    chs = p.channels
     assert list(chs) == ["candidate", "validated", "sm89-stable"]
     assert [g.kind for g in chs["candidate"].gates] == ["guard", "record", "verify",
                                                         "reproducible"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from patchbake import config
-from patchbake.release import attest, channels, create, gates
-from patchbake.release.channels import Benchmark, Gate
+from patchbake.release import attest, create, gates
+from patchbake.config.channels import Benchmark, Gate
 from release_support import (
     FIGURES,
     Keys,
@@ -39,7 +39,7 @@ def evaluation(root: Path) -> gates.Evaluation:
 
 def run(root: Path, channel: str) -> gates.Table:
     p = config.load(root / "pipeline.yaml")
-    ch = channels.parse(p.channels, p.suites)[channel]
+    ch = p.channels[channel]
     return gates.evaluate(evaluation(root), ch)
 
 
@@ -192,7 +192,7 @@ def test_the_repositorys_sm89_stable_is_blocked_on_missing_sm89_evidence() -> No
 
     p = config.load(REPO / "pipeline.yaml")
     ev = create.evaluation(p, None, IMAGE)  # the definition's committed latest record
-    chs = channels.parse(p.channels, p.suites)
+    chs = p.channels
     table = gates.evaluate(ev, chs["sm89-stable"])
     st, reason = status(table, "capability")
     assert st == "fail" and "missing input" in reason and "(sm89 evidence)" in reason

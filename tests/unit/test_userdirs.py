@@ -28,7 +28,7 @@ def test_same_as_platformdirs(monkeypatch: pytest.MonkeyPatch, value: str | None
 
 def test_the_store_root_and_the_key_dir_follow_it(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
-    from patchbake.evidence.settings import default_key_dir
+    from patchbake.config.signing import default_key_dir
     from patchbake.store import default_root
 
     monkeypatch.delenv("PATCHBAKE_HOME", raising=False)
@@ -39,7 +39,7 @@ def test_the_store_root_and_the_key_dir_follow_it(monkeypatch: pytest.MonkeyPatc
 
 
 def test_no_platformdirs_import_on_linux(monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchbake.evidence.settings import default_key_dir
+    from patchbake.config.signing import default_key_dir
     from patchbake.store import default_root
 
     monkeypatch.delenv("PATCHBAKE_HOME", raising=False)

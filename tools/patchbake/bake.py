@@ -17,12 +17,12 @@ from typing import Any
 
 from .config import Lineage, Pipeline
 from .digest import Digest
-from .errors import ConfigError, LineageError
+from .errors import ConfigError
 from .images import definition as definitions
 from .images import recipe
 from .images import record as records
 from .images.base import resolve_base
-from .images.definition import Definition
+from .config.images import Definition
 from .images.overlay import (
     Overlay,
     Patched,
@@ -54,15 +54,6 @@ def epoch_from_env() -> int:
     if not raw.isdigit():
         raise ConfigError(f"SOURCE_DATE_EPOCH={raw!r} is not a non-negative integer")
     return int(raw)
-
-
-def bind_lineage(defn: Definition, pipeline: Pipeline, requested: str | None) -> Lineage:
-    """The lineage a definition bakes: the one it names; another one asked for is refused."""
-    if defn.lineage and requested and requested != defn.lineage:
-        raise LineageError(f"{defn.path.name} bakes lineage {defn.lineage}; --lineage "
-                           f"{requested} names another upstream",
-                           hint="bake a definition of that lineage")
-    return pipeline.lineage(requested or defn.lineage or None)
 
 
 def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str], epoch: int,
@@ -132,7 +123,7 @@ def _bake_image(pipeline: Pipeline, name: str | None, store: Store, lineage: str
     t0 = time.monotonic()
     name = name or definitions.default_name(pipeline)
     defn = definitions.load(pipeline, name)
-    lin = bind_lineage(defn, pipeline, lineage)
+    lin = pipeline.lineage_for(defn, lineage)
     if patched is None:
         from .patchset import patched_tree
 

@@ -15,7 +15,7 @@ from typing import Any
 from .config import Pipeline
 from .errors import ImageError
 from .images import definition as definitions
-from .images.definition import Definition
+from .config.images import Definition
 from .images.overlay import IDENTITY_PATH
 from .images.record import ImageRecord
 from .images.refs import Resolved
@@ -87,9 +87,9 @@ _DEFINITIONS: dict[tuple[str, str, int, int], Definition] = {}
 def load_definition(pipeline: Pipeline, name: str) -> Definition:
     """``definitions.load``, memoised on the file's path, size and mtime (YAML parsing
     costs more than hashing a small image's layers)."""
-    rel = pipeline.images.get(name)
+    path = pipeline.images.get(name)
     try:
-        st = (pipeline.root / str(rel)).stat() if isinstance(rel, str) else None
+        st = path.stat() if path is not None else None
     except OSError:
         st = None
     if st is None:
@@ -209,18 +209,11 @@ def recorded_definition(pipeline: Pipeline, manifest_digest: str) -> str | None:
     return None
 
 
-def bind_lineage(pipeline: Pipeline, requested: str | None, *, definition: str | None = None,
-                 manifest_digest: str | None = None) -> Any:
-    """The lineage an image is checked against: the one its definition bakes (named, or
-    found through the record of its digest); ``--lineage`` naming another is refused, so a
-    suite's pristine probe, a verify or a signature never uses another upstream's tree."""
-    from .errors import LineageError
-
+def image_definition(pipeline: Pipeline, *, definition: str | None = None,
+                     manifest_digest: str | None = None) -> Definition | None:
+    """The definition an image was baked from: the one named, else the one whose record
+    names its digest; None when neither is a definition of ``pipeline`` (its lineage is then
+    the requested or default one, see Pipeline.lineage_for)."""
     name = definition or (recorded_definition(pipeline, manifest_digest)
                           if manifest_digest else None)
-    bound = load_definition(pipeline, name).lineage if name in pipeline.images else ""
-    if bound and requested and requested != bound:
-        raise LineageError(f"image definition '{name}' is of lineage {bound}; --lineage "
-                           f"{requested} names another upstream",
-                           hint=f"drop --lineage or pass --lineage {bound}")
-    return pipeline.lineage(requested or bound or None)
+    return load_definition(pipeline, name) if name and name in pipeline.images else None

@@ -26,7 +26,6 @@ from .config import Lineage, Pipeline
 from .errors import ImageError, IntegrityError, VerifyError
 from .expected import (
     Expected,
-    bind_lineage,
     expected_for,
     label_checks,
     record_checks,
@@ -197,8 +196,8 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
         exp = expected_for(pipeline, store, res, definition, site_packages)
         # The lineage is the definition's: a fresh apply or pristine tree of another
         # upstream would verify (or fail) the image against the wrong thing.
-        lin = bind_lineage(pipeline, lineage.key if isinstance(lineage, Lineage) else lineage,
-                           definition=exp.definition.name)
+        lin = pipeline.lineage_for(
+            exp.definition, lineage.key if isinstance(lineage, Lineage) else lineage)
         patched, pristine_root, pristine_digest = _fresh_inputs(
             pipeline, lin, store, patched, pristine_root)
         memo_key = verify_memo.key(res, exp, lin, patched, pristine_digest) if use_cache \

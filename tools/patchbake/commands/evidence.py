@@ -11,7 +11,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import EvidenceError, PatchbakeError, UsageError
-from ..evidence import settings
+from ..config.signing import default_key_dir
 from ..evidence.failures import reason_of
 from ..suites import image as imagemod
 from .names import did_you_mean
@@ -21,11 +21,6 @@ if TYPE_CHECKING:
 
 # cryptography is imported only by the commands that sign or verify: machines that only
 # run suites (the GPU box) lack it, and `patchbake --help` loads this module there too.
-
-
-def _signing(ctx: Ctx) -> settings.Signing:
-    p = ctx.pipeline
-    return settings.parse(p.signing, p.root, p.path.name)
 
 
 def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
@@ -65,7 +60,7 @@ def keys_generate(ctx: Ctx, out: Path | None, name: str, suites: str) -> None:
     from ..evidence import policy as policymod
     from ..evidence import statement
 
-    made = keymod.generate(out or settings.default_key_dir())
+    made = keymod.generate(out or default_key_dir())
     entry = policymod.render_entry(name, made.keyid, made.public_pem, "", suites.split(","),
                                    statement.PREDICATE_TYPE)
     if ctx.as_json:
@@ -98,17 +93,18 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
     from ..evidence import records
     from ..suites.result import SuiteResult
 
-    sig = _signing(ctx)
-    key = keymod.load_private(key_path or sig.key)
+    sig = ctx.pipeline.signing
+    key = keymod.load_private(key_path or sig.private_key())
     want = _image(ctx, image_ref) if image_ref else None
     rows = []
     pinned: dict[str, str] = {}  # each lineage's pinned vllm/ digest, fetched when needed
 
     def pinned_vllm_digest(image_digest: str) -> str:
         # the pin of the image's own lineage (its definition's), never just the default
-        from ..expected import bind_lineage
+        from ..expected import image_definition
 
-        lin = bind_lineage(ctx.pipeline, ctx.lineage_key, manifest_digest=image_digest)
+        lin = ctx.pipeline.lineage_for(
+            image_definition(ctx.pipeline, manifest_digest=image_digest), ctx.lineage_key)
         if lin.key not in pinned:
             from ..sources import fetch
             from ..sources.digest import tree_digest
@@ -162,9 +158,9 @@ def evidence_verify(ctx: Ctx, file: Path | None, image_ref: str, suite_name: str
                               "--image sm89-serving-offline`")
     ref = _image(ctx, image_ref)
     if suite_name is not None:
-        file = records.evidence_path(_signing(ctx).evidence_dir, ref.digest, suite_name)
+        file = records.evidence_path(ctx.pipeline.signing.evidence_dir, ref.digest, suite_name)
     assert file is not None
-    pol = policymod.load(policy_path or _signing(ctx).trust_policy)
+    pol = policymod.load(policy_path or ctx.pipeline.signing.trust_policy)
     v = records.verify_file(file, ref.digest, pol, suite_name)
     if ctx.as_json:
         ui.emit_json(_verified_json(v))
@@ -202,7 +198,7 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
     from ..evidence import policy as policymod
     from ..evidence import records, summary
 
-    sig = _signing(ctx)
+    sig = ctx.pipeline.signing
     ref = _image(ctx, image_ref)
     try:
         pol = policymod.load(sig.trust_policy)

@@ -4,7 +4,9 @@ materialise``. Printing lives here; the work is in ``patchbake.bake`` and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -114,13 +116,14 @@ def image_group() -> None:
 @pass_ctx
 def image_ls(ctx: Ctx) -> None:
     """Definitions with their latest recorded bake, and images named in the store."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in definitions.names(ctx.pipeline):
         try:
             digest = record.latest(ctx.pipeline.root, name).manifest_digest
         except ImageError:
             digest = None
-        rows.append({"definition": name, "file": ctx.pipeline.images[name],
+        rows.append({"definition": name,
+                     "file": os.path.relpath(ctx.pipeline.images[name], ctx.pipeline.root),
                      "latest": digest, "in_store": bool(digest and ctx.store.has(digest)),
                      "superseded": sorted(record.superseded(ctx.pipeline.root, name))})
     named = {n: d.digest for n, d in layout.refs(ctx.store).items()}

@@ -10,7 +10,7 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..config import _version_key
+from ..config.pipeline import version_key
 from ..errors import PortError, PortUnresolvedError
 from ..fsutil import atomic_write
 from ..patchset.port import port
@@ -28,11 +28,11 @@ def _source_lineage(ctx: Ctx, version: str) -> Any:
     if ctx.lineage_key:
         return ctx.lineage()
     older = [lin for lin in ctx.pipeline.lineages.values()
-             if _version_key(lin.upstream.version) < _version_key(version)]
+             if version_key(lin.upstream.version) < version_key(version)]
     if not older:
         raise PortError(f"no lineage older than {version} to port from",
                         hint="name one with `patchbake --lineage KEY port ...`")
-    return max(older, key=lambda lin: _version_key(lin.upstream.version))
+    return max(older, key=lambda lin: version_key(lin.upstream.version))
 
 
 def _target_lineage(ctx: Ctx, old: Any, version: str, key: str,

@@ -104,16 +104,14 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
     """The tree to verify and the trust policy to verify it with. A bundle's own copy of
     a trust policy is never the anchor (whoever made the bundle chose it): the policy is
     the one named with --trust-policy, else this repository's."""
-    from ..release.create import signing
-
     if bundle is not None:
         from ..release.bundle import BUNDLE
 
         if not (bundle / BUNDLE).is_file():
             raise ReleaseError(f"{bundle} is not a release bundle (no {BUNDLE})",
                                hint="make one with `patchbake release export RELEASE --to DIR`")
-        return bundle.resolve(), trust_policy or signing(ctx.pipeline).trust_policy
-    return ctx.pipeline.root, trust_policy or signing(ctx.pipeline).trust_policy
+        return bundle.resolve(), trust_policy or ctx.pipeline.signing.trust_policy
+    return ctx.pipeline.root, trust_policy or ctx.pipeline.signing.trust_policy
 
 
 @release_group.command("verify")
@@ -151,9 +149,8 @@ def verify_cmd(ctx: Ctx, ref: str, bundle: Path | None, image_ref: str | None,
 def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
     """Write an offline bundle (manifest, ledger slice, evidence, VSA, policy, record)."""
     from ..release import bundle as bundlemod
-    from ..release.create import signing
 
-    out = bundlemod.export(ctx.pipeline.root, signing(ctx.pipeline).trust_policy, release,
+    out = bundlemod.export(ctx.pipeline.root, ctx.pipeline.signing.trust_policy, release,
                            dest)
     listing = json.loads((out / bundlemod.BUNDLE).read_bytes())
     if ctx.as_json:
@@ -175,7 +172,7 @@ def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str,
     from ..release import attest, create
 
     ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
-    key = keys.load_private(key_path or create.signing(ctx.pipeline).key)
+    key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
     pol = policy.load(ev.policy_path)
     trusted = pol.keys.get(keys.keyid_of(key.public_key()))
     if trusted is None or not trusted.approves(channel):
@@ -204,7 +201,7 @@ def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
         doc = json.loads(figures.read_bytes())
     except ValueError as exc:
         raise UsageError(f"{figures} is not JSON: {exc}") from None
-    key = keys.load_private(key_path or create.signing(ctx.pipeline).key)
+    key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
     path = attest.sign_benchmark(ev.evidence_dir, name, ev.image, ev.digest,
                                  doc.get("figures"), doc.get("environment") or {}, key)
     ui.emit_json({"benchmark": str(path)}) if ctx.as_json else ui.out_console().print(str(path))
@@ -225,10 +222,9 @@ def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
     every committed release has its entry."""
     from ..evidence import policy
     from ..release import ledger, manifest
-    from ..release.create import signing
 
     rdir = manifest.releases_dir(ctx.pipeline.root)
-    entries = ledger.verify(rdir, policy.load(signing(ctx.pipeline).trust_policy))
+    entries = ledger.verify(rdir, policy.load(ctx.pipeline.signing.trust_policy))
     ledger.check_known(entries, known, ledger.path_of(rdir))
     if (rdir / "promotion.pending.json").exists():
         raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
@@ -259,7 +255,6 @@ def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
 def report_cmd(ctx: Ctx, release: str, out: Path) -> None:
     """Write a static HTML page about a release (no external assets)."""
     from ..release import report
-    from ..release.create import signing
 
-    page = report.write(ctx.pipeline, signing(ctx.pipeline).trust_policy, release, out)
+    page = report.write(ctx.pipeline, ctx.pipeline.signing.trust_policy, release, out)
     ui.emit_json({"report": str(page)}) if ctx.as_json else ui.out_console().print(str(page))

@@ -13,24 +13,19 @@ import click
 
 from .. import identity, ui
 from ..cli import Ctx, pass_ctx
+from ..config import suites as suitesmod
 from ..errors import SuiteError
-from ..expected import bind_lineage
+from ..expected import image_definition
 from ..fsutil import atomic_write
 from ..oci import image as oci_image
 from ..sources import fetch
 from ..sources.digest import tree_digest
 from ..suites import image as imagemod
-from ..suites import spec as suitesmod
 from ..suites.bundle import bundle
 from ..suites.docker import DockerRunner
 from ..suites.host import HostRunner
 from ..suites.run import run_suite
 from .names import did_you_mean
-
-
-def _suites(ctx: Ctx) -> dict[str, suitesmod.Suite]:
-    p = ctx.pipeline
-    return suitesmod.parse_all(p.suites, p.root, p.path.name)
 
 
 @click.group("suites")
@@ -46,7 +41,7 @@ def suites_group() -> None:
 @pass_ctx
 def suites_list(ctx: Ctx) -> None:
     """Declared suites (every declaration is validated)."""
-    suites = _suites(ctx)
+    suites = ctx.pipeline.suites
     if ctx.as_json:
         ui.emit_json({k: s.declaration() for k, s in suites.items()})
         return
@@ -97,13 +92,14 @@ def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
                  pristine_image: str | None) -> None:
     """Run SUITE against the exact image; exit 40 unless it passed and its probes hold."""
     p = ctx.pipeline
-    suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
+    suite = suitesmod.get(p.suites, suite_name, p.path.name)
     with did_you_mean(ctx, image_ref):
         ref = imagemod.resolve(ctx.store, image_ref, p)
 
     # the pristine probe and the recorded pins are the image's own lineage's
-    lineage = bind_lineage(p, ctx.lineage_key, definition=image_ref if image_ref in p.images
-                           else None, manifest_digest=ref.digest)
+    lineage = p.lineage_for(image_definition(
+        p, definition=image_ref if image_ref in p.images else None, manifest_digest=ref.digest),
+        ctx.lineage_key)
     kind = runner or suite.runner
     if kind == "docker":
         r: Any = DockerRunner(p.root, ctx.store)

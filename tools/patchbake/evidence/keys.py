@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ..errors import EvidenceError, UsageError
 from ..fsutil import atomic_write
-from .settings import ENV_KEY, PRIVATE_NAME, default_key_dir, default_private_key
+from ..config.signing import ENV_KEY, PRIVATE_NAME, default_key_dir, default_private_key
 
 PUBLIC_NAME = "signing.pub"
 __all__ = ["ENV_KEY", "default_key_dir", "default_private_key", "generate", "keyid_of",

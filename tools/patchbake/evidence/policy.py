@@ -36,7 +36,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import ConfigError, EvidenceError
-from ..schema import Field, Schema, sha256_check, suggest, validate
+from ..config.schema import Field, Schema, sha256_check, suggest, validate
 from .failures import fail
 from .keys import keyid_of, parse_public
 
@@ -163,7 +163,7 @@ def load(path: Path) -> Policy:
              hint="commit a trust policy listing the public keys that sign evidence")
     except OSError as exc:
         fail("policy", f"trust policy {path} is unreadable: {exc.strerror}")
-    from ..yamlread import parse_text
+    from ..config.yamlread import parse_text
 
     return parse(parse_text(data, path.name), path)
 

@@ -18,7 +18,7 @@ from ..oci import gojson
 from ..oci.image import DirBlobs, Image, StoreBlobs, load_image, parse_json, read_checked
 from ..oci.media import INDEX_TYPES
 from ..store import Store
-from .definition import Definition
+from ..config.images import Definition
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from ..store import Store
 from . import recipe
 from . import record as records
 from .base import BaseImage, registry_repo, resolve_base
-from .definition import Definition
+from ..config.images import Definition
 from .overlay import Overlay, Patched, build_overlay
 from .recipe import (
     BakeResult,

@@ -17,7 +17,7 @@ from ..config import Lineage
 from ..errors import ImageError, IntegrityError
 from ..fsutil import canonical_json
 from ..oci.tarwriter import Entry, file_entry, whiteout_entry
-from .definition import Definition
+from ..config.images import Definition
 from .tree import TREE_PATH, BaseTree, full_tree, manifest_bytes
 
 IDENTITY_FORMAT = "patchbake-identity/2"

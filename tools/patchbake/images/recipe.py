@@ -24,7 +24,7 @@ from ..oci.tarwriter import FORMAT as TAR_FORMAT
 from ..store import Store
 from . import record as records
 from .base import BaseImage, describe
-from .definition import Definition
+from ..config.images import Definition
 from .overlay import ENTRYPOINT_PATH, Overlay, Patched, entrypoint_bytes, verifier_bytes
 from .tree import BaseTree, base_tree, check_lineage, pristine_package
 

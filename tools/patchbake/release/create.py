@@ -15,10 +15,10 @@ from typing import Any
 
 from ..config import Pipeline
 from ..errors import GateError, ReleaseError
-from ..evidence import settings
 from ..fsutil import atomic_write
 from ..store import Store
-from . import channels, ledger, manifest, vsa
+from ..config import channels
+from . import ledger, manifest, vsa
 from .gates import Evaluation, Table, evaluate
 
 
@@ -28,10 +28,6 @@ class Created:
     table: Table
     new: bool  # False: the same release was already recorded
     entry: ledger.Entry | None
-
-
-def signing(pipeline: Pipeline) -> settings.Signing:
-    return settings.parse(pipeline.signing, pipeline.root, pipeline.path.name)
 
 
 def previous_figures(releases_dir: Path) -> Callable[[str, str], dict[str, Any] | None]:
@@ -62,13 +58,14 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
     rec = imagemod.find_record(pipeline.root, resolved.digest)
     name = rec.definition if rec and resolved.name.startswith("sha256:") \
         else resolved.name
-    if lineage is None and rec and rec.definition in pipeline.images:
+    defn = None
+    if rec and rec.definition in pipeline.images:
         from ..images import definition as definitions
 
-        # the lineage the image was baked from (its definition names it), not the default
-        lineage = definitions.load(pipeline, rec.definition).lineage
-    sig = signing(pipeline)
-    return Evaluation(pipeline, store, pipeline.lineage(lineage), name.split("@")[0],
+        defn = definitions.load(pipeline, rec.definition)
+    sig = pipeline.signing
+    # the lineage the image was baked from (its definition names it), not the default
+    return Evaluation(pipeline, store, pipeline.lineage_for(defn, lineage), name.split("@")[0],
                       resolved.digest, sig.evidence_dir, sig.trust_policy,
                       previous_figures(manifest.releases_dir(pipeline.root)))
 
@@ -77,11 +74,10 @@ def gates(pipeline: Pipeline, store: Store | None, channel: str, ref: str,
           lineage: str | None = None, *, verified: Any = None) -> tuple[Table, Evaluation]:
     """The channel's gate table for ``ref``. ``verified``: a VerifyResult of this very
     digest that the caller just computed (the main job), used instead of a second run."""
-    chs = channels.parse(pipeline.channels, pipeline.suites, pipeline.path.name)
     ev = evaluation(pipeline, store, ref, lineage)
     if verified is not None and verified.digest == ev.digest:
         ev.memo("verify", lambda: verified)
-    return evaluate(ev, channels.get(chs, channel, pipeline.path.name)), ev
+    return evaluate(ev, channels.get(pipeline.channels, channel, pipeline.path.name)), ev
 
 
 def require_pass(table: Table) -> None:
@@ -98,12 +94,13 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
            key_path: Path | None = None, lineage: str | None = None) -> Created:
     from ..evidence import keys, policy
 
-    sig = signing(pipeline)
+    sig = pipeline.signing
     rdir = manifest.releases_dir(pipeline.root)
     pol = policy.load(sig.trust_policy)
-    key = keys.load_private(key_path or sig.key)
+    key_file = key_path or sig.private_key()
+    key = keys.load_private(key_file)
     if keys.keyid_of(key.public_key()) not in pol.with_role("release"):
-        raise ReleaseError(f"the signing key {key_path or sig.key} has no 'release' role in "
+        raise ReleaseError(f"the signing key {key_file} has no 'release' role in "
                            f"{sig.trust_policy.name}: it cannot sign VSAs or ledger entries",
                            hint="add `roles: [release]` to its entry (policy version 2)")
     table, ev = gates(pipeline, store, channel, ref, lineage)

@@ -21,7 +21,8 @@ from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError
 from ..fsutil import sha256_bytes
 from ..store import Store
-from .channels import Channel, Gate
+from ..config.channels import Channel, Gate
+from ..config.suites import get as get_suite
 
 if TYPE_CHECKING:  # evidence/ needs cryptography, imported by the gates that verify
     from ..evidence.records import Verified
@@ -222,9 +223,8 @@ def _suite_problem(ev: Evaluation, name: str, v: Verified) -> str | None:
     """Why verified evidence ``v`` for suite ``name`` does not satisfy the pipeline's own
     declaration of the suite (never the declaration the evidence carries)."""
     from ..suites.run import suite_content_sha256
-    from ..suites.spec import get as get_suite
 
-    suite = get_suite(ev.pipeline.suites, name, ev.pipeline.root)
+    suite = get_suite(ev.pipeline.suites, name, ev.pipeline.path.name)
     s = v.statement
     c = s.counts
     if s.result != "PASSED":
@@ -281,10 +281,7 @@ def gate_evidence(ev: Evaluation, g: Gate) -> Outcome:
 
 # -- sm89-stable ----------------------------------------------------------------------
 def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
-    from ..suites.spec import parse_all
-
-    gpu_suites = [n for n, s in parse_all(ev.pipeline.suites, ev.pipeline.root).items()
-                  if s.requires.gpu]
+    gpu_suites = [n for n, s in ev.pipeline.suites.items() if s.requires.gpu]
     if not gpu_suites:
         return "fail", "no GPU suite is declared, so no GPU evidence can exist"
     seen = []

@@ -158,11 +158,11 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
             key_path: Path | None = None) -> Promoted:
     from ..evidence import keys
 
-    sig = create.signing(pipeline)
+    sig = pipeline.signing
     root, rdir = pipeline.root, manifest.releases_dir(pipeline.root)
     dest = _dest(to)
     pol = load_policy(sig.trust_policy)
-    key = keys.load_private(key_path or sig.key)
+    key = keys.load_private(key_path or sig.private_key())
     with ledger.locked(rdir):
         recovered = recover(rdir, pol)
         entries = ledger.verify(rdir, pol)

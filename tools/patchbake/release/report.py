@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import Pipeline
 from ..fsutil import atomic_write
-from . import channels, ledger, manifest
+from . import ledger, manifest
 from .gates import GATES, Decision
 
 TEMPLATE = "report.html.j2"
@@ -55,7 +55,7 @@ def _next_channel(pipeline: Pipeline, rel: manifest.Release) -> tuple[str | None
                                                                        dict[str, Any]]:
     from .create import evaluation
 
-    chs = channels.parse(pipeline.channels, pipeline.suites, pipeline.path.name)
+    chs = pipeline.channels
     names = list(chs)
     if rel.channel not in chs or names.index(rel.channel) + 1 >= len(names):
         return None, [], {}

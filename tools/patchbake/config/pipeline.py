@@ -10,14 +10,25 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
-from .errors import ConfigError
+from ..errors import ConfigError, LineageError
+from . import channels as channels_section
+from . import signing as signing_section
+from . import suites as suites_section
+from .channels import Channel
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
+from .signing import Signing
+from .suites import Suite
+from .yamlread import load_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from .images import Definition  # its module imports dataclasses: not on the guard's path
 
 PIPELINE_FILE = "pipeline.yaml"
 SOURCE_KINDS = ("index", "url", "path", "git")
@@ -106,12 +117,15 @@ class Pipeline:
     path: Path
     root: Path
     name: str
-    lineages: dict[str, Lineage]
+    lineages: Mapping[str, Lineage]
     default_lineage: str
-    images: dict[str, Any]
-    suites: dict[str, Any]
-    channels: dict[str, Any]
-    signing: dict[str, Any]
+    # definition name -> its file, as declared under the repository root; the file is read
+    # (config.images) by the command that uses the definition, so a definition being written
+    # (after `image standin` gave its base's digest) does not stop the other commands
+    images: Mapping[str, Path]
+    suites: Mapping[str, Suite]
+    channels: Mapping[str, Channel]  # in pipeline.yaml's order
+    signing: Signing
 
     def lineage(self, key: str | None = None) -> Lineage:
         k = key or self.default_lineage
@@ -122,8 +136,22 @@ class Pipeline:
             )
         return self.lineages[k]
 
+    def lineage_for(self, definition: Definition | None, requested: str | None) -> Lineage:
+        """The lineage an image of ``definition`` is baked, verified or probed against: the
+        one the definition names; ``--lineage`` naming another is refused, so a bake, a
+        suite's pristine probe, a verify or a signature never uses another upstream's tree.
+        Without a definition (or one naming none) it is the requested or default lineage."""
+        if definition is None or not definition.lineage:
+            return self.lineage(requested)
+        bound = definition.lineage
+        if requested and requested != bound:
+            raise LineageError(f"image definition '{definition.name}' ({definition.path.name}) "
+                               f"bakes lineage {bound}; --lineage {requested} names another "
+                               "upstream", hint=f"drop --lineage or pass --lineage {bound}")
+        return self.lineage(bound)
 
-def _version_key(v: str) -> tuple[Any, ...]:
+
+def version_key(v: str) -> tuple[Any, ...]:
     parts = re.split(r"[.\-+]", v.lstrip("v"))
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
 
@@ -152,22 +180,14 @@ def _pins(raw: dict[Any, Any], where: str, source: str) -> tuple[tuple[str, str]
     return tuple(sorted(raw.items()))
 
 
-def _check_sections(top: dict[str, Any], root: Path, source: str) -> None:
-    """suites, signing and channels are validated at load, so a bad declaration fails
-    whatever command runs (their modules import nothing heavy); an absent or empty section
-    has nothing to check, and a short command's start-up skips their imports."""
-    if top["suites"]:
-        from .suites.spec import parse_all as parse_suites
-
-        parse_suites(top["suites"], root, source)
-    if top["signing"]:
-        from .evidence.settings import parse as parse_signing
-
-        parse_signing(top["signing"], root, source)
-    if top["channels"]:
-        from .release.channels import parse as parse_channels
-
-        parse_channels(top["channels"], top["suites"], source)
+def _images(raw: dict[str, Any], root: Path, source: str) -> Mapping[str, Path]:
+    out: dict[str, Path] = {}
+    for name, rel in raw.items():
+        if not isinstance(rel, str):
+            raise ConfigError(f"{source}: 'images.{name}' must be the path of a "
+                              f"definition file, got {type(rel).__name__}")
+        out[str(name)] = root / rel
+    return MappingProxyType(out)
 
 
 def parse(data: Any, path: Path) -> Pipeline:
@@ -202,25 +222,25 @@ def parse(data: Any, path: Path) -> Pipeline:
                                   f", which '{other}' names too: each lineage needs its own "
                                   "patch, FILES.txt, SOURCE and series")
     default = top["default_lineage"] or max(
-        lineages, key=lambda k: _version_key(lineages[k].upstream.version))
+        lineages, key=lambda k: version_key(lineages[k].upstream.version))
     if default not in lineages:
         raise ConfigError(f"{source}: 'default_lineage' names '{default}', which is not a "
                           f"lineage{suggest(default, list(lineages))}")
-    _check_sections(top, root, source)
-    return Pipeline(path=path.resolve(), root=root, name=top["name"], lineages=lineages,
-                    default_lineage=default, images=top["images"], suites=top["suites"],
-                    channels=top["channels"], signing=top["signing"])
+    # every section is validated here, so a bad declaration fails whatever command runs
+    suites = suites_section.parse_all(top["suites"], root, source)
+    return Pipeline(path=path.resolve(), root=root, name=top["name"],
+                    lineages=MappingProxyType(lineages), default_lineage=default,
+                    images=_images(top["images"], root, source), suites=suites,
+                    channels=channels_section.parse(top["channels"], suites, source),
+                    signing=signing_section.parse(top["signing"], root, source))
 
 
-def load(path: str | os.PathLike[str] | None = None, *, cache: bool = False) -> Pipeline:
-    """pipeline.yaml, validated. ``cache``: the YAML parse may be read back from the store
-    (yamlread.load_file); only for callers that trust the store's content already."""
-    from .yamlread import load_file
-
+def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
+    """pipeline.yaml, read and validated."""
     p = Path(path) if path else find_pipeline()
     if not p.exists():
         raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline")
-    return parse(load_file(p, "pipeline", cache=cache), p)
+    return parse(load_file(p, "pipeline"), p)
 
 
 def find_pipeline(start: Path | None = None) -> Path:

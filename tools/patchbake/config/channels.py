@@ -5,17 +5,17 @@ plus its own, so an image in ``sm89-stable`` has passed everything ``validated``
 ``candidate`` ask for. An unknown key, an unknown gate kind or a gate without the settings
 it needs is a ConfigError at load: a channel that would evaluate fewer gates than its
 author meant must never load (fail-closed at the configuration too).
-
-Imports nothing heavy: pipeline.yaml is validated on machines that only run suites.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from ..errors import ConfigError
-from ..schema import Field, Schema, suggest, validate
+from .schema import Field, Schema, suggest, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Channel:
 
 
 def _gate(kind: str, name: str, c: dict[str, Any], where: str, source: str,
-          suites: dict[str, Any]) -> Gate:
+          suites: Mapping[str, object]) -> Gate:
     if kind == "evidence":
         if not c["suites"]:
             raise ConfigError(f"{source}: '{where}.suites' must list the suites whose "
@@ -106,8 +106,8 @@ def _gate(kind: str, name: str, c: dict[str, Any], where: str, source: str,
     return Gate(kind, name)
 
 
-def parse(raw: dict[str, Any] | None, suites: dict[str, Any],
-          source: str = "pipeline.yaml") -> dict[str, Channel]:
+def parse(raw: dict[str, Any] | None, suites: Mapping[str, object],
+          source: str = "pipeline.yaml") -> Mapping[str, Channel]:
     """Validate ``channels:``; returns channels by name, in declared order."""
     out: dict[str, Channel] = {}
     inherited: list[Gate] = []
@@ -134,10 +134,10 @@ def parse(raw: dict[str, Any] | None, suites: dict[str, Any],
                                   f"'{needs}' gate")
         inherited.extend(own)
         out[name] = Channel(name, i, c["description"], tuple(inherited))
-    return out
+    return MappingProxyType(out)
 
 
-def get(channels: dict[str, Channel], name: str, source: str = "pipeline.yaml") -> Channel:
+def get(channels: Mapping[str, Channel], name: str, source: str = "pipeline.yaml") -> Channel:
     if name not in channels:
         known = ", ".join(channels) or "none declared"
         raise ConfigError(f"{source}: no channel '{name}'{suggest(name, list(channels))} "
@@ -145,7 +145,7 @@ def get(channels: dict[str, Channel], name: str, source: str = "pipeline.yaml") 
     return channels[name]
 
 
-def previous(channels: dict[str, Channel], name: str) -> Channel | None:
+def previous(channels: Mapping[str, Channel], name: str) -> Channel | None:
     """The channel before ``name`` in order (what an image must already be in)."""
     names = list(channels)
     i = names.index(name)

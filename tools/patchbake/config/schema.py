@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def validate(data: Any, schema: Schema, where: str, source: str) -> dict[str, An
 
 
 def sha256_check(value: Any) -> str | None:
-    from .digest import is_hex
+    from ..digest import is_hex
 
     if not is_hex(value):
         return "must be 64 lowercase hex digits (a sha256)"

@@ -6,34 +6,19 @@ measured on the token stream before anything recursive runs, so a 20,000-deep do
 cannot exhaust the stack), bytes that are not UTF-8, YAML syntax errors, and a key that
 appears twice in one mapping (ConfigError, exit 3: YAML says last wins, a reviewer reads
 the first).
-
-pipeline.yaml is read by every command; for the short ones that trust the store anyway
-(``patch check``/``export``, see entry.PlainCommand) ``load_file(..., cache=True)`` keeps
-what a successful parse gave as JSON in the store (``cache/yaml/<key>.json``; the key is
-the SHA-256 of the file's bytes, these rules' and patchbake's versions, where PyYAML lives
-and the caps in force): the next read of the same bytes under the same caps skips PyYAML's
-import and parse. Only plain trees that JSON holds exactly (string keys, lists, strings,
-numbers, booleans, null; no node reached twice) are kept; a
-refused document is never cached, so it is refused again, with the same message.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
 from pathlib import Path
 
-from . import __version__, limits
-from .errors import ConfigError, InputLimitError, PatchbakeError
-from .fsutil import cache_write
+from .. import limits
+from ..errors import ConfigError, InputLimitError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-RULES = "yamlread 1"  # bump when what a document parses to, or what is refused, changes
 
 _yaml: _Impl | None = None  # the PyYAML pieces, imported on the first parse (see _impl)
 
@@ -151,11 +136,9 @@ def parse_text(data: bytes, name: str) -> Any:
         raise InputLimitError(f"{name}: nested too deeply to read") from None
 
 
-def load_file(path: Path, what: str | None = None, *, cache: bool = False) -> Any:
-    """Read and parse ``path``; a missing or unreadable file is a ConfigError. With
-    ``cache``, a parse of the same bytes under the same caps is read back from the store."""
-    data = _read(path, what)
-    return _parse_cached(data, path.name) if cache else parse_text(data, path.name)
+def load_file(path: Path, what: str | None = None) -> Any:
+    """Read and parse ``path``; a missing or unreadable file is a ConfigError."""
+    return parse_text(_read(path, what), path.name)
 
 
 def _read(path: Path, what: str | None) -> bytes:
@@ -175,85 +158,3 @@ def _read(path: Path, what: str | None) -> bytes:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
-
-def _parse_cached(data: bytes, name: str) -> Any:
-    try:
-        kept: Path | None = _cache_path(data)
-    except (PatchbakeError, OSError, RuntimeError, ValueError, KeyError):
-        kept = None  # no usable store location (HOME, PATCHBAKE_HOME): parse, keep nothing
-    if kept is not None:
-        try:
-            return json.loads(kept.read_bytes())
-        except (OSError, ValueError, RecursionError):  # none yet, or unreadable: parse it
-            pass
-    doc = parse_text(data, name)
-    if kept is not None:
-        text = _as_json(doc, len(data))
-        if text is not None:
-            cache_write(kept, text)
-    return doc
-
-
-def _cache_path(data: bytes) -> Path:
-    from .store import default_root
-
-    lim = limits.current()
-    h = hashlib.sha256(f"{RULES}\0{__version__}\0{_parser_id()}\0{lim.yaml_bytes}\0"
-                       f"{lim.yaml_depth}\0".encode())
-    h.update(data)
-    return default_root() / "cache" / "yaml" / f"{h.hexdigest()}.json"
-
-
-def _parser_id() -> str:
-    """Where the PyYAML that would parse lives, and its file's size and mtime: an upgraded
-    or replaced parser is a new key (found without importing it)."""
-    from importlib.machinery import PathFinder
-
-    spec = PathFinder.find_spec("yaml")
-    if spec is None or not spec.origin:
-        return "no yaml"
-    try:
-        st = os.stat(spec.origin)
-    except OSError:
-        return spec.origin
-    return f"{spec.origin}:{st.st_size}:{st.st_mtime_ns}"
-
-
-def _as_json(doc: Any, source_bytes: int) -> bytes | None:
-    """``doc`` as JSON when JSON holds it exactly and it is a plain tree, else None.
-
-    Exactly: what json.loads gives back equals it, type for type (no dates, sets, binary,
-    non-string keys, NaN or infinities). A plain tree: no node reached twice. YAML anchors
-    let a few hundred bytes name one list a billion times over (or itself); PyYAML builds
-    each shared node once, but written out as JSON every reference would be a copy, so a
-    document that shares nodes is parsed every time, as it was before this cache. The same
-    goes for one long scalar named many times (PyYAML hands out the one string object):
-    the walk counts every string's length and every node against a budget a few times
-    the file's size, which a document without repeats stays far below."""
-    seen: set[int] = set()
-    budget = [4096 + 4 * source_bytes]
-
-    def plain(node: Any) -> bool:
-        if isinstance(node, str):
-            budget[0] -= len(node) + 1
-            return budget[0] >= 0
-        if node is None or isinstance(node, (bool, int)):
-            return True
-        if isinstance(node, float):
-            return math.isfinite(node)
-        if not isinstance(node, (list, dict)) or id(node) in seen:
-            return False
-        seen.add(id(node))
-        budget[0] -= len(node) + 1
-        if budget[0] < 0:
-            return False
-        if isinstance(node, list):
-            return all(plain(v) for v in node)
-        return all(isinstance(k, str) and plain(k) and plain(v) for k, v in node.items())
-
-    try:
-        if not plain(doc):
-            return None
-        return json.dumps(doc, ensure_ascii=True, allow_nan=False).encode()
-    except (RecursionError, ValueError, TypeError):
-        return None

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..schema import Field, Schema, validate
+from .schema import Field, Schema, validate
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,10 +43,15 @@ def default_private_key() -> Path:
 class Signing:
     trust_policy: Path
     evidence_dir: Path
-    key: Path
+    key: Path | None  # as declared; None: the default, see private_key
+
+    def private_key(self) -> Path:
+        """The signing key: the declared one, else $PATCHBAKE_SIGNING_KEY or the user config
+        dir's (looked up when a command signs: one that never does needs no home directory)."""
+        return self.key if self.key is not None else default_private_key()
 
 
 def parse(raw: dict[str, Any] | None, root: Path, source: str = "pipeline.yaml") -> Signing:
     s = validate(raw or {}, SIGNING_SCHEMA, "signing", source)
-    key = Path(s["key"]).expanduser() if s["key"] else default_private_key()
+    key = Path(s["key"]).expanduser() if s["key"] else None
     return Signing(root / s["trust_policy"], root / s["evidence_dir"], key)
