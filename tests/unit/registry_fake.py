@@ -1,5 +1,6 @@
-"""An in-memory distribution registry that the registry client sends its requests to
-(in place of its connection pool): no sockets, so the client's unit tests stay hermetic.
+"""An in-memory distribution registry, mounted as the requests adapter of the registry
+client's session (in place of requests' own): no sockets, so the client's unit tests stay
+hermetic. Its answers are urllib3 responses, read by the client as real ones are.
 
 It implements just the endpoints the client uses, records every request, and lets a test
 inject failures (``fail``), auth (``auth``), tampering and a lying Docker-Content-Digest.
@@ -16,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import requests
 from patchbake.fsutil import canonical_json
-from patchbake.oci.registry_conn import FileBody
-from patchbake.oci.registry_wire import Headers, Response
 from patchbake.store import Store
+from requests.adapters import BaseAdapter, HTTPAdapter
+from urllib3 import HTTPResponse
 
 HOST = "registry.test"
 REALM = "https://auth.test/token"
@@ -46,8 +48,8 @@ class Request:
     url: str
 
 
-@dataclass
-class FakeRegistry:
+@dataclass(eq=False)
+class FakeRegistry(BaseAdapter):
     auth: str | None = None  # None, "bearer" or "basic"
     user: str = "alice"
     password: str = "s3cret"
@@ -67,20 +69,37 @@ class FakeRegistry:
     break_streams: int = 0  # this many blob GETs die mid-body (connection reset)
     extra_blob_bytes: bytes = b""  # appended to every blob GET answer
 
-    # -- the client's Sender -----------------------------------------------------------
-    def send(self, method: str, url: str, headers: Mapping[str, str],
-             body: bytes | FileBody | None, timeout: tuple[float, float]) -> Response:
-        request = Request(method, url)
-        parts = urlsplit(url)
-        data = body.read() if isinstance(body, FileBody) else (body or b"")
-        hdrs = dict(headers)
-        seen = Seen(method, parts.path, parse_qs(parts.query), hdrs, len(data))
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    # -- the session's adapter ---------------------------------------------------------
+    def send(self, request: requests.PreparedRequest, stream: bool = False,
+             timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+             verify: bool | str = True,
+             cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+             proxies: Mapping[str, str] | None = None) -> requests.Response:
+        assert stream and timeout, "every request streams and has a timeout"
+        answer = self._answer(Request(str(request.method), str(request.url)), request)
+        return _ADAPTER.build_response(request, answer)
+
+    def close(self) -> None:
+        pass
+
+    def _answer(self, request: Request, prepared: requests.PreparedRequest) -> HTTPResponse:
+        parts = urlsplit(request.url)
+        body: Any = prepared.body
+        data = body.read() if hasattr(body, "read") else (body or b"")
+        hdrs = dict(prepared.headers)
+        seen = Seen(request.method, parts.path, parse_qs(parts.query), hdrs, len(data))
         self.log.append(seen)
         # The client must never use chunked uploads of any kind.
         assert request.method != "PATCH", "chunked PATCH upload used"
         assert "chunked" not in hdrs.get("Transfer-Encoding", ""), "chunked body sent"
         if self.fail:
-            forced = self.fail(seen)
+            try:
+                forced = self.fail(seen)
+            except OSError as exc:  # as requests' own adapter reports a reset connection
+                raise requests.ConnectionError(exc) from exc
             if forced is not None:
                 return self._resp(request, *forced)
         if parts.netloc == "auth.test":
@@ -94,12 +113,14 @@ class FakeRegistry:
                               b'{"errors":[{"code":"UNAUTHORIZED","message":"auth required"}]}')
         return self._route(request, seen, data)
 
-    def _resp(self, request: Request, status: int, headers: dict[str, str],
-              body: bytes) -> Response:
-        hdrs = Headers(headers)
-        hdrs.setdefault("Content-Length", str(len(body)))
-        raw = io.BytesIO(b"" if request.method == "HEAD" else body)
-        return Response(status, "fake", hdrs, request.url, raw)
+    @staticmethod
+    def _resp(request: Request, status: int, headers: dict[str, str], body: bytes,
+              raw: Any = None) -> HTTPResponse:
+        hdrs = {"Content-Length": str(len(body)), **headers}
+        return HTTPResponse(body=raw or io.BytesIO(b"" if request.method == "HEAD" else body),
+                            headers=hdrs, status=status, reason="fake",
+                            request_method=request.method, request_url=request.url,
+                            preload_content=False, decode_content=False)
 
     # -- auth --------------------------------------------------------------------------
     def _authorized(self, header: str) -> bool:
@@ -113,14 +134,14 @@ class FakeRegistry:
         m = re.match(r"^/v2/(.+)/(blobs|manifests)/", path)
         return f"repository:{m.group(1)}:pull" if m else ""
 
-    def _token(self, request: Request, seen: Seen) -> Response:
+    def _token(self, request: Request, seen: Seen) -> HTTPResponse:
         self.token_requests.append(seen.query)
         return self._resp(request, 200, {"Content-Type": "application/json"},
                           b'{"token":"tok-123"}')
 
     # -- registry ----------------------------------------------------------------------
     def _route(self, request: Request, seen: Seen,
-               data: bytes) -> Response:
+               data: bytes) -> HTTPResponse:
         path, method, q = seen.path, seen.method, seen.query
         if path == "/v2/":
             return self._resp(request, 200, {}, b"{}")
@@ -137,8 +158,7 @@ class FakeRegistry:
             blob += self.extra_blob_bytes if method == "GET" else b""
             if self.break_streams and method == "GET":
                 self.break_streams -= 1
-                return Response(200, "fake", Headers({"Content-Length": str(len(blob))}),
-                                request.url, _BrokenRaw(blob[: len(blob) // 2]))
+                return self._resp(request, 200, {}, blob, _BrokenRaw(blob[: len(blob) // 2]))
             return self._resp(request, 200, {"Docker-Content-Digest": m.group(2)}, blob)
         m = re.match(r"^/v2/(.+)/manifests/(.+)$", path)
         if m:
@@ -146,7 +166,7 @@ class FakeRegistry:
         return self._resp(request, 404, {}, b"")
 
     def _upload(self, request: Request, repo: str, uid: str, method: str,
-                q: dict[str, list[str]], data: bytes) -> Response:
+                q: dict[str, list[str]], data: bytes) -> HTTPResponse:
         if method == "POST":
             if "mount" in q and not self.refuse_mounts:
                 src = self.blobs.get(q["from"][0], {}).get(q["mount"][0])
@@ -170,7 +190,7 @@ class FakeRegistry:
         return self._resp(request, 404, {}, b'{"errors":[{"code":"BLOB_UPLOAD_UNKNOWN"}]}')
 
     def _manifest(self, request: Request, repo: str, ref: str, method: str,
-                  data: bytes, seen: Seen) -> Response:
+                  data: bytes, seen: Seen) -> HTTPResponse:
         store = self.manifests.setdefault(repo, {})
         if method == "PUT":
             stored = data + b" " if self.rewrite_on_put else data
@@ -200,8 +220,13 @@ class FakeRegistry:
             self.manifests[repo][tag] = entry
 
 
+_ADAPTER = HTTPAdapter()  # for its build_response: urllib3's answer as requests' Response
+
+
 class _BrokenRaw:
     """A response body that dies half-way, as a reset connection does."""
+
+    closed = False
 
     def __init__(self, head: bytes) -> None:
         self.head = head
@@ -211,6 +236,11 @@ class _BrokenRaw:
             out, self.head = self.head, b""
             return out
         raise ConnectionResetError(104, "Connection reset by peer")
+
+    read1 = read
+
+    def close(self) -> None:
+        self.closed = True
 
 
 @dataclass

@@ -19,7 +19,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRegistry:
     reg = FakeRegistry()
 
     def factory(host: str, **kw: Any) -> RegistryClient:
-        return RegistryClient(host, sender=reg, sleep=lambda s: None, **kw)
+        return RegistryClient(host, adapter=reg, sleep=lambda s: None, **kw)
 
     monkeypatch.setattr(cmd, "RegistryClient", factory)
     monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")

@@ -29,7 +29,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def client(fake: FakeRegistry, sleeps: list[float], **kw: object) -> RegistryClient:
-    return RegistryClient(HOST, sender=fake, sleep=sleeps.append,
+    return RegistryClient(HOST, adapter=fake, sleep=sleeps.append,
                           retry=RetryPolicy(attempts=4), auth=kw.pop("auth", None), **kw)  # type: ignore[arg-type]
 
 
@@ -438,7 +438,7 @@ def test_concurrent_first_requests_answer_one_challenge_per_scope(
     fake = FakeRegistry(auth="bearer")
     img = make_image()
     digest = store_image(store, img)
-    res = RegistryClient(HOST, sender=fake, sleep=lambda s: None).push(
+    res = RegistryClient(HOST, adapter=fake, sleep=lambda s: None).push(
         store, digest, f"{HOST}/team/app:v1")
     assert res.digest == digest and fake.manifests["team/app"]["v1"][0] == img.manifest
     assert len(fake.token_requests) == 2

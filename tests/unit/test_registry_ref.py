@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from patchbake.errors import RegistryError, UsageError
 from patchbake.oci.registry_auth import Credentials, credentials_for, parse_challenge
-from patchbake.oci.registry_http import retry_after_seconds
+from patchbake.netpolicy import retry_after_seconds
 from patchbake.oci.registry_ref import (
     RegistryRef,
     base_url,

@@ -1,8 +1,9 @@
 """One retry, deadline and request-budget policy for every network operation.
 
 Both HTTP users (the pinned-source download in ``sources/http.py`` and the registry client
-in ``oci/registry_http.py``) retry through :func:`retrying` against one :class:`Budget` per
-operation (a fetch, a push, a pull):
+in ``oci/registry_http.py``) start from one requests Session (:func:`http_session`) and
+retry through :func:`retrying` against one :class:`Budget` per operation (a fetch, a push,
+a pull):
 
 - only transient failures are retried (transport errors, 408, 429, 5xx), with exponential
   backoff (``backoff_s`` doubling, capped at ``max_backoff_s``) or the server's
@@ -26,7 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import limits
+import requests
+
+from . import __version__, limits
 from .errors import DeadlineError, PatchbakeError
 
 TYPE_CHECKING = False
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
+USER_AGENT = f"patchbake/{__version__}"
 RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
@@ -166,6 +170,16 @@ class Budget:
                              f"{self.policy.deadline_s:g} s deadline")
         if seconds > 0:
             self.sleep(seconds)
+
+
+def http_session(kind: type[requests.Session] = requests.Session) -> requests.Session:
+    """A Session (of class ``kind``) as every network user here starts from: the
+    project's User-Agent; TLS trust and proxies as requests reads them from the
+    environment (``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``, else certifi's bundle;
+    ``HTTPS_PROXY``, ``NO_PROXY``)."""
+    s = kind()
+    s.headers["User-Agent"] = USER_AGENT
+    return s
 
 
 def retrying(budget: Budget, what: str, attempt: Callable[[], T],

@@ -23,11 +23,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from requests.adapters import BaseAdapter
+
 from ..digest import Digest
 from ..errors import RegistryError, StoreError
 from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
+from .registry_auth import Credentials, credentials_for
 from .registry_blobs import Progress
 from .registry_http import RetryPolicy, Transport
 from .registry_manifest import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, parse_manifest, select_platform
@@ -36,11 +39,6 @@ from .registry_ref import DEFAULT_REGISTRY_ENV, RegistryRef, base_url, parse_ref
 
 __all__ = ["DEFAULT_PLATFORM", "PullResult", "PushResult", "RegistryClient", "parse_pull_ref",
            "pull", "push"]
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # credentials are looked up only when a registry challenges
-    from .registry_auth import Credentials
-    from .registry_conn import Sender
 
 DEFAULT_PLATFORM = "linux/amd64"
 
@@ -70,14 +68,14 @@ class RegistryClient:
     """A client for one registry host (``127.0.0.1:5000`` or ``https://host``)."""
 
     def __init__(self, base_url_or_host: str, *, insecure_loopback_http: bool = True,
-                 auth: Credentials | None = None, sender: Sender | None = None,
+                 auth: Credentials | None = None, adapter: BaseAdapter | None = None,
                  retry: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep,
                  record_mounts: bool = True) -> None:
         self.base = base_url(base_url_or_host, insecure_loopback_http=insecure_loopback_http)
         self.host = urlsplit(self.base).netloc.lower()
         host = self.host
-        creds = auth if auth is not None else (lambda: _credentials_for(host))
-        self.http = Transport(self.base, sender=sender, credentials=creds, retry=retry,
+        creds = auth if auth is not None else (lambda: credentials_for(host))
+        self.http = Transport(self.base, adapter=adapter, credentials=creds, retry=retry,
                               sleep=sleep, insecure_loopback_http=insecure_loopback_http)
         self.record_mounts = record_mounts
         self._pinged = False
@@ -88,7 +86,7 @@ class RegistryClient:
         if not self._in_op:
             self.http.begin(what, blobs=blobs)
 
-    def _note_blobs(self, store: Store, repo: str, digests: Iterable[object]) -> tuple[str, ...]:
+    def note_blobs(self, store: Store, repo: str, digests: Iterable[object]) -> tuple[str, ...]:
         """Record which repository holds which blobs (a cache for later mounts): a failure
         to write it is a warning, never a failed push or pull."""
         if not self.record_mounts:
@@ -125,7 +123,7 @@ class RegistryClient:
         self._pinged = True
 
     # -- manifests ---------------------------------------------------------------------
-    def _fetch_manifest(self, r: RegistryRef, reference: str, *, push_scope: bool = False,
+    def fetch_manifest(self, r: RegistryRef, reference: str, *, push_scope: bool = False,
                         missing_ok: bool = False) -> tuple[bytes, str] | None:
         scope = blobs.push_scope(r.repo) if push_scope else blobs.pull_scope(r.repo)
 
@@ -138,7 +136,7 @@ class RegistryClient:
                 resp.close()
                 return None
             ctype = resp.headers.get("Content-Type", "")
-            return blobs.read_capped(resp, MAX_MANIFEST_BYTES, f"manifest {reference}"), ctype
+            return self.http.read(resp, MAX_MANIFEST_BYTES, f"manifest {reference}"), ctype
 
         return self.http.with_retries(f"GET manifest {r.repo}:{reference}", attempt)
 
@@ -147,7 +145,7 @@ class RegistryClient:
         r = self._ref(ref)
         self._begin(f"GET manifest {r}")
         self.ping()
-        got = self._fetch_manifest(r, r.reference)
+        got = self.fetch_manifest(r, r.reference)
         assert got is not None
         data, ctype = got
         digest = _sha(data)
@@ -168,7 +166,7 @@ class RegistryClient:
         def attempt() -> bytes:
             resp = self.http.request("GET", f"/v2/{r.repo}/blobs/{digest}", stream=True,
                                      scopes=[blobs.pull_scope(r.repo)], retry=False)
-            return blobs.read_capped(resp, max_bytes, f"blob {digest}")
+            return self.http.read(resp, max_bytes, f"blob {digest}")
 
         data = self.http.with_retries(f"GET blob {digest}", attempt)
         if _sha(data) != digest:
@@ -236,7 +234,7 @@ class RegistryClient:
         store.put_bytes(data, expected=digest)
         if index_digest:
             store.put_bytes(index_data, expected=index_digest)
-        warnings = self._note_blobs(store, r.repo, [*fetched, *present])
+        warnings = self.note_blobs(store, r.repo, [*fetched, *present])
         return PullResult(str(r), digest, mt, index_digest, chosen, m.blobs[0].digest,
                           tuple(fetched), tuple(present), nbytes, warnings,
                           self.http.requests_sent)
@@ -245,12 +243,6 @@ class RegistryClient:
              layers: bool = True) -> str:
         """Pull ``ref`` into ``store``; returns the (platform's) image manifest digest."""
         return self.pull_image(store, ref, platform=platform, layers=layers).digest
-
-
-def _credentials_for(host: str) -> Credentials | None:
-    from .registry_auth import credentials_for
-
-    return credentials_for(host)
 
 
 def push(store: Store, manifest_digest: str, ref: str, **kw: object) -> PushResult:

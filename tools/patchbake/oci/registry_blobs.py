@@ -2,13 +2,14 @@
 
 Uploads are one POST (open a session) and one PUT carrying the whole body with
 ``?digest=``; a body always has a Content-Length, so neither a chunked PATCH nor a chunked
-transfer encoding is ever used. A large blob goes from the store file to the socket with
-``sendfile(2)``; its bytes are not re-hashed here, since the store names them by their
-sha256 and the registry checks the ``?digest=`` before it accepts them. A failed upload opens a fresh session rather than
+transfer encoding is ever used. A large blob is streamed from the store file; its bytes
+are not re-hashed here, since the store names them by their sha256 and the registry checks
+the ``?digest=`` before it accepts them. A failed upload opens a fresh session rather than
 replaying into one the registry may have half-written.
 
-Fetches overlap the socket read with hashing and writing (a reader thread feeds a small
-bounded queue), because on large base layers the three otherwise run one after another.
+Fetches stream into the store, hashed as they arrive, never whole in memory; the socket
+read overlaps hashing and writing (a reader thread feeds a small bounded queue), because
+on large base layers the three otherwise run one after another.
 
 Independent blobs move concurrently (``each_concurrently``: up to
 ``$PATCHBAKE_REGISTRY_CONCURRENCY`` at once, default 4), as the Docker CLI and skopeo do;
@@ -25,7 +26,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import IntegrityError, RegistryError
-from ..fsutil import CHUNK
 from ..store import Store
 from .registry_http import TRANSPORT_ERRORS, FileBody, Response, RetryableError, Transport
 from .registry_manifest import Descriptor
@@ -101,21 +101,6 @@ def push_scope(repo: str) -> str:
     return f"repository:{repo}:pull,push"
 
 
-def read_capped(resp: Response, limit: int, what: str) -> bytes:
-    """The whole body, refusing more than ``limit`` bytes (a manifest, a config)."""
-    buf = bytearray()
-    try:
-        for chunk in resp.iter_content(CHUNK):
-            buf += chunk
-            if len(buf) > limit:
-                raise RegistryError(f"{what} is larger than {limit} bytes; refusing it")
-    except TRANSPORT_ERRORS as exc:
-        raise RetryableError(f"{what}: {exc}") from exc
-    finally:
-        resp.close()
-    return bytes(buf)
-
-
 def _prefetch(chunks: Iterable[bytes], depth: int = PREFETCH_DEPTH) -> Iterator[bytes]:
     """Iterate ``chunks`` in a reader thread; exceptions there surface here, in order."""
     q: queue.Queue[bytes | BaseException | None] = queue.Queue(depth)
@@ -160,8 +145,7 @@ def fetch_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
 
     def body(resp: Response, count: list[int]) -> Iterator[bytes]:
         try:
-            for chunk in _prefetch(resp.iter_content(CHUNK)):
-                http.budget.check()
+            for chunk in _prefetch(http.chunks(resp)):
                 count[0] += len(chunk)
                 if count[0] > desc.size:
                     raise RegistryError(f"blob {desc.digest} is longer than its "
@@ -242,7 +226,7 @@ def upload_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
             if progress:
                 progress(len(data))
             return data
-        return FileBody(store.open_blob(desc.digest), desc.size, progress)
+        return FileBody(store.open_blob(desc.digest), desc.size, progress, http.budget.check)
 
     def attempt() -> None:
         url = urls.pop() if urls else None

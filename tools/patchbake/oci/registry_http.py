@@ -1,40 +1,113 @@
-"""HTTP for the registry client: auth challenges, the retry policy, redirects, errors.
+"""HTTP for the registry client, on requests: auth challenges, the retry policy,
+redirects, bounded body reads, errors.
 
 Retry policy (the registries we copy from taught it): only 408, 429 and 5xx answers and
 transport errors are retried, with exponential backoff or the server's ``Retry-After``;
 401, 403 and 404 are answers, never retried. A request that carries an upload is retried
 by the caller with a fresh upload session (see ``with_retries``), never replayed into the
 same session.
+
+requests carries the bytes: one Session per client, whose pool keeps keep-alive
+connections per host (blobs moving on several threads each take their own), TLS and
+``HTTPS_PROXY``/``NO_PROXY`` as requests reads them. What it is not left to do:
+
+- redirects: followed here, hop by hop, each hop checked against the transport policy
+  (``check_url_allowed``), credentials never following one to another host;
+- reading bodies: requests' timeout bounds each socket read, not a body, so bodies are read
+  here one socket read at a time (:meth:`Transport.chunks`) and the operation's deadline
+  and a minimum rate are checked between reads;
+- plain http (loopback only) never goes through a proxy, ``~/.netrc`` is never read (a
+  registry's credentials come from ``registry_auth``), and bodies are never decoded (a
+  blob's bytes are what is hashed).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import IO, Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
+import requests
+import urllib3
+from requests.adapters import BaseAdapter, HTTPAdapter
+
 from ..errors import RegistryError
-from ..netpolicy import Budget, RetryPolicy, is_retry_status, retry_after_seconds, retrying
+from ..fsutil import CHUNK
+from ..netpolicy import Budget, RetryPolicy, http_session, is_retry_status, retry_after_seconds, retrying
 from ..netpolicy import Retryable as RetryableError
-from .registry_conn import TRANSPORT_ERRORS, ConnectionPool, FileBody, Response
+from .registry_auth import Credentials, parse_challenge
 from .registry_ref import check_url_allowed, resolve_location
 from .unreachable import nothing_listens
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # imported when a registry first challenges: anonymous pulls never do
-    from typing import Any, TypeVar
-
-    from .registry_conn import Sender
-
-    T = TypeVar("T")
-    from .registry_auth import Credentials
-
 __all__ = ["TRANSPORT_ERRORS", "Budget", "FileBody", "Response", "RetryPolicy",
-           "RetryableError", "Sender", "Transport", "is_retry_status", "retry_after_seconds"]
+           "RetryableError", "Transport", "registry_session"]
+
+T = TypeVar("T")
+Response = requests.Response
+# What a failed exchange raises: requests' errors (all OSErrors: refused, reset, timed out,
+# TLS) and urllib3's while a body is read (a read timeout, a body cut short of its length).
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, urllib3.exceptions.HTTPError)
+_PEEK_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, RetryableError)
+MAX_CONNECTIONS = 16  # per host: one per blob moving at once (registry_blobs caps them at 16)
+MIN_RATE = 1024  # bytes/s a body must average over each read timeout's span
+DRAIN_LIMIT = 64 << 10  # an answer's unread body up to this is read so its connection is reused
+BODY_LIMIT = 4 << 20  # an answer read whole (not streamed): an index of referrers, a token
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+class FileBody:
+    """A request body read from a file of known length (sent with its Content-Length,
+    never chunked), reporting progress as it goes out and stopping at the deadline."""
+
+    def __init__(self, f: IO[bytes], size: int, progress: Callable[[int], None] | None,
+                 check: Callable[[], None]) -> None:
+        self._f, self._size, self._progress, self._check = f, size, progress, check
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        self._check()
+        data = self._f.read(n)
+        if self._progress and data:
+            self._progress(len(data))
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+
 
 Body = bytes | FileBody | None
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _as_given(r: requests.PreparedRequest) -> requests.PreparedRequest:
+    return r
+
+
+class _Session(requests.Session):
+    """A Session that never follows a redirect, not even to offer it as ``Response.next``:
+    for that requests would read the redirect's body whole (with no bound on the time it
+    takes) and parse its Location before the transport policy has seen it."""
+
+    def get_redirect_target(self, resp: requests.Response) -> None:
+        return None
+
+
+def registry_session(adapter: BaseAdapter | None = None) -> requests.Session:
+    """The project's Session (``netpolicy.http_session``) as the registry needs it;
+    ``adapter`` (an in-memory registry in tests) in place of requests' own."""
+    s = http_session(_Session)
+    s.headers["Accept-Encoding"] = "identity"  # a blob's bytes, as stored, are what is hashed
+    # A session-wide auth hook keeps requests from replacing the Authorization header this
+    # transport sets with ~/.netrc's entry for the host (Docker never reads ~/.netrc).
+    s.auth = _as_given
+    a = adapter or HTTPAdapter(pool_maxsize=MAX_CONNECTIONS)
+    s.mount("https://", a)
+    s.mount("http://", a)
+    return s
 
 
 def with_query(url: str, params: Mapping[str, str] | list[tuple[str, str]] | None) -> str:
@@ -45,15 +118,11 @@ def with_query(url: str, params: Mapping[str, str] | list[tuple[str, str]] | Non
     return f"{url}{'&' if urlsplit(url).query else '?'}{query}"
 
 
-def registry_errors(resp: Response) -> tuple[str, frozenset[str]]:
-    """The registry's own ``errors[].code: message`` (else the first bytes of the body),
-    and the set of its error codes."""
+def registry_errors(body: bytes, reason: str) -> tuple[str, frozenset[str]]:
+    """The registry's own ``errors[].code: message`` in an error answer's ``body`` (else
+    its first bytes, else the status's ``reason``), and the set of its error codes."""
     try:
-        resp.preload()
-    except TRANSPORT_ERRORS:  # the error document itself did not arrive: the status says it
-        return resp.reason or "", frozenset()
-    try:
-        doc = resp.json()
+        doc = json.loads(body)
         errs = doc.get("errors") if isinstance(doc, dict) else None
         if isinstance(errs, list) and errs:
             errs = [e for e in errs if isinstance(e, dict)]
@@ -61,25 +130,20 @@ def registry_errors(resp: Response) -> tuple[str, frozenset[str]]:
                               for e in errs), frozenset(str(e.get("code")) for e in errs))
     except ValueError:
         pass
-    text = (resp.text or "").strip().replace("\n", " ")
-    return text[:200] or (resp.reason or ""), frozenset()
-
-
-def registry_error_text(resp: Response) -> str:
-    """The registry's own ``errors[].code: message``, else the first bytes of the body."""
-    return registry_errors(resp)[0]
+    text = body.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text[:200] or reason, frozenset()
 
 
 class Transport:
-    """One registry endpoint: base URL, connections, cached tokens, retry policy."""
+    """One registry endpoint: base URL, session, cached tokens, retry policy."""
 
-    def __init__(self, base: str, *, sender: Sender | None = None,
+    def __init__(self, base: str, *, adapter: BaseAdapter | None = None,
                  credentials: Credentials | Callable[[], Credentials | None] | None = None,
                  retry: RetryPolicy | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  insecure_loopback_http: bool = True) -> None:
         self.base = base.rstrip("/")
-        self.sender: Sender = sender or ConnectionPool()
+        self.session = registry_session(adapter)
         # A callable is asked only when a registry first challenges: anonymous registries
         # never make us read (or trip over) Docker's config file.
         self._credentials = credentials
@@ -113,6 +177,57 @@ class Transport:
         return retrying(self.budget, what, attempt, lambda msg: RegistryError(
             msg, hint="the registry is unavailable or overloaded; retry later"))
 
+    # -- bodies ------------------------------------------------------------------------
+    def chunks(self, resp: Response) -> Iterator[bytes]:
+        """``resp``'s body as it arrives, one socket read at a time, so that a peer
+        dripping a byte per read timeout cannot hold us: the operation's deadline is
+        checked between reads, and a body averaging under MIN_RATE over a read timeout's
+        span is a transient failure. Transport errors are raised as they are."""
+        budget, span = self.budget, self.retry.read_timeout_s
+        since, got = budget.clock(), 0
+        while True:
+            budget.check()
+            data = resp.raw.read1(CHUNK, decode_content=False)
+            if not data:
+                return
+            got += len(data)
+            now = budget.clock()
+            if now - since >= span:
+                if got < MIN_RATE * (now - since):
+                    raise RetryableError(f"{urlsplit(resp.url).path}: the answer arrives at "
+                                         f"under {MIN_RATE} bytes/s")
+                since, got = now, 0
+            yield data
+
+    def read(self, resp: Response, limit: int, what: str) -> bytes:
+        """The whole body, refusing more than ``limit`` bytes (a manifest, a config)."""
+        buf = bytearray()
+        try:
+            for chunk in self.chunks(resp):
+                buf += chunk
+                if len(buf) > limit:
+                    raise RegistryError(f"{what} is larger than {limit} bytes; refusing it")
+        except TRANSPORT_ERRORS as exc:
+            raise RetryableError(f"{what}: {_why(exc)}") from exc
+        finally:
+            resp.close()
+        return bytes(buf)
+
+    def _peek(self, resp: Response, limit: int = DRAIN_LIMIT) -> bytes:
+        """Up to ``limit`` bytes of an answer whose body is not wanted whole (an error
+        document; what a PUT answers); read to its end, its connection is reused."""
+        buf = bytearray()
+        try:
+            for chunk in self.chunks(resp):
+                buf += chunk
+                if len(buf) >= limit:
+                    break
+        except _PEEK_ERRORS:
+            pass  # the status said what matters; the connection is not reused
+        finally:
+            resp.close()
+        return bytes(buf[:limit])
+
     # -- requests ----------------------------------------------------------------------
     def url(self, path: str) -> str:
         return path if "://" in path else f"{self.base}{path}"
@@ -125,20 +240,24 @@ class Transport:
         """Send one logical request; return the response if its status is in ``ok``.
 
         ``body`` is a factory so a retry or an auth round-trip resends from the start.
-        With ``retry=False`` a retryable failure raises RetryableError for the caller's
-        own loop (uploads restart with a fresh session instead of replaying).
-        ``transient``: registry error codes that, for this request, are retried like a 5xx.
+        With ``stream`` the body is the caller's to read (``chunks``, ``read``); without,
+        it has been read already (bounded like every body), for ``.content``/``.json()``. With ``retry=False`` a retryable failure
+        raises RetryableError for the caller's own loop (uploads restart with a fresh
+        session instead of replaying). ``transient``: registry error codes that, for this
+        request, are retried like a 5xx.
         """
         scope_list = tuple(scopes)
         oks = frozenset(ok)
         retry_codes = frozenset(transient)
 
         def once() -> Response:
-            resp = self._authorized(method, self.url(path), scope_list, headers, body,
-                                    params, stream)
-            if resp.status_code in oks:
-                return resp
-            raise self._refusal(method, self.url(path), resp, retry_codes)
+            resp = self._authorized(method, self.url(path), scope_list, headers, body, params)
+            if resp.status_code not in oks:
+                raise self._refusal(method, self.url(path), resp, retry_codes)
+            if not stream:
+                # requests' own cache of the body, which .content and .json() read
+                resp._content = self.read(resp, BODY_LIMIT, f"the answer to {method} {path}")
+            return resp
 
         if retry:
             return self.with_retries(f"{method} {path}", once)
@@ -146,33 +265,30 @@ class Transport:
 
     def _authorized(self, method: str, url: str, scopes: tuple[str, ...],
                     headers: Mapping[str, str] | None, body: Callable[[], Body] | None,
-                    params: Mapping[str, str] | None, stream: bool) -> Response:
+                    params: Mapping[str, str] | None) -> Response:
         key = " ".join(sorted(scopes))
         used = self._auth.get(key)
-        resp = self._send(method, url, headers, body, params, stream, used)
+        resp = self._send(method, url, headers, body, params, used)
         if resp.status_code == 401:
             header = resp.headers.get("WWW-Authenticate", "")
-            resp.close()
+            self._peek(resp)
             with self._auth_lock:  # requests sent at once answer one challenge, once
                 if self._auth.get(key) == used:
                     self._auth[key] = self._answer_challenge(header, scopes)
-            resp = self._send(method, url, headers, body, params, stream, self._auth[key])
+            resp = self._send(method, url, headers, body, params, self._auth[key])
             if resp.status_code == 401:
-                detail = registry_error_text(resp)
-                resp.close()
+                detail = registry_errors(self._peek(resp), resp.reason or "")[0]
                 raise RegistryError(
                     f"{method} {urlsplit(url).path}: unauthorized after authenticating ({detail})",
                     hint="check PATCHBAKE_REGISTRY_USER/PASSWORD or docker login for this host",
                 )
         return resp
 
-    @staticmethod
-    def _refusal(method: str, url: str, resp: Response,
+    def _refusal(self, method: str, url: str, resp: Response,
                  transient: frozenset[str]) -> Exception:
         """The error for an answer outside ``ok``: RetryableError for 408, 429, 5xx and
         the ``transient`` error codes, else RegistryError."""
-        detail, codes = registry_errors(resp)
-        resp.close()
+        detail, codes = registry_errors(self._peek(resp), resp.reason or "")
         where = f"{method} {urlsplit(url).path}"
         if is_retry_status(resp.status_code) or codes & transient:
             return RetryableError(f"{where}: HTTP {resp.status_code} {detail}",
@@ -184,46 +300,48 @@ class Transport:
 
     def _send(self, method: str, url: str, headers: Mapping[str, str] | None,
               body: Callable[[], Body] | None, params: Mapping[str, str] | None,
-              stream: bool, authorization: str | None) -> Response:
+              authorization: str | None) -> Response:
         hdrs = dict(headers or {})
         if authorization:
             hdrs["Authorization"] = authorization
         url = with_query(url, params)
         for _hop in range(6):
             check_url_allowed(url, insecure_loopback_http=self.insecure_loopback_http)
-            data = body() if body else None
-            if data is not None or method in _BODY_METHODS:
-                hdrs["Content-Length"] = str(len(data) if data is not None else 0)
-            try:
-                timeout = self.budget.charge()
-                resp = self.sender.send(method, url, hdrs, data, timeout)
-                if not stream:
-                    resp.preload()
-            except TRANSPORT_ERRORS as exc:
-                refused = nothing_listens(url, exc)
-                if refused is not None:  # loopback, connection refused: not transient
-                    raise refused from exc
-                raise RetryableError(f"{method} {urlsplit(url).path}: {_why(exc)}") from exc
-            finally:
-                close = getattr(data, "close", None)
-                if close:
-                    close()
-            # Redirects are followed by hand so each hop passes the transport policy, and
-            # credentials never follow a redirect to another host (blob storage backends).
-            if resp.status_code in (301, 302, 303, 307, 308) and method in ("GET", "HEAD"):
-                target = resolve_location(url, resp.headers.get("Location", ""), "redirect")
-                resp.close()
-                if urlsplit(target).netloc != urlsplit(url).netloc:
-                    hdrs.pop("Authorization", None)
-                url = target
-                continue
-            return resp
+            resp = self._exchange(method, url, hdrs, body() if body else None)
+            if resp.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
+                return resp
+            # Followed by hand so each hop passes the transport policy, and credentials
+            # never follow a redirect to another host (blob storage backends).
+            target = resolve_location(url, resp.headers.get("Location", ""), "redirect")
+            self._peek(resp)
+            if urlsplit(target).netloc != urlsplit(url).netloc:
+                hdrs.pop("Authorization", None)
+            url = target
         raise RegistryError(f"{method} {urlsplit(url).path}: too many redirects")
+
+    def _exchange(self, method: str, url: str, headers: Mapping[str, str],
+                  data: Body) -> Response:
+        """One request and its answer's head (its body is left to read); transport
+        errors become RetryableError, except a refused loopback connection."""
+        # Plain http is loopback's only: never through a proxy (a fresh dict each time:
+        # requests adds the environment's proxies to it).
+        proxies: dict[str, str | None] | None = (
+            {"http": None, "all": None} if urlsplit(url).scheme.lower() == "http" else None)
+        try:
+            return self.session.request(method, url, headers=headers, data=data, stream=True,
+                                        allow_redirects=False, proxies=proxies,  # type: ignore[arg-type]  # None: no proxy
+                                        timeout=self.budget.charge())
+        except TRANSPORT_ERRORS as exc:
+            refused = nothing_listens(url, exc)
+            if refused is not None:  # loopback, connection refused: not transient
+                raise refused from exc
+            raise RetryableError(f"{method} {urlsplit(url).path}: {_why(exc)}") from exc
+        finally:
+            if isinstance(data, FileBody):
+                data.close()
 
     # -- auth --------------------------------------------------------------------------
     def _answer_challenge(self, header: str, scopes: tuple[str, ...]) -> str:
-        from .registry_auth import parse_challenge
-
         ch = parse_challenge(header)
         if ch is None:
             raise RegistryError("the registry answered 401 without a WWW-Authenticate challenge")
@@ -248,28 +366,24 @@ class Transport:
         if params.get("service"):
             query.insert(0, ("service", params["service"]))
         hdrs = {"Authorization": self.credentials.basic_header()} if self.credentials else {}
+        where = urlsplit(realm).netloc
 
         def once() -> Any:
-            try:
-                timeout = self.budget.charge()
-                resp = self.sender.send("GET", with_query(realm, query), hdrs, None, timeout)
-                resp.preload()
-                resp.close()
-            except TRANSPORT_ERRORS as exc:
-                raise RetryableError(f"token request to {urlsplit(realm).netloc}: "
-                                     f"{_why(exc)}") from exc
+            resp = self._exchange("GET", with_query(realm, query), hdrs, None)
             if is_retry_status(resp.status_code):
+                self._peek(resp)
                 raise RetryableError(f"token request: HTTP {resp.status_code}",
                                      retry_after=retry_after_seconds(
                                          resp.headers.get("Retry-After")))
             if resp.status_code != 200:
+                detail = registry_errors(self._peek(resp), resp.reason or "")[0]
                 raise RegistryError(
-                    f"the token service at {urlsplit(realm).netloc} refused "
-                    f"(HTTP {resp.status_code}: {registry_error_text(resp)})",
+                    f"the token service at {where} refused (HTTP {resp.status_code}: {detail})",
                     hint="check the credentials for this registry",
                 )
+            data = self.read(resp, BODY_LIMIT, f"token request to {where}")
             try:
-                return resp.json()
+                return json.loads(data)
             except ValueError as exc:
                 raise RegistryError("the token service answered something other than JSON") from exc
 

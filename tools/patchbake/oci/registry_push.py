@@ -11,9 +11,10 @@ while the manifests go up.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, RegistryError, StoreError, TagMovedError
@@ -21,12 +22,25 @@ from ..store import Store
 from . import registry_blobs as blobs
 from . import registry_record
 from .registry_blobs import Progress
+from .registry_http import Transport
 from .registry_manifest import Descriptor, Manifest, parse_manifest
 from .registry_ref import RegistryRef
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from .registry import RegistryClient
+
+class Client(Protocol):
+    """What a push needs of its ``registry.RegistryClient``: a protocol, so that this
+    module (which registry.py imports) does not import registry.py back."""
+
+    host: str
+    http: Transport
+
+    def ping(self) -> None: ...
+
+    def fetch_manifest(self, r: RegistryRef, reference: str, *, push_scope: bool = False,
+                       missing_ok: bool = False) -> tuple[bytes, str] | None: ...
+
+    def note_blobs(self, store: Store, repo: str, digests: Iterable[object]
+                   ) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +96,7 @@ def local_manifest(store: Store, digest: str) -> tuple[bytes, Manifest]:
 class Push:
     """One push of ``manifest_digest`` from ``store`` to ``r`` through ``client``."""
 
-    def __init__(self, client: RegistryClient, store: Store, manifest_digest: str,
+    def __init__(self, client: Client, store: Store, manifest_digest: str,
                  r: RegistryRef, mount_from: list[str], progress: Progress | None) -> None:
         self.client, self.http, self.store = client, client.http, store
         self.r, self.mount_from, self.progress = r, mount_from, progress
@@ -119,7 +133,7 @@ class Push:
             tally.merge(part)
         done = blobs.each_concurrently(_call, [
             lambda: self.put_manifests(existing, tag_existed),
-            lambda: self.client._note_blobs(self.store, r.repo, self.wanted)])
+            lambda: self.client.note_blobs(self.store, r.repo, self.wanted)])
         put: list[str] = done[0]  # type: ignore[assignment]
         warnings: tuple[str, ...] = done[1]  # type: ignore[assignment]
         return PushResult(str(r), top_digest, top_m.media_type, tuple(tally.uploaded),
@@ -149,7 +163,7 @@ class Push:
         """True if the tag already names ``digest``; TagMovedError if it names another."""
         r = self.r
         assert r.tag
-        got = self.client._fetch_manifest(r, r.tag, push_scope=True, missing_ok=True)
+        got = self.client.fetch_manifest(r, r.tag, push_scope=True, missing_ok=True)
         if got is None:
             return False
         current = Digest.of(got[0])
@@ -163,7 +177,7 @@ class Push:
 
     def held_manifest(self, digest: str) -> bytes | None:
         """The repository's bytes for manifest ``digest``, None if it has none."""
-        got = self.client._fetch_manifest(self.r.with_digest(digest), digest, push_scope=True,
+        got = self.client.fetch_manifest(self.r.with_digest(digest), digest, push_scope=True,
                                          missing_ok=True)
         return got[0] if got is not None else None
 

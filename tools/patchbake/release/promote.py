@@ -53,7 +53,7 @@ class Promoted:
 
 def _tag_digest(client: RegistryClient, ref: RegistryRef) -> str | None:
     assert ref.tag
-    got = client._fetch_manifest(ref, ref.tag, push_scope=True, missing_ok=True)
+    got = client.fetch_manifest(ref, ref.tag, push_scope=True, missing_ok=True)
     return None if got is None else Digest.of(got[0])
 
 

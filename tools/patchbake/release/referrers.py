@@ -129,7 +129,7 @@ def _att_manifest(client: RegistryClient, store: Store, repo: str,
 
 
 def _existing_att_layers(client: RegistryClient, repo: str, tag: str) -> list[dict[str, Any]]:
-    got = client._fetch_manifest(RegistryRef(client.host, repo, tag, None), tag,
+    got = client.fetch_manifest(RegistryRef(client.host, repo, tag, None), tag,
                                  push_scope=True, missing_ok=True)
     if got is None:
         return []

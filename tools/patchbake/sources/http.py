@@ -21,6 +21,7 @@ from ..netpolicy import (
     Budget,
     Retryable,
     RetryPolicy,
+    http_session,
     is_retry_status,
     retry_after_seconds,
     retrying,
@@ -60,9 +61,7 @@ def bar(progress: ProgressFactory | None, description: str, total: int | None,
 
 def new_session() -> requests.Session:
     """One session per fetch; tests mount a fake adapter on the one this returns."""
-    s = requests.Session()
-    s.headers["User-Agent"] = "patchbake (pinned source fetch)"
-    return s
+    return http_session()
 
 
 def budget_of(session: requests.Session) -> Budget:
