@@ -230,3 +230,17 @@ def test_a_command_interrupted_inside_click_exits_130(monkeypatch: pytest.Monkey
     assert entry.main(["--json", "fetch"]) == 130
     doc = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert doc["error"] == {"class": "Aborted", "code": 130, "message": "aborted", "hint": None}
+
+
+@pytest.mark.parametrize("argv", [[], ["patch"], ["store"], ["release"]])
+def test_a_bare_group_prints_its_help_and_exits_0(argv: list[str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`patchbake`, `patchbake patch`: the help as --help prints it (usage, options, the
+    commands one per line), on stdout, and success, not a one-line error."""
+    assert entry.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.startswith(f"Usage: patchbake {' '.join(argv)}".rstrip() + " [OPTIONS] COMMAND")
+    assert "\nCommands:\n" in out and "patchbake: error" not in out
+    assert entry.main([*argv, "--help"]) == 0
+    assert capsys.readouterr().out == out

@@ -127,6 +127,11 @@ def run(args: list[str]) -> int:
         rc = main_group.main(args=args, prog_name="patchbake", standalone_mode=False)
     except click.exceptions.Abort as exc:  # click's word for Ctrl-C (or SIGTERM) in a command
         raise KeyboardInterrupt from exc
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # a bare group (`patchbake`, `patchbake patch`) asks what it can do: its help, as
+        # --help prints it, and success (click 8.2+ raises this where 8.1 printed the help)
+        click.echo(exc.ctx.get_help())
+        return 0
     except click.ClickException as exc:
         hint = None
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
