@@ -25,7 +25,7 @@ from patchbake.digest import Digest
 from patchbake.evidence import keys, policy, records
 from patchbake.suites import spec as suites
 from patchbake.suites.host import HostRunner
-from patchbake.suites.image import ImageRef
+from patchbake.suites.image import SuiteImage
 from patchbake.suites.run import run_suite
 from patchbake.store import Store
 
@@ -69,7 +69,7 @@ def main() -> int:
 
         store = Store.open(t / "store")
         digest, cfg = toy_image(store, SUITES / "trees" / "patched")
-        ref = ImageRef("toy", Digest(digest), Digest(cfg))
+        ref = SuiteImage("toy", Digest(digest), Digest(cfg))
         raw = {"path": str(SUITES / "passing"), "command": [
             "{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
             "python_files=check_*.py", "--junitxml={junit}", str(SUITES / "passing")]}

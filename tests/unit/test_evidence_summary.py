@@ -50,7 +50,7 @@ def test_verification_problems_are_not_summarised_as_all_matched(
     from patchbake import identity
     from patchbake.errors import VerifyError
     from patchbake.evidence import facts
-    from patchbake.suites.image import ImageRef
+    from patchbake.suites.image import SuiteImage
 
     def fake(problems: list[str], mismatched: list[dict[str, Any]], matched: int
              ) -> identity.VerifyResult:
@@ -60,7 +60,7 @@ def test_verification_problems_are_not_summarised_as_all_matched(
             identity=None, bytes_read=0, seconds=0.0)
 
     unused: Any = None  # verify_image is replaced: pipeline, store and lineage are not read
-    ref = ImageRef("img", Digest(DIGEST), None)
+    ref = SuiteImage("img", Digest(DIGEST), None)
     bad_record = fake(["/opt/patchbake/verify.py does not match the identity record"], [], 70)
     monkeypatch.setattr(identity, "verify_image", lambda *a, **k: bad_record)
     with pytest.raises(VerifyError, match="verify.py does not match") as info:

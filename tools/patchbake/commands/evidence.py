@@ -10,6 +10,7 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
+from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError, UsageError
 from ..evidence import settings
 from ..evidence.failures import reason_of
@@ -28,10 +29,10 @@ def _signing(ctx: Ctx) -> settings.Signing:
     return settings.parse(p.signing, p.root, p.path.name)
 
 
-def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
+def _image(ctx: Ctx, ref: str) -> imagemod.SuiteImage:
     # A reference carrying its digest verifies with no store at all (CI, reviewers).
     with did_you_mean(ctx, ref):
-        return imagemod.digest_only(ref, ctx.pipeline) or imagemod.resolve(ctx.store, ref,
+        return imagemod.digest_only(ref, ctx.pipeline) or imagemod.identify(ctx.store, ref,
                                                                            ctx.pipeline)
 
 
@@ -102,9 +103,9 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
     key = keymod.load_private(key_path or sig.key)
     want = _image(ctx, image_ref) if image_ref else None
     rows = []
-    pinned: dict[str, str] = {}  # each lineage's pinned vllm/ digest, fetched when needed
+    pinned: dict[str, Digest] = {}  # each lineage's pinned vllm/ digest, fetched when needed
 
-    def pinned_vllm_digest(image_digest: str) -> str:
+    def pinned_vllm_digest(image_digest: Digest) -> Digest:
         # the pin of the image's own lineage (its definition's), never just the default
         from ..expected import bind_lineage
 
@@ -179,7 +180,7 @@ def evidence_verify(ctx: Ctx, file: Path | None, image_ref: str, suite_name: str
                                  f"no ({v.standing})")])
 
 
-def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.ImageFacts:
+def _facts(ctx: Ctx, ref: imagemod.SuiteImage, verify_files: bool) -> summary.ImageFacts:
     from ..evidence import facts, summary
 
     patch, matched, total = facts.patch_and_match(ctx.pipeline, ctx.store, ctx.lineage(), ref,

@@ -53,7 +53,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
             from .. import identity
             from ..sources.digest import tree_digest
 
-            ref = imagemod.resolve(ctx.store, image, ctx.pipeline)
+            ref = imagemod.identify(ctx.store, image, ctx.pipeline)
             tmp = Path(tempfile.mkdtemp(prefix="patchbake-pristine."))
             atexit.register(shutil.rmtree, tmp, True)
             dest = tmp / "tree"
@@ -95,7 +95,7 @@ def fixtures_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     p = ctx.pipeline
     suite = suitesmod.get(p.suites, suite_name, p.root, p.path.name)
     with did_you_mean(ctx, image_ref):
-        ref = imagemod.resolve(ctx.store, image_ref, p)
+        ref = imagemod.identify(ctx.store, image_ref, p)
     from ..expected import bind_lineage
 
     # the pristine probe and the recorded pins are the image's own lineage's
@@ -156,7 +156,7 @@ def fixtures_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     refs = []
     for i in images:
         with did_you_mean(ctx, i):
-            refs.append(imagemod.resolve(ctx.store, i, ctx.pipeline))
+            refs.append(imagemod.identify(ctx.store, i, ctx.pipeline))
     made = bundle(ctx.store, refs, out)
     if ctx.as_json:
         ui.emit_json(made)

@@ -172,7 +172,7 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
     variant = "with-python" if with_python else "plain"
     s = build_standin(ctx.store, ctx.lineage(), site_packages, variant=variant)
     if archive:
-        short = Digest(s.manifest.digest).short()
+        short = s.manifest.digest.short()
         export_docker_archive(ctx.store, s.manifest.digest, archive,
                               [f"patchbake/standin-{variant}:{short}"])
     out = {"digest": s.manifest.digest, "config_digest": s.config_digest,
@@ -199,7 +199,7 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
             raise ImageError(f"export reads images from the store; {ref} is a {res.kind}")
         digest = res.image.manifest_digest
     export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
-                                                    f":{Digest(digest).short()}"])
+                                                    f":{digest.short()}"])
     ui.say(f"{dest}: {digest}")
 
 

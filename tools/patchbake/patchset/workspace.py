@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..digest import Digest
 from ..errors import ExportError
 from ..records import Record
 from ..store import Store
@@ -35,7 +36,7 @@ class Workspace(Record):
     files: int
 
 
-def pristine_message(pin: str, tree_digest: str) -> str:
+def pristine_message(pin: str, tree_digest: Digest) -> str:
     return f"{PRISTINE_SUBJECT}{pin}\n\ntree-digest: {tree_digest}\n"
 
 

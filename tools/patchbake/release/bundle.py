@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..digest import Digest
 from ..errors import EvidenceError, LedgerError, PatchbakeError, ReleaseError
 from ..fsutil import atomic_write, pretty_json, sha256_bytes
 from . import ledger, manifest, vsa
@@ -32,7 +33,7 @@ POLICY = Path("manifests") / "trust-policy.yaml"
 @dataclass
 class Verdict:
     release: str
-    digest: str
+    digest: Digest
     channel: str
     checks: list[tuple[str, str]] = field(default_factory=list)  # (check, detail)
 
@@ -139,10 +140,10 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
     out.checks.append(("ledger", f"{len(entries)} entries, chain and signatures intact"))
     out.checks.append(("release manifest", f"release.json hashes to its id {rel.id[:16]}…"))
     mine = ledger.find(entries, "release", release=rel.id)
-    if not mine or mine[0].data.get("digest") != rel.digest:
+    if not mine or mine[0].data.get("digest") != str(rel.digest):
         raise ReleaseError(f"release {rel.id[:16]} has no ledger entry naming {rel.digest}")
     out.checks.append(("ledger entry", f"line {int(mine[0].data['seq']) + 1} records it"))
-    if digest and digest != rel.digest:
+    if digest and digest != str(rel.digest):
         raise ReleaseError(f"the release is about {rel.digest}, not {digest}")
     out.checks.append(("digest", f"{rel.image} {rel.digest}"))
     vpath = rel.path.parent / manifest.VSA_NAME

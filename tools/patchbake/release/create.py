@@ -58,7 +58,7 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
     if resolved is None:
         if store is None:
             raise ReleaseError(f"'{ref}' names no digest and there is no store to resolve it")
-        resolved = imagemod.resolve(store, ref, pipeline)
+        resolved = imagemod.identify(store, ref, pipeline)
     rec = imagemod.find_record(pipeline.root, resolved.digest)
     name = rec.definition if rec and resolved.name.startswith("sha256:") \
         else resolved.name
