@@ -48,7 +48,7 @@ def toy(docker_engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     subprocess.run(["docker", "save", "-o", str(archive), tag], check=True)
     imp = import_docker_archive(store, archive)
     archive.unlink()
-    yield {"store": store, "ref": SuiteImage(tag, Digest(imp.manifest_digest), Digest(imp.config_digest)),
+    yield {"store": store, "ref": SuiteImage(tag, imp.manifest_digest, imp.config_digest),
            "tag": tag}
     subprocess.run(["docker", "rmi", "-f", tag], check=False, capture_output=True)
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from patchbake.digest import Digest
 from patchbake import cli, config
 from patchbake.errors import FetchError
 from patchbake.sources import fetch, tree_digest
@@ -46,7 +47,7 @@ def lineage(repo: Path, commit: str) -> config.Lineage:
     return config.parse(data, repo.parent / "pipeline.yaml").lineage()
 
 
-def working_tree_digest(repo: Path, tmp: Path) -> str:
+def working_tree_digest(repo: Path, tmp: Path) -> Digest:
     import shutil
     copy = tmp / "wt"
     shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))

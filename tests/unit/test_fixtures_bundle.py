@@ -19,14 +19,15 @@ from patchbake.store import Store
 PIPELINE = None
 
 
-def _baked(tmp_path: Path) -> tuple[Store, SuiteImage, list[str]]:
+def _baked(tmp_path: Path) -> tuple[Store, SuiteImage, list[Digest]]:
     repo = make_repo(tmp_path)
     global PIPELINE
     PIPELINE = repo.pipeline
     res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
     manifest = json.loads(repo.store.read_blob(res.digest))
-    blobs = [res.digest, manifest["config"]["digest"], *[x["digest"] for x in manifest["layers"]]]
-    return repo.store, SuiteImage("offline", Digest(res.digest), Digest(manifest["config"]["digest"])), blobs
+    config = Digest.parse(manifest["config"]["digest"])
+    blobs = [res.digest, config, *[Digest.parse(x["digest"]) for x in manifest["layers"]]]
+    return repo.store, SuiteImage("offline", res.digest, config), blobs
 
 
 def test_bundle_holds_exactly_the_image_and_materialises(tmp_path: Path) -> None:

@@ -147,7 +147,7 @@ def test_unparsable_image_record_is_an_image_error(tmp_path: Path) -> None:
     from patchbake.errors import ImageError
     from patchbake.suites.image import find_record
 
-    d = "sha256:" + "ab" * 32
+    d = Digest.from_hex("ab" * 32)
     rec = tmp_path / "manifests" / "images" / "img" / f"{'ab' * 32}.json"
     rec.parent.mkdir(parents=True)
     assert find_record(tmp_path, d) is None

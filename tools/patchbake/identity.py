@@ -182,7 +182,7 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
     return matched, total, mismatched, drift
 
 
-def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Lineage | None = None,
+def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: str | Lineage | None = None,
                  *, patched: Patched | None = None, pristine_root: Path | None = None,
                  site_packages: str | None = None, definition: str | None = None,
                  progress: Callable[[int], None] | None = None,
@@ -194,6 +194,7 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
     With ``use_cache`` the findings and each layer's ops are memoised (``verify_memo``,
     ``oci.scan``); every layer is still read and hashed to EOF and checked every time."""
     t0 = time.monotonic()
+    ref = str(ref)  # a manifest digest is one of the references resolve() takes
     with resolve(store, ref, pipeline) as res, _hashing(res, use_cache) as early:
         exp = expected_for(pipeline, store, res, definition, site_packages)
         # The lineage is the definition's: a fresh apply or pristine tree of another

@@ -40,7 +40,7 @@ def _verified_json(v: records.Verified) -> dict[str, Any]:
     s = v.statement
     return {"path": str(v.path), "verified": True, "keyid": v.keyid, "signer": v.signer,
             "suite": s.suite, "result": s.result, "counts": s.counts, "runner": s.runner,
-            "subject": {"name": s.subject_name, "digest": s.subject_digest},
+            "subject": {"name": s.subject_name, "digest": str(s.subject_digest)},
             "counts_as_evidence": v.counts_as_evidence, "standing": v.standing,
             "patch_shown": v.patch_shown, "junit": v.junit,
             "envelope_sha256": v.envelope_sha256,
@@ -214,7 +214,7 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
     facts = _facts(ctx, ref, not no_verify_files)
     text = summary.paragraph(facts, found)
     if ctx.as_json:
-        ui.emit_json({"image": ref.name, "digest": ref.digest, "paragraph": text,
+        ui.emit_json({"image": ref.name, "digest": str(ref.digest), "paragraph": text,
                       "suites": {k: (_verified_json(v) if isinstance(v, records.Verified)
                                      else records.describe_failure(v))
                                  for k, v in found.items()}})

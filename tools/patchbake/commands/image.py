@@ -10,7 +10,6 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..digest import Digest
 from ..errors import ImageError
 from .names import did_you_mean
 
@@ -175,8 +174,8 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
         short = s.manifest.digest.short()
         export_docker_archive(ctx.store, s.manifest.digest, archive,
                               [f"patchbake/standin-{variant}:{short}"])
-    out = {"digest": s.manifest.digest, "config_digest": s.config_digest,
-           "layers": list(s.layers), "files": s.files, "variant": variant, "cached": s.cached,
+    out = {"digest": str(s.manifest.digest), "config_digest": str(s.config_digest),
+           "layers": [str(d) for d in s.layers], "files": s.files, "variant": variant, "cached": s.cached,
            "docker_archive": str(archive) if archive else None}
     if ctx.as_json:
         ui.emit_json(out)

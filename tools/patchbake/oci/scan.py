@@ -720,7 +720,8 @@ def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
     events = scanner.ops
     plain = _plain_ops(events)
     if cache is not None:
-        _save_ops(cache, {"format": CACHE_FORMAT, "digest": desc.digest, "diff_id": diff_id,
+        _save_ops(cache, {"format": CACHE_FORMAT, "digest": str(desc.digest),
+                          "diff_id": str(diff_id),
                           "entries": count, "ops": events})
     return plain
 

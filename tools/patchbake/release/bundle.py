@@ -38,7 +38,7 @@ class Verdict:
     checks: list[tuple[str, str]] = field(default_factory=list)  # (check, detail)
 
     def to_json(self) -> dict[str, Any]:
-        return {"release": self.release, "digest": self.digest, "channel": self.channel,
+        return {"release": self.release, "digest": str(self.digest), "channel": self.channel,
                 "ok": True, "checks": [{"check": c, "detail": d} for c, d in self.checks]}
 
 
@@ -78,7 +78,7 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
         lpath.write_bytes(b"".join(e.line + b"\n" for e in entries[:last + 1]))
         listing[lpath.relative_to(staging).as_posix()] = sha256_bytes(lpath.read_bytes())
         atomic_write(staging / BUNDLE, pretty_json({
-            "format": BUNDLE_FORMAT, "release": rel.id, "digest": rel.digest,
+            "format": BUNDLE_FORMAT, "release": rel.id, "digest": str(rel.digest),
             "channel": rel.channel, "files": listing, "tool": f"patchbake {__version__}"}))
         if dest.exists():
             dest.rmdir()
@@ -163,7 +163,7 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
         except OSError:
             raise ReleaseError(f"the image record {image['record']} is missing") from None
         if sha256_bytes(data) != image.get("record_sha256") or \
-                json.loads(data).get("manifest_digest") != rel.digest:
+                json.loads(data).get("manifest_digest") != str(rel.digest):
             raise ReleaseError(f"the image record {image['record']} is not the one recorded")
         out.checks.append(("image record", image["record"]))
     failed = [g for g in rel.data.get("gates") or [] if g.get("status") != "pass"]

@@ -120,6 +120,6 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
         atomic_write(vsa_path, vsa.sign(rel, key))
         entry = ledger.make_entry(entries, {
             "kind": "release", "release": rel.id, "channel": rel.channel,
-            "image": rel.image, "digest": rel.digest}, key)
+            "image": rel.image, "digest": str(rel.digest)}, key)
         ledger.append(rdir, entry)
     return Created(rel, table, True, entry)
