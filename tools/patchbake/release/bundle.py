@@ -89,12 +89,15 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
     return dest
 
 
-def resolve(root: Path, text: str) -> str:
-    """A release id, or an image digest: the latest release of it in the ledger."""
-    if text.startswith("sha256:") or "@sha256:" in text:
-        digest = "sha256:" + text.rsplit("sha256:", 1)[1]
+def release_of(root: Path, text: str) -> str:
+    """A release id, or an image reference carrying its digest (``sha256:<hex>``,
+    ``name@sha256:<hex>``, parsed by images.refs): the latest release of that image."""
+    if text.startswith("sha256:") or "@" in text:
+        from ..images.refs import ImageRef
+
+        digest = ImageRef.parse(text).digest
         found = [e for e in ledger.read(manifest.releases_dir(root))
-                 if e.data.get("kind") == "release" and e.data.get("digest") == digest]
+                 if e.data.get("kind") == "release" and e.data.get("digest") == str(digest)]
         if not found:
             raise ReleaseError(f"no release in the ledger names image {digest}")
         return str(found[-1].data["release"])
@@ -134,7 +137,7 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
     if (rdir / "promotion.pending.json").exists():
         raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
                           hint="re-run `patchbake release promote` to complete or drop it")
-    rid = resolve(root, text)
+    rid = release_of(root, text)
     rel = manifest.load_from(rdir, rid)
     out = Verdict(rel.id, rel.digest, rel.channel)
     out.checks.append(("ledger", f"{len(entries)} entries, chain and signatures intact"))

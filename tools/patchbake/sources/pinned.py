@@ -169,7 +169,7 @@ def _archive_source(up: config.Upstream, store: Store, base: Path | None,
     session = http.new_session()
     if up.kind == "index":
         assert up.filename
-        url = index.resolve(up.package, up.filename, up.sha256, session=session)
+        url = index.find_file(up.package, up.filename, up.sha256, session=session)
     else:
         url = up.url or ""
     what = f"download of {up.package} {up.version}"
