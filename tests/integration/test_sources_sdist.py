@@ -53,7 +53,7 @@ def test_cli_second_fetch_is_cached(vllm: Fetched, shared_home: Path, pipeline_p
     monkeypatch.setattr(requests.Session, "send", no_network)
     assert cli.main(["--pipeline", str(pipeline_path), "fetch", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["tree_digest"] == vllm.tree_digest and doc["archive_sha256"] == SHA
+    assert doc["tree_digest"] == str(vllm.tree_digest) and doc["archive_sha256"] == SHA
 
 
 def test_repacked_tarball_same_digest_changed_byte_not(vllm: Fetched, tmp_path: Path) -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import Pipeline
 from .errors import GuardError, VerifyError
 from .store import Store
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -41,7 +43,7 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     lin = pipeline.lineage(lineage)
     job = JobResult(lineage=lin.key)
 
-    def step(name: str, fn: Callable[[], Any]) -> Any:
+    def step(name: str, fn: Callable[[], T]) -> T:
         if on_step:
             on_step(name)
         t0 = time.monotonic()
@@ -96,6 +98,6 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     if first is not None:  # the job ends with the candidate gate table (no registry needed)
         from .release.create import gates
 
-        job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first, baked.digest,
+        job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first, str(baked.digest),
                                                          lin.key, verified=verified)[0])
     return job

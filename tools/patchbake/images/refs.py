@@ -23,13 +23,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Pipeline
 from ..digest import Digest
 from ..errors import ImageError
-from ..oci import gojson, layout
-from ..oci.image import Blobs, DirBlobs, Image, StoreBlobs, load_image, parse_json
+from ..oci import layout
 from ..store import Store
-from . import record as records
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a push names its image through here: it reads no image or config
+    from ..config import Pipeline
+    from ..oci.image import Blobs, Image
 
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?/[a-z0-9._/-]+([:@].+)$")
 
@@ -67,6 +69,9 @@ class ImageRef:
 
 
 def _layout_manifest(root: Path, select: str | Digest | None) -> layout.Chosen:
+    from ..oci import gojson
+    from ..oci.image import DirBlobs, parse_json
+
     index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json",
                        gojson.MANIFEST)
     return layout.choose_manifest(DirBlobs(root), index, f"{root}/index.json", select=select)
@@ -90,6 +95,8 @@ def store_digest(store: Store, ref: ImageRef, pipeline: Pipeline | None = None
     name, digest = ref.name, ref.digest
     if digest is None:
         assert name is not None
+        from . import record as records
+
         recorded = records.latest_digest(pipeline, name) if pipeline is not None else None
         if recorded is not None:
             return name, recorded
@@ -121,6 +128,8 @@ def store_manifest(store: Store, text: str, pipeline: Pipeline | None = None) ->
 @contextmanager
 def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterator[Resolved]:
     """The image REF names and a way to read its blobs (see the module docstring)."""
+    from ..oci.image import DirBlobs, StoreBlobs, load_image
+
     if pipeline is not None and ref in pipeline.images:
         named = store_digest(store, ImageRef(ref, None), pipeline)
         assert named is not None
