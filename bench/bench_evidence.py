@@ -25,7 +25,7 @@ from patchbake.digest import Digest
 from patchbake.evidence import keys, policy, records
 from patchbake.config import suites
 from patchbake.suites.host import HostRunner
-from patchbake.suites.image import ImageRef
+from patchbake.suites.image import SuiteImage
 from patchbake.suites.run import run_suite
 from patchbake.store import Store
 
@@ -46,7 +46,7 @@ def main() -> int:
     from fixtures_toy_image import toy_image  # the tests' real tiny image
 
     sys.path.insert(0, str(REPO / "tests" / "unit"))
-    from test_evidence_sign_verify import DIGEST, make_result, write_policy
+    from test_evidence_sign_verify import SUBJECT, make_result, write_policy
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,11 +65,11 @@ def main() -> int:
         rows.append(("sign one result (statement + DSSE + write)", median_ms(sign, 50)))
         path, _, _ = records.sign_result(make_result(), key, t / "ev")
         rows.append(("verify one envelope (policy, sig, subject, shape)",
-                     median_ms(lambda: records.verify_file(path, DIGEST, pol), 50)))
+                     median_ms(lambda: records.verify_file(path, SUBJECT, pol), 50)))
 
         store = Store.open(t / "store")
         digest, cfg = toy_image(store, SUITES / "trees" / "patched")
-        ref = ImageRef("toy", Digest(digest), Digest(cfg))
+        ref = SuiteImage("toy", Digest.parse(digest), Digest.parse(cfg))
         raw = {"path": str(SUITES / "passing"), "command": [
             "{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
             "python_files=check_*.py", "--junitxml={junit}", str(SUITES / "passing")]}

@@ -67,14 +67,15 @@ def edit(ws: Path, n: int) -> None:
 
 
 def layer_bytes_sha(digest: str) -> float:
+    from patchbake.digest import Digest
     from patchbake.store import Store
 
     store = Store.open()
-    manifest = json.loads(store.read_blob(digest))
+    manifest = json.loads(store.read_blob(Digest.parse(digest)))
     t0 = time.perf_counter()
     for layer in manifest["layers"]:
         h = hashlib.sha256()
-        with store.open_blob(layer["digest"]) as f:
+        with store.open_blob(Digest.parse(layer["digest"])) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     return time.perf_counter() - t0

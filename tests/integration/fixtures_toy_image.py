@@ -20,25 +20,26 @@ SITE = "usr/local/lib/python3.12/dist-packages"
 
 
 def toy_image(store: Store, tree: Path, name: str = "toy") -> tuple[str, str]:
-    """(manifest digest, config digest) of an image holding ``tree/vllm`` under SITE."""
+    """(manifest digest, config digest) of an image holding ``tree/vllm`` under SITE, as
+    the text a command line or a record carries."""
     entries = [file_entry(f"{SITE}/{p.relative_to(tree).as_posix()}", source=p)
                for p in sorted(tree.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
     data = b"".join(write_layer(with_parents(entries), 0))
-    layer = "sha256:" + store.put_bytes(data)
+    layer = str(store.put_bytes(data))
     config = {"architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z",
               "config": {"Labels": {"dev.patchbake.site-packages": "/" + SITE}},
               "rootfs": {"type": "layers", "diff_ids": [layer]}, "history": []}
     cdigest, csize, _ = layout.put_json(store, config)
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": OCI_CONFIG, "digest": cdigest, "size": csize},
+                "config": {"mediaType": OCI_CONFIG, "digest": str(cdigest), "size": csize},
                 "layers": [{"mediaType": OCI_LAYER_TAR, "digest": layer, "size": len(data)}]}
     mdigest, msize, mbytes = layout.put_json(store, manifest)
-    assert mdigest == "sha256:" + hashlib.sha256(mbytes).hexdigest()
+    assert mdigest.hex == hashlib.sha256(mbytes).hexdigest()
     from patchbake.oci.media import Descriptor
 
     layout.ensure_layout(store)
     layout.add_ref(store, name, Descriptor(OCI_MANIFEST, mdigest, msize))
-    return mdigest, cdigest
+    return str(mdigest), str(cdigest)
 
 
 def define_toy(root: Path, pipeline: dict[str, object], digest: str, config_digest: str,

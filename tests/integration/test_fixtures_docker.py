@@ -19,7 +19,7 @@ from fixtures_python_image import ensure_image
 from patchbake.digest import Digest
 from patchbake.config import suites
 from patchbake.suites.docker import DockerRunner
-from patchbake.suites.image import ImageRef
+from patchbake.suites.image import SuiteImage
 from patchbake.suites.run import run_suite
 from patchbake.store import Store
 
@@ -48,7 +48,7 @@ def toy(docker_engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     subprocess.run(["docker", "save", "-o", str(archive), tag], check=True)
     imp = import_docker_archive(store, archive)
     archive.unlink()
-    yield {"store": store, "ref": ImageRef(tag, Digest(imp.manifest_digest), Digest(imp.config_digest)),
+    yield {"store": store, "ref": SuiteImage(tag, imp.manifest_digest, imp.config_digest),
            "tag": tag}
     subprocess.run(["docker", "rmi", "-f", tag], check=False, capture_output=True)
 
@@ -121,6 +121,6 @@ def test_image_missing_from_engine_is_loaded_from_the_store(toy: dict[str, Any])
 def test_engine_without_the_image_and_no_store_is_an_engine_error(toy: dict[str, Any]) -> None:
     from patchbake.errors import EngineError
 
-    bogus = ImageRef("x", Digest("sha256:" + "1" * 64), Digest("sha256:" + "2" * 64))
+    bogus = SuiteImage("x", Digest.from_hex("1" * 64), Digest.from_hex("2" * 64))
     with pytest.raises(EngineError, match="the engine has no image"):
         run_suite(suite("passing"), bogus, DockerRunner(REPO, None))

@@ -13,7 +13,7 @@ from patchbake.errors import SuiteError
 from patchbake.evidence import keys, policy, records
 from patchbake.config import suites
 from patchbake.suites.host import HostRunner
-from patchbake.suites.image import ImageRef
+from patchbake.suites.image import SuiteImage
 from patchbake.suites.run import run_suite
 from patchbake.store import Store
 
@@ -22,14 +22,14 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "tests" / "fixtures" / "suites"
 PATCHED, PRISTINE = SUITES / "trees" / "patched", SUITES / "trees" / "pristine"
-REF = ImageRef("toy", Digest("sha256:" + "ab" * 32), None)
+REF = SuiteImage("toy", Digest.from_hex("ab" * 32), None)
 
 
 class TreeHostRunner(HostRunner):
     """The host runner with the materialised tree replaced by a fixed directory."""
 
     @contextmanager
-    def patched_tree(self, ref: ImageRef) -> Iterator[str]:
+    def patched_tree(self, ref: SuiteImage) -> Iterator[str]:
         yield str(PATCHED)
 
 

@@ -49,8 +49,8 @@ def baked(tmp_path_factory: pytest.TempPathFactory, shared_home: Path) -> dict[s
     res = cli_json(root, shared_home, "bake", "sm89-serving-offline", "--docker-archive",
                    str(good))
     store = Store.open(shared_home)
-    manifest = json.loads(store.read_blob(res["digest"]))
-    config = json.loads(store.read_blob(manifest["config"]["digest"]))
+    manifest = json.loads(store.read_blob(Digest.parse(res["digest"])))
+    config = json.loads(store.read_blob(Digest.parse(manifest["config"]["digest"])))
     evil = layer([(TARGET, EVIL)])
     return {"root": root, "good": good, "digest": res["digest"], "manifest": manifest,
             "config": config, "store": store, "evil": evil, "evil_digest": Digest.of(evil)}
@@ -207,7 +207,7 @@ def _layout(b: dict[str, Any], dest: Path, mbytes: bytes, cbytes: bytes) -> Path
     for d in [x["digest"] for x in b["manifest"]["layers"]]:
         shutil.copy(b["store"].blob_path(d), blobs / d[7:])
     for data in (mbytes, cbytes, b["evil"]):
-        (blobs / Digest.of(data)[7:]).write_bytes(data)
+        (blobs / Digest.of(data).hex).write_bytes(data)
     (dest / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
     (dest / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [{
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -234,13 +234,13 @@ def test_case_folded_keys_consumers_read_and_patchbake_refuses(
     tag = "patchbake-test/case-keys:t"
     tags.append(tag)
     layers = [f"blobs/sha256/{x['digest'][7:]}" for x in b["manifest"]["layers"]]
-    entry = Pairs([("Config", f"blobs/sha256/{Digest.of(cbytes)[7:]}"), ("RepoTags", [tag]),
+    entry = Pairs([("Config", f"blobs/sha256/{Digest.of(cbytes).hex}"), ("RepoTags", [tag]),
                    ("Layers", layers),
                    (keys[0].lower(), [*layers, f"blobs/sha256/{b['evil_digest'][7:]}"])])
     with _archive(b, tmp_path / "case.tar", tag, manifest_json=dumps([entry]),
                   skip=("index.json",)) as out:
         for data in (cbytes, b["evil"]):
-            add_member(out, f"blobs/sha256/{Digest.of(data)[7:]}", data)
+            add_member(out, f"blobs/sha256/{Digest.of(data).hex}", data)
     assert _docker_reads(tmp_path / "case.tar", tag)[0] == EVIL
     _refused(b, shared_home, tmp_path / "case.tar", 30, "one key to Go")
 
@@ -256,11 +256,11 @@ def test_case_folded_runtime_config_docker_obeys_and_patchbake_refuses(
     tag = "patchbake-test/case-config:t"
     tags.append(tag)
     layers = [f"blobs/sha256/{x['digest'][7:]}" for x in b["manifest"]["layers"]]
-    entry = {"Config": f"blobs/sha256/{Digest.of(cbytes)[7:]}", "RepoTags": [tag],
+    entry = {"Config": f"blobs/sha256/{Digest.of(cbytes).hex}", "RepoTags": [tag],
              "Layers": layers}
     with _archive(b, tmp_path / "rc.tar", tag, manifest_json=json.dumps([entry]).encode(),
                   skip=("index.json",)) as out:
-        add_member(out, f"blobs/sha256/{Digest.of(cbytes)[7:]}", cbytes)
+        add_member(out, f"blobs/sha256/{Digest.of(cbytes).hex}", cbytes)
     inspect = _docker_reads(tmp_path / "rc.tar", tag)[1]
     assert inspect["Config"]["Entrypoint"] == ["/usr/bin/python3", "-c", "1"]
     assert "LD_PRELOAD=/tmp/x.so" in inspect["Config"]["Env"]

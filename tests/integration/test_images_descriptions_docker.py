@@ -15,6 +15,7 @@ from images_repo import cli, cli_json, repo_copy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from images_craft import layer, two_description_archive, with_layer
+from patchbake.digest import Digest
 from patchbake.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.sdist]
@@ -45,8 +46,8 @@ def test_docker_loads_manifest_json_patchbake_refuses_two_descriptions(
     res = cli_json(root, shared_home, "bake", "sm89-serving-offline", "--docker-archive",
                    str(good))
     store = Store.open(shared_home)
-    evil = with_layer(store, res["digest"], layer([(f"{SP}/vllm/envs.py", EVIL)]))
-    tag = f"patchbake/two-descriptions:{evil[7:19]}"
+    evil = with_layer(store, Digest.parse(res["digest"]), layer([(f"{SP}/vllm/envs.py", EVIL)]))
+    tag = f"patchbake/two-descriptions:{evil.short()}"
     two = two_description_archive(store, good, evil, tmp_path / "two.tar", tag)
     made.append(tag)
 
@@ -86,8 +87,8 @@ def test_docker_reads_a_gnu_header_name_python_reads_otherwise(
     res = cli_json(root, shared_home, "bake", "sm89-serving-offline", "--docker-archive",
                    str(good))
     store = Store.open(shared_home)
-    evil = with_layer(store, res["digest"], layer([(f"{SP}/vllm/envs.py", EVIL)]))
-    tag = f"patchbake/gnu-name:{evil[7:19]}"
+    evil = with_layer(store, Digest.parse(res["digest"]), layer([(f"{SP}/vllm/envs.py", EVIL)]))
+    tag = f"patchbake/gnu-name:{evil.short()}"
     two = two_description_archive(store, good, evil, tmp_path / "two.tar", tag)
     out_path = tmp_path / "gnu.tar"
     with tarfile.open(two) as src, tarfile.open(out_path, "w", format=tarfile.GNU_FORMAT) as out:

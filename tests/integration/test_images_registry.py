@@ -13,12 +13,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.registry, pytest.mark.sdist]
 
 
 def test_verify_registry_reference(tmp_path: Path, shared_home: Path, registry: str) -> None:
+    from patchbake.digest import Digest
     from patchbake.oci.registry import push
     from patchbake.store import Store
 
     root = repo_copy(tmp_path)
     res = cli_json(root, shared_home, "bake", "sm89-serving-offline")
-    push(Store.open(shared_home), res["digest"], f"{registry}/patchbake/offline:verify-test")
+    push(Store.open(shared_home), Digest.parse(res["digest"]),
+         f"{registry}/patchbake/offline:verify-test")
     out = cli_json(root, shared_home, "verify", f"{registry}/patchbake/offline@{res['digest']}")
     assert out["kind"] == "registry" and out["digest"] == res["digest"]
     assert out["matched"] == out["total"] >= 1 and out["mismatched"] == []
@@ -29,12 +31,14 @@ def test_verify_registry_reference(tmp_path: Path, shared_home: Path, registry: 
 
 def test_registry_base_layers_are_pulled_to_bind_the_lineage(tmp_path: Path, shared_home: Path,
                                                       registry: str) -> None:
+    from patchbake.digest import Digest
     from patchbake.oci.registry import push
     from patchbake.store import Store
 
     root = repo_copy(tmp_path)
     standin = cli_json(root, shared_home, "image", "standin")
-    push(Store.open(shared_home), standin["digest"], f"{registry}/patchbake/standin:0.25.1")
+    push(Store.open(shared_home), Digest.parse(standin["digest"]),
+         f"{registry}/patchbake/standin:0.25.1")
     text = (root / "images" / "sm89-serving-offline.yaml").read_text()
     (root / "images" / "fromreg.yaml").write_text(
         text.replace("source: standin", "source: registry")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from patchbake.digest import Digest
 from patchbake.errors import TagMovedError
 from patchbake.fsutil import canonical_json
 from patchbake.oci.registry import RegistryClient
@@ -25,14 +26,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.registry]
 
 @dataclass(frozen=True)
 class Built:
-    digest: str
-    config_digest: str
-    layer_digest: str
-    blobs: tuple[str, ...]
+    digest: Digest
+    config_digest: Digest
+    layer_digest: Digest
+    blobs: tuple[Digest, ...]
 
 
 def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return str(Digest.of(data))
 
 
 def build_image(store: Store, marker: str, extra_bytes: int = 0) -> Built:
@@ -68,7 +69,8 @@ def build_image(store: Store, marker: str, extra_bytes: int = 0) -> Built:
                     "digest": _sha(layer), "size": len(layer)}]})
     for blob in (layer, cfg, man):
         store.put_bytes(blob)
-    return Built(_sha(man), _sha(cfg), _sha(layer), (_sha(cfg), _sha(layer)))
+    return Built(Digest.of(man), Digest.of(cfg), Digest.of(layer),
+                 (Digest.of(cfg), Digest.of(layer)))
 
 
 @pytest.fixture
@@ -131,7 +133,7 @@ def test_tag_move_refused_and_nothing_changed(registry: str, store: Store) -> No
     assert _head(registry, f"pb/tags/blobs/{second.layer_digest}") == 404
     raw = requests.get(f"http://{registry}/v2/pb/tags/manifests/stable", timeout=10,
                        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
-    assert _sha(raw.content) == first.digest
+    assert Digest.of(raw.content) == first.digest
 
 
 def _patchbake(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -144,19 +146,20 @@ def test_cli_push_pull_and_tag_move(registry: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
     store = Store.open(home)
     img, other = build_image(store, "cli"), build_image(store, "cli-other")
-    r = _patchbake(home, "push", img.digest, f"{registry}/pb/cli:1.0", "--json")
+    r = _patchbake(home, "push", str(img.digest), f"{registry}/pb/cli:1.0", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["digest"] == img.digest and sorted(doc["pushed"]) == sorted(img.blobs)
+    assert doc["digest"] == str(img.digest)
+    assert sorted(doc["pushed"]) == sorted(str(d) for d in img.blobs)
 
-    r = _patchbake(home, "push", other.digest, f"{registry}/pb/cli:1.0")
+    r = _patchbake(home, "push", str(other.digest), f"{registry}/pb/cli:1.0")
     assert r.returncode == 32
     assert f"pb/cli:1.0 already points to {img.digest}; refusing to move it" in r.stderr
 
     r = _patchbake(tmp_path / "home2", "pull", f"{registry}/pb/cli:1.0", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["digest"] == img.digest and doc["config_digest"] == img.config_digest
+    assert doc["digest"] == str(img.digest) and doc["config_digest"] == str(img.config_digest)
 
 
 @pytest.mark.docker
@@ -171,7 +174,7 @@ def test_docker_pulls_what_we_pushed(registry: str, store: Store, docker_engine:
         info = subprocess.run(["docker", "image", "inspect", ref], capture_output=True,
                               text=True, timeout=60, check=True)
         doc = json.loads(info.stdout)[0]
-        assert doc["Id"] == img.config_digest  # the classic store reports the config digest
+        assert doc["Id"] == str(img.config_digest)  # the classic store reports the config
         assert ref in doc["RepoDigests"]
         assert doc["Config"]["Labels"]["patchbake.test"] == "docker-pull"
     finally:
@@ -185,7 +188,7 @@ def test_cli_push_and_pull_start_without_heavy_imports(registry: str, tmp_path: 
     home = tmp_path / "home"
     img = build_image(Store.open(home), "startup")
     heavy = ("rich", "yaml", "jinja2", "cryptography")
-    for home_, args in ((home, ["push", img.digest, f"{registry}/pb/startup:1", "--json"]),
+    for home_, args in ((home, ["push", str(img.digest), f"{registry}/pb/startup:1", "--json"]),
                         (tmp_path / "home2", ["pull", f"{registry}/pb/startup:1", "--json"])):
         code = ("import sys\nfrom patchbake.entry import main\n"
                 f"rc = main({args!r})\n"
@@ -195,7 +198,7 @@ def test_cli_push_and_pull_start_without_heavy_imports(registry: str, tmp_path: 
         r = subprocess.run([sys.executable, "-c", code], env=env, check=False,
                            capture_output=True, text=True, timeout=120)
         assert r.stderr.splitlines()[-1] == "0 []", r.stderr
-        assert json.loads(r.stdout)["digest"] == img.digest
+        assert json.loads(r.stdout)["digest"] == str(img.digest)
 
 
 def test_four_pushes_of_one_image_at_once_all_succeed(registry: str, store: Store) -> None:
@@ -207,9 +210,9 @@ def test_four_pushes_of_one_image_at_once_all_succeed(registry: str, store: Stor
     img = build_image(store, "race")
     for _ in range(3):
         ref = f"{registry}/pb/race-{uuid.uuid4().hex[:8]}:t1"
-        out: list[str] = []
+        out: list[Digest] = []
 
-        def one(ref: str = ref, out: list[str] = out) -> None:
+        def one(ref: str = ref, out: list[Digest] = out) -> None:
             out.append(RegistryClient(registry).push(store, img.digest, ref).digest)
 
         threads = [threading.Thread(target=one) for _ in range(4)]

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from patchbake.digest import Digest
 from patchbake import config
 from patchbake.bake import bake_image
 from patchbake.entry import main
@@ -68,7 +69,8 @@ def private_store(shared_home: Path, root: Path, where: Path) -> Store:
     shared = Store.open(shared_home)
     p = config.load(root / "pipeline.yaml")
     bake_image(p, None, shared, record=False)  # base, sources and patched tree are there
-    base = yaml.safe_load((root / "images" / f"{IMAGE}.yaml").read_text())["base"]["digest"]
+    base = Digest.parse(yaml.safe_load((root / "images" / f"{IMAGE}.yaml").read_text())
+                        ["base"]["digest"])
     store = Store.open(where)
     _seed(shared, store, base)
     return store
@@ -87,14 +89,14 @@ def env(tmp_path_factory: pytest.TempPathFactory, shared_home: Path,
         mp.setenv("PATCHBAKE_SIGNING_KEY", str(k.release))
         mp.chdir(root)
         baked = bake_image(config.load(root / "pipeline.yaml"), None, store)
-        sign_all(root, k, IMAGE, baked.digest)
+        sign_all(root, k, IMAGE, str(baked.digest))
         out = subprocess.run([sys.executable, "-m", "patchbake", "--json", "release", "create",
                               "--channel", "sm89-stable", "--image", IMAGE],
                              capture_output=True, text=True, env=_env(), check=False)
         assert out.returncode == 0, out.stderr
         made = json.loads(out.stdout)
         assert made["gates"]["passed"] and made["new"]
-        yield Env(root, k, store.root, registry, baked.digest, made["release"])
+        yield Env(root, k, store.root, registry, str(baked.digest), made["release"])
 
 
 def _env() -> dict[str, str]:
@@ -119,8 +121,8 @@ def test_promotion_attaches_statements_with_the_tag_fallback(
     assert env.tag("rel/app", "1.0") == env.digest
     assert env.tag("rel/app", att["att_tag"]) == att["att_digest"]
     client = referrers.RegistryClient(env.registry)
-    assert not referrers.supports_referrers(client, "rel/app", env.digest)
-    types = referrers.find_attached(client, "rel/app", env.digest)
+    assert not referrers.supports_referrers(client, "rel/app", Digest.parse(env.digest))
+    types = referrers.find_attached(client, "rel/app", Digest.parse(env.digest))
     assert sorted(types) == sorted([
         "https://in-toto.io/attestation/test-result/v0.1"] * 2 + [
         "urn:patchbake:predicate:benchmark:v1", "urn:patchbake:predicate:approval:v1",
@@ -150,16 +152,16 @@ def test_a_tag_that_names_another_image_never_moves(
     from patchbake.oci.registry import RegistryClient
 
     client = RegistryClient(env.registry)
-    base = json.loads(store.read_blob(env.digest))["layers"]
+    base = json.loads(store.read_blob(Digest.parse(env.digest)))["layers"]
     assert base  # push the stand-in base under the tag first
-    base_digest = yaml.safe_load((env.root / "images" / f"{IMAGE}.yaml").read_text()
-                                 )["base"]["digest"]
+    base_digest = Digest.parse(yaml.safe_load((env.root / "images" / f"{IMAGE}.yaml")
+                                              .read_text())["base"]["digest"])
     client.push(store, base_digest, f"{env.registry}/rel/taken:1.0")
     before = env.ledger_bytes()
     assert main(["release", "promote", env.release, "--to",
                  f"{env.registry}/rel/taken:1.0"]) == 32
     assert "refusing to move it" in capsys.readouterr().err
-    assert env.tag("rel/taken", "1.0") == base_digest and env.ledger_bytes() == before
+    assert env.tag("rel/taken", "1.0") == str(base_digest) and env.ledger_bytes() == before
 
 
 # -- the gate mutation matrix ---------------------------------------------------------
@@ -184,7 +186,8 @@ def _evidence(e: Env, name: str) -> Path:
 
 
 def _overlay_blob(e: Env) -> Path:
-    layer = json.loads(Store.open(e.store).read_blob(e.digest))["layers"][-1]["digest"]
+    layer = Digest.parse(json.loads(Store.open(e.store).read_blob(Digest.parse(e.digest)))
+                         ["layers"][-1]["digest"])
     return Store.open(e.store).blob_path(layer)
 
 

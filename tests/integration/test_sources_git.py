@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from patchbake import config, entry
+from patchbake.digest import Digest
 from patchbake.errors import FetchError
 from patchbake.sources import fetch, tree_digest
 from patchbake.store import Store
@@ -46,7 +47,7 @@ def lineage(repo: Path, commit: str) -> config.Lineage:
     return config.parse(data, repo.parent / "pipeline.yaml").lineage()
 
 
-def working_tree_digest(repo: Path, tmp: Path) -> str:
+def working_tree_digest(repo: Path, tmp: Path) -> Digest:
     import shutil
     copy = tmp / "wt"
     shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from patchbake import config, entry
+from patchbake.digest import Digest
 from patchbake.sources import Fetched, fetch, tree_digest
 from patchbake.store import Store
 
@@ -26,7 +27,7 @@ def vllm(shared_home: Path, pipeline_path: Path) -> Fetched:
 
 
 def test_real_sdist_identity(vllm: Fetched, shared_home: Path) -> None:
-    assert vllm.archive_sha256 == SHA
+    assert vllm.archive_sha256 == Digest.from_hex(SHA)
     assert (vllm.root / "setup.py").is_file() and (vllm.root / "vllm" / "__init__.py").is_file()
     # 6,640 archive entries: 5,873 files plus 767 directories, which the digest leaves out
     assert vllm.files == 5873
@@ -52,7 +53,7 @@ def test_cli_second_fetch_is_cached(vllm: Fetched, shared_home: Path, pipeline_p
     monkeypatch.setattr(requests.Session, "send", no_network)
     assert entry.main(["--pipeline", str(pipeline_path), "fetch", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["tree_digest"] == vllm.tree_digest and doc["archive_sha256"] == SHA
+    assert doc["tree_digest"] == str(vllm.tree_digest) and doc["archive_sha256"] == SHA
 
 
 def test_repacked_tarball_same_digest_changed_byte_not(vllm: Fetched, tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_repacked_tarball_same_digest_changed_byte_not(vllm: Fetched, tmp_path: 
         "upstream": {"kind": "path", "version": "0.25.1", "path": str(repacked)}}}}
     store = Store.open(tmp_path / "store")
     again = fetch(config.parse(base, tmp_path / "pipeline.yaml").lineage(), store)
-    assert again.archive_sha256 != SHA
+    assert again.archive_sha256 != Digest.from_hex(SHA)
     assert again.tree_digest == vllm.tree_digest and again.files == vllm.files
     victim = again.root / "vllm" / "__init__.py"
     os.chmod(victim, 0o644)

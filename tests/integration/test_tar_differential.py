@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "tarcorpus"))
 
 from oci_build import write_docker_archive, write_oci_layout
+from patchbake.digest import Digest
 from patchbake.errors import PatchbakeError
 from patchbake.oci.image import DirBlobs, load_image
 from patchbake.oci.scan import final_files
@@ -43,7 +44,7 @@ def _sha(data: bytes) -> str:
 
 def patchbake_reads(layout: Path, digest: str) -> Outcome:
     try:
-        got = final_files(load_image(DirBlobs(layout), digest), DirBlobs(layout))
+        got = final_files(load_image(DirBlobs(layout), Digest.parse(digest)), DirBlobs(layout))
     except PatchbakeError as exc:
         return "refused", f"{type(exc).__name__}: {exc.message}"
     return "read", {p: ("symlink" if i.kind == "symlink" else "file", i.sha256)

@@ -508,7 +508,7 @@ _bake_case("rootfs is a string", 30, "'rootfs' is str",
            lambda: _docker_archive(config={"rootfs": "layers", "config": {}}))
 _bake_case("config is a list", 30, "'config' is list",
            lambda: _docker_archive(config={"rootfs": {"diff_ids": [_sha(_GOOD_TAR)]}, "config": []}))
-_bake_case("integer diff_ids", 30, "not a sha256 digest",
+_bake_case("integer diff_ids", 30, "is not sha256:<64 lowercase hex digits>",
            lambda: _docker_archive(config={"rootfs": {"diff_ids": [5]}, "config": {}}))
 _bake_case("diff_ids not a list", 30, "not a list",
            lambda: _docker_archive(config={"rootfs": {"diff_ids": "sha256:x"}}))

@@ -9,6 +9,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from patchbake.digest import Digest
 from patchbake.oci import layout
 from patchbake.oci.media import Descriptor
 from patchbake.store import Store
@@ -48,32 +49,33 @@ def layer(entries: list[tuple[str, bytes]], *, links: dict[str, str] | None = No
     return buf.getvalue()
 
 
-def rewrite(store: Store, manifest: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+def rewrite(store: Store, manifest: dict[str, Any], config: dict[str, Any] | None = None
+            ) -> Digest:
     if config is not None:
         cd, cs, _ = layout.put_json(store, config)
-        manifest = {**manifest, "config": {**manifest["config"], "digest": cd, "size": cs}}
+        manifest = {**manifest, "config": {**manifest["config"], "digest": str(cd), "size": cs}}
     md, _, _ = layout.put_json(store, manifest)
     return md
 
 
-def with_layer(store: Store, digest: str, data: bytes,
-               config_edit: dict[str, Any] | None = None) -> str:
+def with_layer(store: Store, digest: Digest, data: bytes,
+               config_edit: dict[str, Any] | None = None) -> Digest:
     """``digest`` plus one more layer (and optionally edited config fields)."""
     manifest = json.loads(store.read_blob(digest))
-    config = json.loads(store.read_blob(manifest["config"]["digest"]))
-    hexd = store.put_bytes(data)
-    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], f"sha256:{hexd}",
+    config = json.loads(store.read_blob(Digest.parse(manifest["config"]["digest"])))
+    layer = store.put_bytes(data)
+    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], layer,
                                          len(data)).to_json())
-    config["rootfs"]["diff_ids"].append(f"sha256:{hexd}")
+    config["rootfs"]["diff_ids"].append(str(layer))
     for k, v in (config_edit or {}).items():
         config["config"][k] = v
     return rewrite(store, manifest, config)
 
 
-def with_config(store: Store, digest: str, edit: dict[str, Any]) -> str:
+def with_config(store: Store, digest: Digest, edit: dict[str, Any]) -> Digest:
     """``digest`` with edited image-config fields (``config.Labels``, ``config.Env``...)."""
     manifest = json.loads(store.read_blob(digest))
-    config = json.loads(store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(store.read_blob(Digest.parse(manifest["config"]["digest"])))
     config["config"].update(edit)
     return rewrite(store, manifest, config)
 
@@ -84,15 +86,16 @@ def add_member(tf: tarfile.TarFile, name: str, data: bytes) -> None:
     tf.addfile(ti, io.BytesIO(data))
 
 
-def two_description_archive(store: Store, good_archive: Path, other: str, dest: Path,
+def two_description_archive(store: Store, good_archive: Path, other: Digest, dest: Path,
                             tag: str = "patchbake/two:latest") -> Path:
     """``good_archive`` (manifest.json + index.json of one image) with manifest.json
     re-pointed at image ``other`` (its blobs added): docker load reads ``other``, OCI
     tools read the original."""
     manifest = json.loads(store.read_blob(other))
-    blobs = [manifest["config"]["digest"], *[x["digest"] for x in manifest["layers"]]]
-    docker_manifest = [{"Config": f"blobs/sha256/{blobs[0][7:]}", "RepoTags": [tag],
-                        "Layers": [f"blobs/sha256/{d[7:]}" for d in blobs[1:]]}]
+    blobs = [Digest.parse(manifest["config"]["digest"]),
+             *[Digest.parse(x["digest"]) for x in manifest["layers"]]]
+    docker_manifest = [{"Config": f"blobs/sha256/{blobs[0].hex}", "RepoTags": [tag],
+                        "Layers": [f"blobs/sha256/{d.hex}" for d in blobs[1:]]}]
     with tarfile.open(good_archive) as src, tarfile.open(dest, "w") as out:
         have = set()
         for m in src.getmembers():
@@ -101,14 +104,14 @@ def two_description_archive(store: Store, good_archive: Path, other: str, dest: 
             have.add(m.name)
             out.addfile(m, src.extractfile(m) if m.isfile() else None)
         for d in blobs:
-            if f"blobs/sha256/{d[7:]}" not in have:
-                add_member(out, f"blobs/sha256/{d[7:]}", store.read_blob(d))
+            if f"blobs/sha256/{d.hex}" not in have:
+                add_member(out, f"blobs/sha256/{d.hex}", store.read_blob(d))
         add_member(out, "manifest.json", json.dumps(docker_manifest).encode())
     return dest
 
 
 def layout_dir(store: Store, root: Path, entries: list[dict[str, Any]],
-               digests: list[str]) -> Path:
+               digests: list[Digest]) -> Path:
     """An OCI layout directory holding ``digests`` (and what they name) with ``entries``
     as index.json's manifests list."""
     for d in digests:
@@ -116,9 +119,10 @@ def layout_dir(store: Store, root: Path, entries: list[dict[str, Any]],
         doc = json.loads(data)
         names = [d]
         if "config" in doc:
-            names += [doc["config"]["digest"], *[x["digest"] for x in doc["layers"]]]
+            names += [Digest.parse(doc["config"]["digest"]),
+                      *[Digest.parse(x["digest"]) for x in doc["layers"]]]
         for n in names:
-            p = root / "blobs" / "sha256" / n[7:]
+            p = root / "blobs" / "sha256" / n.hex
             p.parent.mkdir(parents=True, exist_ok=True)
             if not p.exists():
                 p.write_bytes(store.read_blob(n))
@@ -127,12 +131,12 @@ def layout_dir(store: Store, root: Path, entries: list[dict[str, Any]],
     return root
 
 
-def entry(store: Store, digest: str, *, media_type: str | None = None,
+def entry(store: Store, digest: Digest, *, media_type: str | None = None,
           platform: dict[str, str] | None = None, name: str | None = None) -> dict[str, Any]:
     data = store.read_blob(digest)
     e: dict[str, Any] = {"mediaType": media_type or json.loads(data).get("mediaType")
                          or "application/vnd.oci.image.manifest.v1+json",
-                         "digest": digest, "size": len(data)}
+                         "digest": str(digest), "size": len(data)}
     if platform:
         e["platform"] = platform
     if name:

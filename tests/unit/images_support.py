@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchbake.digest import Digest
 from patchbake import config
 from patchbake.images.standin import build_standin
 from patchbake.sources import fetch
@@ -39,8 +40,8 @@ class FakePatched:
     deleted: frozenset[str]
     patch_sha256: str
     files_sha256: str
-    tree_digest: str
-    pristine_digest: str
+    tree_digest: Digest
+    pristine_digest: Digest
 
 
 def write_tree(root: Path, files: dict[str, bytes]) -> None:
@@ -83,7 +84,7 @@ class Repo:
     root: Path
     store: Store
     patched: FakePatched
-    standin_digest: str
+    standin_digest: Digest
 
     @property
     def pipeline(self) -> config.Pipeline:
@@ -115,7 +116,7 @@ def make_repo(tmp: Path, store_dir: Path | None = None, patched: dict[str, bytes
         write_tree(proot, patched or PATCHED)
     files = {rel: hashlib.sha256((proot / rel).read_bytes()).hexdigest()
              for rel in (patched or PATCHED)}
-    fake = FakePatched(proot, files, DELETED, "a" * 64, "b" * 64, "sha256:" + "c" * 64,
+    fake = FakePatched(proot, files, DELETED, "a" * 64, "b" * 64, Digest.from_hex("c" * 64),
                        fetched.tree_digest)
     s = build_standin(store, lin, SP, base=root)
     (root / "images" / "offline.yaml").write_text(

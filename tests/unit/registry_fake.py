@@ -18,6 +18,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import requests
+
+from patchbake.digest import Digest
 from patchbake.fsutil import canonical_json
 from patchbake.store import Store
 from requests.adapters import BaseAdapter, HTTPAdapter
@@ -213,9 +215,9 @@ class FakeRegistry(BaseAdapter):
 
     def seed_image(self, repo: str, image: Image, tag: str | None = None) -> None:
         for d, b in image.blobs.items():
-            self.blobs.setdefault(repo, {})[d] = b
+            self.blobs.setdefault(repo, {})[str(d)] = b
         entry = (image.manifest, "application/vnd.oci.image.manifest.v1+json")
-        self.manifests.setdefault(repo, {})[image.digest] = entry
+        self.manifests.setdefault(repo, {})[str(image.digest)] = entry
         if tag:
             self.manifests[repo][tag] = entry
 
@@ -246,9 +248,9 @@ class _BrokenRaw:
 @dataclass
 class Image:
     manifest: bytes
-    digest: str
-    config_digest: str
-    blobs: dict[str, bytes]
+    digest: Digest
+    config_digest: Digest
+    blobs: dict[Digest, bytes]
 
 
 def make_image(text: bytes = b"hello\n", *, layer_size: int = 0, arch: str = "amd64") -> Image:
@@ -262,20 +264,21 @@ def make_image(text: bytes = b"hello\n", *, layer_size: int = 0, arch: str = "am
                    "digest": sha(cfg), "size": len(cfg)},
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
                     "digest": sha(layer), "size": len(layer)}]})
-    return Image(man, sha(man), sha(cfg), {sha(cfg): cfg, sha(layer): layer})
+    return Image(man, Digest.of(man), Digest.of(cfg), {Digest.of(cfg): cfg,
+                                                       Digest.of(layer): layer})
 
 
-def make_index(*images: tuple[Image, str]) -> tuple[bytes, str]:
+def make_index(*images: tuple[Image, str]) -> tuple[bytes, Digest]:
     idx = canonical_json({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
         "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                       "digest": im.digest, "size": len(im.manifest),
+                       "digest": str(im.digest), "size": len(im.manifest),
                        "platform": {"os": "linux", "architecture": arch}}
                       for im, arch in images]})
-    return idx, sha(idx)
+    return idx, Digest.of(idx)
 
 
-def store_image(store: Store, image: Image) -> str:
+def store_image(store: Store, image: Image) -> Digest:
     for b in image.blobs.values():
         store.put_bytes(b)
     store.put_bytes(image.manifest)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from patchbake.digest import Digest
 from patchbake import config
 from patchbake.evidence import keys, records, statement
 from patchbake.fsutil import atomic_write
@@ -122,10 +123,10 @@ def sign_all(root: Path, k: Keys, image: str, digest: str, *,
                                                capability=capability))
     sign_result(root, k.evidence, suite_result(root, "dsv4-topk-cpu", image, digest))
     ev = root / "manifests" / "evidence"
-    attest.sign_benchmark(ev, "dsv4-topk-gpu", image, digest, FIGURES,
+    attest.sign_benchmark(ev, "dsv4-topk-gpu", image, Digest.parse(digest), FIGURES,
                           {"gpu": "NVIDIA L40S", "capability": capability},
                           keys.load_private(k.evidence))
-    attest.sign_approval(ev, "sm89-stable", image, digest, "approver", "tests",
+    attest.sign_approval(ev, "sm89-stable", image, Digest.parse(digest), "approver", "tests",
                          keys.load_private(k.approver))
 
 
@@ -140,7 +141,7 @@ def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
         if g.kind in ("evidence", "capability", "benchmark", "approval"):
             st, reason = gates.GATES[g.kind](ev, g)
             decisions.append(gates.Decision(g.declared_in, g.kind, st, reason))
-    table = gates.Table(channel, IMAGE, digest, decisions)
+    table = gates.Table(channel, IMAGE, Digest.parse(digest), decisions)
     assert table.passed, table.decisions
     data = manifest.build(table, ev.facts, p.name, "v0.25.1",
                           (root / "manifests/trust-policy.yaml").read_bytes())

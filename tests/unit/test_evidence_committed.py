@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.evidence import policy, records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,7 +16,7 @@ FILES = sorted((REPO / "manifests" / "evidence").glob("*/*.dsse.json"))
 def test_committed_evidence_verifies(path: Path) -> None:
     pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
     suite = path.name.removesuffix(records.SUFFIX)
-    v = records.verify_file(path, f"sha256:{path.parent.name}", pol, suite)
+    v = records.verify_file(path, Digest.from_hex(path.parent.name), pol, suite)
     assert v.signer in {t.name for t in pol.keys.values()}
     env = v.statement.environment
     if v.statement.needs_gpu:
@@ -33,9 +34,9 @@ def test_committed_evidence_is_about_a_recorded_bake(path: Path) -> None:
     # evidence whose image has no committed record is orphaned: nothing says what it baked
     from patchbake.suites.image import find_record
 
-    rec = find_record(REPO, f"sha256:{path.parent.name}")
+    rec = find_record(REPO, Digest.from_hex(path.parent.name))
     assert rec is not None, f"no manifests/images/*/{path.parent.name}.json"
-    assert rec.manifest_digest == f"sha256:{path.parent.name}"
+    assert rec.manifest_digest == Digest.from_hex(path.parent.name)
     pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
     v = records.verify_file(path, rec.manifest_digest, pol)
     assert v.statement.subject_name == rec.definition
@@ -57,7 +58,7 @@ def test_latest_bakes_evidence_ran_the_committed_suites(latest: Path) -> None:
     assert found, f"the latest bake of {latest.parent.name} has no evidence"
     pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
     for path in found:
-        v = records.verify_file(path, f"sha256:{digest}", pol,
+        v = records.verify_file(path, Digest.from_hex(digest), pol,
                                 path.name.removesuffix(records.SUFFIX))
         suite_dir = REPO / v.statement.suite_path
         assert v.statement.content_sha256 == suite_content_sha256(suite_dir), \

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import EvidenceError
 from patchbake.evidence import statement
 from patchbake.evidence.failures import reason_of
@@ -68,7 +69,7 @@ def test_committed_statement_round_trips_byte_for_byte(path: Path) -> None:
     assert Statement.load(payload, str(path), PREDICATE_TYPE).dump() == payload
     stmt = SuiteStatement.load(payload, str(path))
     assert stmt.dump() == payload == canonical_json(json.loads(payload))
-    assert stmt.subject_digest == f"sha256:{path.parent.name}"
+    assert stmt.subject_digest == Digest.from_hex(path.parent.name)
 
 
 @pytest.mark.parametrize("path", VSAS, ids=_ids(VSAS))

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import ConfigError, EvidenceError, UsageError
 from patchbake.evidence import dsse, keys, policy, records, statement
 from patchbake.evidence.failures import reason_of
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
 
 DIGEST = "sha256:" + "ab" * 32
+SUBJECT = Digest.parse(DIGEST)
 OTHER = "sha256:" + "cd" * 32
 
 
@@ -107,7 +109,7 @@ def test_private_key_readable_by_others_is_refused(tmp_path: Path) -> None:
 def test_sign_then_verify_round_trip(signer: dict[str, Any]) -> None:
     path = signed(signer)
     assert path == signer["evidence"] / ("ab" * 32) / "toy-gpu.dsse.json"
-    v = records.verify_file(path, DIGEST, signer["policy"], "toy-gpu")
+    v = records.verify_file(path, SUBJECT, signer["policy"], "toy-gpu")
     assert v.counts_as_evidence and v.keyid == signer["keyid"] and v.signer == "release"
     env = json.loads(path.read_text())
     assert env["payloadType"] == "application/vnd.in-toto+json"
@@ -161,7 +163,7 @@ def test_tampered_envelopes_fail_closed(signer: dict[str, Any], mutate: Any, rea
                                         fragment: str) -> None:
     path = signed(signer)
     _tamper(path, mutate)
-    expect(reason, fragment, records.verify_file, path, DIGEST, signer["policy"])
+    expect(reason, fragment, records.verify_file, path, SUBJECT, signer["policy"])
 
 
 def test_swapped_keyid_to_another_trusted_key_is_a_bad_signature(
@@ -175,14 +177,14 @@ def test_swapped_keyid_to_another_trusted_key_is_a_bad_signature(
         "mine": {"keyid": signer["keyid"], "public_key": signer["gen"].public_pem,
                  "allow": [{"predicate_type": statement.PREDICATE_TYPE}]}}}, tmp_path / "b.yaml")
     _tamper(path, lambda e: e["signatures"][0].update(keyid=other.keyid))
-    expect("bad-signature", "does not verify", records.verify_file, path, DIGEST, both)
+    expect("bad-signature", "does not verify", records.verify_file, path, SUBJECT, both)
 
 
 def test_untrusted_signer(signer: dict[str, Any], tmp_path: Path) -> None:
     stranger = keys.generate(tmp_path / "stranger")
     path, _, _ = records.sign_result(make_result(), keys.load_private(stranger.private_path),
                                      tmp_path / "ev2")
-    expect("untrusted-key", stranger.keyid[:16], records.verify_file, path, DIGEST,
+    expect("untrusted-key", stranger.keyid[:16], records.verify_file, path, SUBJECT,
            signer["policy"])
 
 
@@ -191,7 +193,7 @@ def test_trusted_key_not_allowed_for_suite(signer: dict[str, Any], tmp_path: Pat
                                       signer["keyid"], '["cpu-*"]'))
     path = signed(signer)
     expect("not-allowed", "not allowed to sign suite 'toy-gpu'", records.verify_file, path,
-           DIGEST, narrow)
+           SUBJECT, narrow)
 
 
 def test_wrong_subject_digest(signer: dict[str, Any]) -> None:
@@ -201,15 +203,15 @@ def test_wrong_subject_digest(signer: dict[str, Any]) -> None:
 
 def test_missing_and_unreadable_files(signer: dict[str, Any], tmp_path: Path) -> None:
     expect("missing", "does not exist", records.verify_file, tmp_path / "nope.dsse.json",
-           DIGEST, signer["policy"])
-    expect("unreadable", "is a directory", records.verify_file, tmp_path, DIGEST,
+           SUBJECT, signer["policy"])
+    expect("unreadable", "is a directory", records.verify_file, tmp_path, SUBJECT,
            signer["policy"])
     path = signed(signer)
     if os.geteuid() != 0:  # root reads through mode bits
         os.chmod(path, 0)
-        expect("unreadable", "unreadable", records.verify_file, path, DIGEST, signer["policy"])
+        expect("unreadable", "unreadable", records.verify_file, path, SUBJECT, signer["policy"])
     path.write_bytes(b"\xff\xfe not json")
-    expect("malformed", "not a JSON document", records.verify_file, path, DIGEST,
+    expect("malformed", "not a JSON document", records.verify_file, path, SUBJECT,
            signer["policy"])
 
 
@@ -219,25 +221,25 @@ def test_signed_but_wrong_predicate_shape(signer: dict[str, Any]) -> None:
     bad["predicate"]["counts"]["passed"] = 99
     env = dsse.sign(json.dumps(bad).encode(), signer["key"])
     expect("bad-predicate", "counts do not add up", records.verify_bytes,
-           json.dumps(env.to_json()).encode(), "x", DIGEST, signer["policy"])
+           json.dumps(env.to_json()).encode(), "x", SUBJECT, signer["policy"])
     bad = copy.deepcopy(stmt)
     bad["predicateType"] = "https://slsa.dev/provenance/v1"
     env = dsse.sign(json.dumps(bad).encode(), signer["key"])
     expect("bad-predicate", "predicateType", records.verify_bytes,
-           json.dumps(env.to_json()).encode(), "x", DIGEST, signer["policy"])
+           json.dumps(env.to_json()).encode(), "x", SUBJECT, signer["policy"])
 
 
 def test_flagged_probe_is_warned_and_does_not_count(signer: dict[str, Any]) -> None:
     probes = {"patch_sensitivity": {"status": "flagged"}, "determinism": {"status": "ok"}}
     path = signed(signer, probes=probes)
-    v = records.verify_file(path, DIGEST, signer["policy"])
+    v = records.verify_file(path, SUBJECT, signer["policy"])
     assert v.statement.result == "WARNED" and not v.counts_as_evidence
 
 
 def test_failed_result_is_recorded_as_failed(signer: dict[str, Any]) -> None:
     path = signed(signer, result="FAILED", failed_tests=["c"], passed_tests=["a", "b"],
                   counts={"tests": 3, "passed": 2, "failed": 1, "skipped": 0, "errors": 0})
-    v = records.verify_file(path, DIGEST, signer["policy"])
+    v = records.verify_file(path, SUBJECT, signer["policy"])
     assert v.statement.result == "FAILED" and not v.counts_as_evidence
 
 
@@ -254,7 +256,7 @@ def test_policy_errors(tmp_path: Path, signer: dict[str, Any]) -> None:
 
 def test_verify_suites_reports_each_reason(signer: dict[str, Any]) -> None:
     signed(signer)
-    found = records.verify_suites(signer["evidence"], DIGEST, signer["policy"],
+    found = records.verify_suites(signer["evidence"], SUBJECT, signer["policy"],
                                   ["toy-gpu", "toy-cpu"])
     assert isinstance(found["toy-gpu"], records.Verified)
     assert isinstance(found["toy-cpu"], EvidenceError)
@@ -274,13 +276,13 @@ def test_declared_probe_without_a_verdict_does_not_count(signer: dict[str, Any],
     # the suite declares patch_sensitive and 3 repeats: a result missing either probe's
     # verdict is signed as WARNED, and a statement claiming PASSED anyway is refused
     path = signed(signer, probes=probes)
-    v = records.verify_file(path, DIGEST, signer["policy"])
+    v = records.verify_file(path, SUBJECT, signer["policy"])
     assert v.statement.result == "WARNED" and not v.counts_as_evidence
     stmt = statement.build(make_result(probes=probes), []).to_json()
     stmt["predicate"]["result"] = "PASSED"
     env = dsse.sign(json.dumps(stmt).encode(), signer["key"])
     expect("bad-predicate", flag, records.verify_bytes, json.dumps(env.to_json()).encode(),
-           "x", DIGEST, signer["policy"])
+           "x", SUBJECT, signer["policy"])
 
 
 @pytest.mark.parametrize("drop", ["image", "counts", "suite", "passed_tests"])
@@ -297,8 +299,8 @@ def _with_probe(**sens: object) -> SuiteResult:
 
 
 def test_pristine_probe_must_have_run_on_the_pinned_tree() -> None:
-    pinned = "sha256:" + "1" * 64
-    records.check_pristine_probe(_with_probe(status="ok", vllm_tree_digest=pinned), pinned)
+    pinned = Digest.from_hex("1" * 64)
+    records.check_pristine_probe(_with_probe(status="ok", vllm_tree_digest=str(pinned)), pinned)
     records.check_pristine_probe(_with_probe(status="not-declared"), pinned)
     expect("foreign-pristine", "not the pinned upstream's", records.check_pristine_probe,
            _with_probe(status="ok", vllm_tree_digest="sha256:" + "2" * 64), pinned)
@@ -324,7 +326,7 @@ def test_dsse_forms_the_spec_allows_are_accepted(signer: dict[str, Any], mutate:
     assert written["signatures"][0]["keyid"] == signer["keyid"]
     assert "=" in written["payload"] or len(written["payload"]) % 4 == 0
     _tamper(path, mutate)
-    v = records.verify_file(path, DIGEST, signer["policy"], "toy-gpu")
+    v = records.verify_file(path, SUBJECT, signer["policy"], "toy-gpu")
     assert v.keyid == signer["keyid"] and v.counts_as_evidence
 
 
@@ -338,11 +340,11 @@ def test_keyless_signature_that_no_trusted_key_verifies_fails_closed(
 
     _tamper(path, drop_keyid_and_flip)
     expect("untrusted-key", "without keyid verified with none", records.verify_file, path,
-           DIGEST, signer["policy"])
+           SUBJECT, signer["policy"])
 
 
 @pytest.mark.parametrize("value", ["ab+_", "a b=", "abc==="])
 def test_mixed_or_broken_base64_is_malformed(signer: dict[str, Any], value: str) -> None:
     path = signed(signer)
     _tamper(path, lambda e: e.update(payload=value))
-    expect("malformed", "not valid base64", records.verify_file, path, DIGEST, signer["policy"])
+    expect("malformed", "not valid base64", records.verify_file, path, SUBJECT, signer["policy"])

@@ -27,7 +27,7 @@ def test_identical_definitions_are_two_bakes_each_found_by_name(tmp_path: Path) 
     b = bake_image(pipeline, "twin", repo.store, patched=repo.patched)
     assert not b.cached and b.image == "twin" and a.digest != b.digest
     assert latest_digest(pipeline, "twin") == b.digest
-    assert layout.resolve(repo.store, "twin").digest == b.digest
+    assert layout.lookup(repo.store, "twin").digest == b.digest
 
 
 @pytest.mark.parametrize("url", [

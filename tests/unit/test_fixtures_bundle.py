@@ -12,21 +12,22 @@ from patchbake.bake import bake_image
 from patchbake.digest import Digest
 from patchbake.errors import IntegrityError, StoreError
 from patchbake.suites.bundle import bundle
-from patchbake.suites.image import ImageRef
+from patchbake.suites.image import SuiteImage
 from patchbake.identity import materialise
 from patchbake.store import Store
 
 PIPELINE = None
 
 
-def _baked(tmp_path: Path) -> tuple[Store, ImageRef, list[str]]:
+def _baked(tmp_path: Path) -> tuple[Store, SuiteImage, list[Digest]]:
     repo = make_repo(tmp_path)
     global PIPELINE
     PIPELINE = repo.pipeline
     res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
     manifest = json.loads(repo.store.read_blob(res.digest))
-    blobs = [res.digest, manifest["config"]["digest"], *[x["digest"] for x in manifest["layers"]]]
-    return repo.store, ImageRef("offline", Digest(res.digest), Digest(manifest["config"]["digest"])), blobs
+    config = Digest.parse(manifest["config"]["digest"])
+    blobs = [res.digest, config, *[Digest.parse(x["digest"]) for x in manifest["layers"]]]
+    return repo.store, SuiteImage("offline", res.digest, config), blobs
 
 
 def test_bundle_holds_exactly_the_image_and_materialises(tmp_path: Path) -> None:

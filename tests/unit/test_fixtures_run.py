@@ -14,12 +14,12 @@ from patchbake.evidence import statement
 from patchbake.config import suites
 from patchbake.suites import junit
 from patchbake.suites.execution import Execution
-from patchbake.suites.image import ImageRef, parse
+from patchbake.suites.image import SuiteImage
 from patchbake.suites.run import run_suite, suite_content_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "tests" / "fixtures" / "suites"
-REF = ImageRef("toy", Digest("sha256:" + "ab" * 32), Digest("sha256:" + "cd" * 32))
+REF = SuiteImage("toy", Digest.from_hex("ab" * 32), Digest.from_hex("cd" * 32))
 
 
 class FakeRunner:
@@ -31,11 +31,11 @@ class FakeRunner:
         self.env, self.patched, self.pristine = env, list(patched), pristine
         self.calls: list[str] = []
 
-    def environment(self, suite: suites.Suite, ref: ImageRef) -> dict[str, Any]:
+    def environment(self, suite: suites.Suite, ref: SuiteImage) -> dict[str, Any]:
         return dict(self.env)
 
     @contextmanager
-    def patched_tree(self, ref: ImageRef) -> Iterator[str]:
+    def patched_tree(self, ref: SuiteImage) -> Iterator[str]:
         yield "patched"
 
     @contextmanager
@@ -130,21 +130,25 @@ def test_suite_content_hash_ignores_caches(tmp_path: Path) -> None:
 
 
 def test_image_reference_parsing() -> None:
-    d = "sha256:" + "ab" * 32
-    assert parse(f"img@{d}") == ("img", d)
-    assert parse(d) == (None, d)
-    assert parse("img") == ("img", None)
+    from patchbake.images.refs import ImageRef
+
+    text = "sha256:" + "ab" * 32
+    d = Digest.parse(text)
+    assert ImageRef.parse(f"img@{text}") == ImageRef("img", d)
+    assert ImageRef.parse(text) == ImageRef(None, d)
+    assert ImageRef.parse("img") == ImageRef("img", None)
+    assert str(ImageRef.parse(f"img@{text}")) == f"img@{text}"
     from patchbake.errors import ImageError
 
     with pytest.raises(ImageError, match="not sha256"):
-        parse("img@sha256:zz")
+        ImageRef.parse("img@sha256:zz")
 
 
 def test_unparsable_image_record_is_an_image_error(tmp_path: Path) -> None:
     from patchbake.errors import ImageError
     from patchbake.suites.image import find_record
 
-    d = "sha256:" + "ab" * 32
+    d = Digest.from_hex("ab" * 32)
     rec = tmp_path / "manifests" / "images" / "img" / f"{'ab' * 32}.json"
     rec.parent.mkdir(parents=True)
     assert find_record(tmp_path, d) is None

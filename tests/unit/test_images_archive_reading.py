@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from images_craft import add_member
 from images_support import make_repo
+from patchbake.digest import Digest
 from patchbake.bake import bake_image
 from patchbake.errors import ImageError, UnsafeArchiveError
 from patchbake.oci.archive import import_docker_archive
@@ -22,7 +23,7 @@ from patchbake.store import Store
 
 
 @pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def good(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Digest]:
     """A baked image's docker-archive (manifest.json + index.json) and its digest."""
     tmp = tmp_path_factory.mktemp("archive")
     repo = make_repo(tmp)
@@ -72,7 +73,7 @@ def _append_raw(archive: Path, dest: Path, raw: bytes) -> Path:
     return dest
 
 
-def test_members_after_a_header_python_stops_at_are_read(good: tuple[Path, str],
+def test_members_after_a_header_python_stops_at_are_read(good: tuple[Path, Digest],
                                                          tmp_path: Path) -> None:
     archive, digest = good
     config = _blob_of(archive, "config")
@@ -100,7 +101,7 @@ def test_members_after_a_header_python_stops_at_are_read(good: tuple[Path, str],
 
 
 @pytest.mark.parametrize("tail", [b"junk", bytes(512) + b"x" * 512])
-def test_only_zeros_may_follow_the_end_of_the_archive(good: tuple[Path, str], tmp_path: Path,
+def test_only_zeros_may_follow_the_end_of_the_archive(good: tuple[Path, Digest], tmp_path: Path,
                                                       tail: bytes) -> None:
     bad = tmp_path / "tail.tar"
     bad.write_bytes(good[0].read_bytes() + tail)
@@ -112,7 +113,7 @@ def test_only_zeros_may_follow_the_end_of_the_archive(good: tuple[Path, str], tm
 @pytest.mark.parametrize("spelling", ["blobs//sha256/{hex}", "./blobs/sha256/{hex}",
                                       "blobs/./sha256/{hex}", "blobs/sha256//{hex}",
                                       "blobs/sha256/{hex}/", "/blobs/sha256/{hex}"])
-def test_names_docker_writes_to_one_file_are_one_name(good: tuple[Path, str], tmp_path: Path,
+def test_names_docker_writes_to_one_file_are_one_name(good: tuple[Path, Digest], tmp_path: Path,
                                                       spelling: str) -> None:
     archive, _ = good
     config = _blob_of(archive, "config")
@@ -125,7 +126,7 @@ def test_names_docker_writes_to_one_file_are_one_name(good: tuple[Path, str], tm
     assert "\n" not in info.value.one_line()
 
 
-def test_manifest_json_paths_are_cleaned_as_docker_cleans_them(good: tuple[Path, str],
+def test_manifest_json_paths_are_cleaned_as_docker_cleans_them(good: tuple[Path, Digest],
                                                                tmp_path: Path) -> None:
     archive, digest = good
 
@@ -153,7 +154,7 @@ def _link(name: str, kind: bytes, target: str = "") -> Callable[[tarfile.TarFile
                                        (tarfile.CHRTYPE, "character device"),
                                        (tarfile.BLKTYPE, "block device"),
                                        (tarfile.FIFOTYPE, "fifo")])
-def test_only_regular_files_and_directories(good: tuple[Path, str], tmp_path: Path,
+def test_only_regular_files_and_directories(good: tuple[Path, Digest], tmp_path: Path,
                                             kind: bytes, what: str) -> None:
     archive, _ = good
     # 'blobs' a link to another directory: docker load reads the blobs through it
@@ -168,7 +169,7 @@ def test_only_regular_files_and_directories(good: tuple[Path, str], tmp_path: Pa
 @pytest.mark.parametrize("first,then", [("blobs/sha256/x", "blobs/sha256/x/y"),
                                         ("blobs/sha256/x/y", "blobs/sha256/x"),
                                         ("blobs", None)])
-def test_an_entry_replacing_or_below_a_file_is_refused(good: tuple[Path, str], tmp_path: Path,
+def test_an_entry_replacing_or_below_a_file_is_refused(good: tuple[Path, Digest], tmp_path: Path,
                                                        first: str, then: str | None) -> None:
     def add(out: tarfile.TarFile) -> None:
         add_member(out, first, b"a")
@@ -180,7 +181,7 @@ def test_an_entry_replacing_or_below_a_file_is_refused(good: tuple[Path, str], t
         import_docker_archive(Store.open(tmp_path / "fresh"), bad)
 
 
-def test_an_archive_without_manifest_json_is_refused(good: tuple[Path, str],
+def test_an_archive_without_manifest_json_is_refused(good: tuple[Path, Digest],
                                                      tmp_path: Path) -> None:
     """docker load (20.10) reads such an archive with its legacy loader: `repositories` and
     every top-level directory as an image, not what index.json names."""
@@ -202,7 +203,7 @@ def test_an_archive_without_manifest_json_is_refused(good: tuple[Path, str],
         assert not fresh.has(digest)
 
 
-def test_archives_of_ours_and_of_docker_save_still_read(good: tuple[Path, str],
+def test_archives_of_ours_and_of_docker_save_still_read(good: tuple[Path, Digest],
                                                         tmp_path: Path) -> None:
     archive, digest = good
     seen = ArchiveTar.read(archive)

@@ -20,7 +20,7 @@ from patchbake.store import Store
 def test_two_stores_same_digest_and_cached(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     first = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
-    assert not first.cached and first.digest.startswith("sha256:")
+    assert not first.cached and str(first.digest).startswith("sha256:")
     again = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
     assert again.cached and again.digest == first.digest
     other = Store.open(tmp_path / "other-store")
@@ -28,7 +28,7 @@ def test_two_stores_same_digest_and_cached(tmp_path: Path) -> None:
     assert not second.cached
     assert (second.digest, second.config_digest, second.layers) == \
         (first.digest, first.config_digest, first.layers)
-    assert layout.resolve(repo.store, "offline").digest == first.digest
+    assert layout.lookup(repo.store, "offline").digest == first.digest
     assert latest_digest(repo.pipeline, "offline") == first.digest
     assert (repo.root / first.record).is_file()
 
@@ -39,7 +39,7 @@ def test_foreign_or_torn_cache_entry_is_a_miss(tmp_path: Path, entry: bytes) -> 
     first = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
     entries = list((repo.store.root / "bakes").glob("*.json"))
     key = [p for p in entries if json.loads(p.read_bytes()).get("manifest_digest")
-           == first.digest]
+           == str(first.digest)]
     assert len(key) == 1
     key[0].write_bytes(entry)
     again = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
@@ -79,7 +79,7 @@ def test_labels_and_annotations(tmp_path: Path) -> None:
         assert labels[f"org.opencontainers.image.{key}"]
         assert manifest["annotations"][f"org.opencontainers.image.{key}"] == labels[
             f"org.opencontainers.image.{key}"]
-    assert labels["org.opencontainers.image.base.digest"] == repo.standin_digest
+    assert labels["org.opencontainers.image.base.digest"] == str(repo.standin_digest)
     assert labels["dev.patchbake.patch.sha256"] == "a" * 64
     assert labels["dev.patchbake.files.sha256"] == "b" * 64
     assert labels["dev.patchbake.upstream.pin"].startswith("vllm==0.25.1")
@@ -116,7 +116,7 @@ def test_native_change_refuses_overlay(tmp_path: Path) -> None:
 def test_standin_pin_mismatch(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     p = repo.root / "images" / "offline.yaml"
-    p.write_text(p.read_text().replace(repo.standin_digest, "sha256:" + "0" * 64))
+    p.write_text(p.read_text().replace(str(repo.standin_digest), "sha256:" + "0" * 64))
     with pytest.raises(IntegrityError, match="pins sha256:0000"):
         bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
 
@@ -130,7 +130,7 @@ def test_docker_archive_export_roundtrip(tmp_path: Path) -> None:
                      docker_archive=out)
     with tarfile.open(out) as tf:
         manifest = json.loads(tf.extractfile("manifest.json").read())  # type: ignore[union-attr]
-        assert manifest[0]["Config"] == f"blobs/sha256/{res.config_digest[7:]}"
+        assert manifest[0]["Config"] == f"blobs/sha256/{res.config_digest.hex}"
         assert len(manifest[0]["Layers"]) == len(res.layers)
     again = tmp_path / "img2.tar"
     bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, docker_archive=again)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from images_craft import add_member, entry, layer, layout_dir, two_description_archive, with_layer
 from images_support import SP, Repo, make_repo
+from patchbake.digest import Digest
 from patchbake.bake import bake_image
 from patchbake.errors import ImageError
 from patchbake.identity import verify_image
@@ -22,12 +23,12 @@ from patchbake.store import Store
 EVIL = b"import os; os.system('id')\n"
 
 
-def _verify(repo: Repo, ref: str):  # type: ignore[no-untyped-def]
+def _verify(repo: Repo, ref: str | Digest):  # type: ignore[no-untyped-def]
     return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched,
                         definition="offline")
 
 
-def _baked(tmp_path: Path) -> tuple[Repo, str, Path]:
+def _baked(tmp_path: Path) -> tuple[Repo, Digest, Path]:
     repo = make_repo(tmp_path)
     out = tmp_path / "img.tar"
     res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched,
@@ -35,7 +36,7 @@ def _baked(tmp_path: Path) -> tuple[Repo, str, Path]:
     return repo, res.digest, out
 
 
-def _evil(repo: Repo, digest: str) -> str:
+def _evil(repo: Repo, digest: Digest) -> Digest:
     return with_layer(repo.store, digest, layer([(f"{SP.strip('/')}/vllm/envs.py", EVIL)]))
 
 
@@ -57,7 +58,7 @@ def test_archive_whose_manifest_json_names_another_image_is_refused(tmp_path: Pa
 def test_archive_layers_compared_by_bytes_not_paths(tmp_path: Path) -> None:
     repo, digest, good = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    last = manifest["layers"][-1]["digest"]
+    last = Digest.parse(manifest["layers"][-1]["digest"])
     # same config, same layer bytes at another path: the two descriptions agree
     with tarfile.open(good) as src, tarfile.open(tmp_path / "moved.tar", "w") as out:
         for m in src.getmembers():
@@ -132,18 +133,18 @@ def test_layout_narrowed_by_platform_and_nested_index(tmp_path: Path) -> None:
     inner = {"schemaVersion": 2, "mediaType": OCI_INDEX,
              "manifests": [entry(st, digest, platform=amd), entry(st, evil, platform=amd)]}
     ihex = st.put_bytes(json.dumps(inner).encode())
-    nested = layout_dir(st, tmp_path / "nested", [entry(st, f"sha256:{ihex}",
+    nested = layout_dir(st, tmp_path / "nested", [entry(st, ihex,
                                                         media_type=OCI_INDEX)],
-                        [f"sha256:{ihex}", digest, evil])
+                        [ihex, digest, evil])
     with pytest.raises(ImageError, match="refusing to guess"):
         _verify(repo, str(nested))
     inner["manifests"] = [entry(st, digest, platform=amd)]
     ihex = st.put_bytes(json.dumps(inner).encode())
-    nested1 = layout_dir(st, tmp_path / "nested1", [entry(st, f"sha256:{ihex}",
+    nested1 = layout_dir(st, tmp_path / "nested1", [entry(st, ihex,
                                                           media_type=OCI_INDEX)],
-                         [f"sha256:{ihex}", digest])
+                         [ihex, digest])
     res = _verify(repo, str(nested1))
-    assert res.ok and res.digest == digest and f"> sha256:{ihex}" in res.extra["selected"]
+    assert res.ok and res.digest == digest and f"> {ihex}" in res.extra["selected"]
 
 
 def _retitle(data: bytearray, offset: int, prefix: bytes) -> None:

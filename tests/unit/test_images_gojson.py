@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from images_craft import Pairs, add_member, dumps, layer, layout_dir
 from images_support import SP, Repo, make_repo
+from patchbake.digest import Digest
 from patchbake.bake import bake_image
 from patchbake.errors import ImageError, RegistryError, StoreError
 from patchbake.identity import verify_image
@@ -171,40 +172,40 @@ def test_go_folding_matches_the_orbits_go_uses() -> None:
 EVIL = b"import os; os.system('id')\n"
 
 
-def _baked(tmp_path: Path) -> tuple[Repo, str]:
+def _baked(tmp_path: Path) -> tuple[Repo, Digest]:
     repo = make_repo(tmp_path)
     return repo, bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched).digest
 
 
-def _case_variant(store: Store, digest: str) -> tuple[str, str]:
+def _case_variant(store: Store, digest: Digest) -> tuple[Digest, Digest]:
     """The image ``digest`` with a foreign layer that only a Go reader sees: the config
     lists its diff_id under ``RootFS``, the manifest its blob under ``Layers``."""
     manifest = json.loads(store.read_blob(digest))
-    config = json.loads(store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(store.read_blob(Digest.parse(manifest["config"]["digest"])))
     data = layer([(f"{SP.strip('/')}/vllm/envs.py", EVIL)])
-    evil = f"sha256:{store.put_bytes(data)}"
+    evil = str(store.put_bytes(data))
     cbytes = dumps(Pairs([*config.items(), ("RootFS", {
         "type": "layers", "diff_ids": [*config["rootfs"]["diff_ids"], evil]})]))
-    cdigest = f"sha256:{store.put_bytes(cbytes)}"
+    cdigest = store.put_bytes(cbytes)
     mbytes = dumps(Pairs([
-        *{**manifest, "config": {**manifest["config"], "digest": cdigest,
+        *{**manifest, "config": {**manifest["config"], "digest": str(cdigest),
                                  "size": len(cbytes)}}.items(),
         ("Layers", [*manifest["layers"], {**manifest["layers"][-1], "digest": evil,
                                           "size": len(data)}])]))
-    return f"sha256:{store.put_bytes(mbytes)}", cdigest
+    return store.put_bytes(mbytes), cdigest
 
 
-def _archive(store: Store, digest: str, config: str, dest: Path) -> Path:
+def _archive(store: Store, digest: Digest, config: Digest, dest: Path) -> Path:
     manifest = json.loads(store.read_blob(digest))
-    blobs = [digest, config, *[x["digest"] for x in manifest["layers"]]]
+    blobs = [digest, config, *[Digest.parse(x["digest"]) for x in manifest["layers"]]]
     with tarfile.open(dest, "w", format=tarfile.USTAR_FORMAT) as out:
         for d in blobs:
-            add_member(out, f"blobs/sha256/{d[7:]}", store.read_blob(d))
+            add_member(out, f"blobs/sha256/{d.hex}", store.read_blob(d))
         add_member(out, "manifest.json", json.dumps([{
-            "Config": f"blobs/sha256/{config[7:]}", "RepoTags": ["x/y:z"],
+            "Config": f"blobs/sha256/{config.hex}", "RepoTags": ["x/y:z"],
             "Layers": [f"blobs/sha256/{x['digest'][7:]}" for x in manifest["layers"]]}]).encode())
         add_member(out, "index.json", json.dumps({"schemaVersion": 2, "manifests": [{
-            "mediaType": manifest["mediaType"], "digest": digest,
+            "mediaType": manifest["mediaType"], "digest": str(digest),
             "size": len(store.read_blob(digest))}]}).encode())
         add_member(out, "oci-layout", layout.LAYOUT_VERSION)
     return dest
@@ -217,7 +218,7 @@ def test_every_source_reads_descriptions_as_go_does(tmp_path: Path) -> None:
     want = re.escape("keys 'layers' and 'Layers' in the top-level object (manifest) are one "
                      "key to Go")
 
-    def verify(ref: str) -> Any:
+    def verify(ref: str | Digest) -> Any:
         return verify_image(repo.pipeline, ref, st, patched=repo.patched, definition="offline")
 
     assert verify(good).ok
@@ -226,9 +227,9 @@ def test_every_source_reads_descriptions_as_go_does(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match=want):
         load_image(StoreBlobs(st), crafted)
     with pytest.raises(ImageError, match=want):
-        layout.resolve(st, crafted)
+        layout.lookup(st, crafted)
     lay = layout_dir(st, tmp_path / "lay", [{"mediaType": "application/vnd.oci.image.manifest"
-                                             ".v1+json", "digest": crafted,
+                                             ".v1+json", "digest": str(crafted),
                                              "size": len(st.read_blob(crafted))}], [crafted])
     with pytest.raises(ImageError, match=want):  # an OCI layout
         verify(str(lay))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from images_support import SP, UPSTREAM, Repo, make_repo, write_tree
+from patchbake.digest import Digest
 from patchbake.bake import bake_image
 from patchbake.images.recipe import revision
 from patchbake.entry import main
@@ -23,13 +24,13 @@ from patchbake.oci.tarwriter import file_entry, with_parents, write_layer
 from patchbake.patchset.sourcerec import render_source
 
 
-def _archive_of(repo: Repo, digest: str, name: str) -> None:
+def _archive_of(repo: Repo, digest: Digest, name: str) -> None:
     from patchbake.oci.archive import export_docker_archive
 
     export_docker_archive(repo.store, digest, repo.root / f"{name}.tar", [f"{name}:1"])
 
 
-def _define_archive(repo: Repo, name: str, digest: str, lineage: str = "") -> None:
+def _define_archive(repo: Repo, name: str, digest: Digest, lineage: str = "") -> None:
     _archive_of(repo, digest, name)
     more = f"lineage: {lineage}\n" if lineage else ""
     repo.define(name, f"version: 1\nbase: {{source: docker-archive, name: '{name}:1', "
@@ -69,7 +70,7 @@ def test_a_base_of_another_upstream_is_refused(tmp_path: Path,
 
 
 def _real_like_base(repo: Repo, version: str, record_fix: dict[str, bytes] | None = None,
-                    py_override: dict[str, bytes] | None = None) -> str:
+                    py_override: dict[str, bytes] | None = None) -> Digest:
     """The stand-in's layers + a layer with vllm-<version>.dist-info (METADATA, RECORD):
     the shape of a pip-installed vLLM. Returns the manifest digest."""
     files = {k: v for k, v in UPSTREAM.items() if k.startswith("vllm/")}
@@ -91,7 +92,7 @@ def _real_like_base(repo: Repo, version: str, record_fix: dict[str, bytes] | Non
                 file_entry(f"{SP.strip('/')}/{dist}/RECORD", data="\n".join(rows).encode())]
     data = b"".join(write_layer(with_parents(entries), 0))
     layer = repo.store.put_bytes(data)
-    layer_d = f"sha256:{layer}" if not str(layer).startswith("sha256:") else str(layer)
+    layer_d = str(layer)
     skeleton = json.loads(repo.store.read_blob(repo.standin_digest))["layers"][0]
     config_doc = {"architecture": "amd64", "os": "linux",
                   "config": {"Entrypoint": ["vllm", "serve"]},
@@ -99,7 +100,7 @@ def _real_like_base(repo: Repo, version: str, record_fix: dict[str, bytes] | Non
     cd, cs, _ = layout.put_json(repo.store, config_doc)
     md, _, _ = layout.put_json(repo.store, {
         "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": cd, "size": cs},
+        "config": {"mediaType": OCI_CONFIG, "digest": str(cd), "size": cs},
         "layers": [skeleton, {"mediaType": OCI_LAYER_TAR, "digest": layer_d,
                               "size": len(data)}]})
     return md
@@ -125,7 +126,7 @@ def test_a_real_base_is_bound_by_its_dist_info(tmp_path: Path, version: str,
     _define_archive(repo, "real", digest)
     if match is None:
         res = bake_image(repo.pipeline, "real", repo.store, patched=repo.patched)
-        cfg = json.loads(repo.store.read_blob(res.digest))["config"]["digest"]
+        cfg = Digest.parse(json.loads(repo.store.read_blob(res.digest))["config"]["digest"])
         inner = json.loads(repo.store.read_blob(cfg))["config"]
         assert inner["Entrypoint"] == ["/opt/patchbake/entrypoint.sh", "vllm", "serve"]
         assert "Cmd" not in inner
@@ -165,21 +166,23 @@ def test_a_rebake_supersedes_the_old_record_without_deleting_it(
     second = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=1)
     assert first.digest != second.digest
     sup = record.superseded(repo.root, "offline")
-    assert sup == {first.digest: {"digest": first.digest, "superseded_by": second.digest,
-                                  "record": first.record}}
+    assert sup == {str(first.digest): {"digest": str(first.digest),
+                                       "superseded_by": str(second.digest),
+                                       "record": first.record}}
     assert (repo.root / first.record).is_file()  # kept: evidence about it still verifies
     assert record.latest(repo.root, "offline").manifest_digest == second.digest
     third = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=2)
     sup = record.superseded(repo.root, "offline")
     assert {d: r["superseded_by"] for d, r in sup.items()} == {
-        first.digest: third.digest, second.digest: third.digest}
+        str(first.digest): str(third.digest), str(second.digest): str(third.digest)}
     # going back to a bake takes it out of the index
     bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched, epoch=0)
-    assert set(record.superseded(repo.root, "offline")) == {second.digest, third.digest}
+    assert set(record.superseded(repo.root, "offline")) == {str(second.digest),
+                                                             str(third.digest)}
     assert main(["--pipeline", str(repo.root / "pipeline.yaml"), "image", "ls", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["definitions"]
-    assert rows[0]["latest"] == first.digest
-    assert rows[0]["superseded"] == sorted([second.digest, third.digest])
+    assert rows[0]["latest"] == str(first.digest)
+    assert rows[0]["superseded"] == sorted([str(second.digest), str(third.digest)])
 
 
 def test_committed_record_names_the_forced_sources_commit() -> None:
@@ -207,7 +210,7 @@ def test_a_base_declared_without_vllm(tmp_path: Path) -> None:
         "rootfs": {"type": "layers", "diff_ids": [skeleton["layers"][0]["digest"]]}})
     md, _, _ = layout.put_json(repo.store, {
         "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": cd, "size": cs},
+        "config": {"mediaType": OCI_CONFIG, "digest": str(cd), "size": cs},
         "layers": [skeleton["layers"][0]]})
     _archive_of(repo, md, "novllm")
     text = (f"version: 1\nbase: {{source: docker-archive, name: 'novllm:1', digest: '{md}', "

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from images_craft import layer, with_config, with_layer
 from images_support import SP, Repo, make_repo
+from patchbake.digest import Digest
 from patchbake.bake import bake_image
 from patchbake.entry import main
 from patchbake.errors import ConfigError, ImageError, VerifyError
@@ -21,17 +22,17 @@ sp = SP.strip("/")
 EVIL = b"import os; os.system('id')\n"
 
 
-def _baked(tmp_path: Path) -> tuple[Repo, str]:
+def _baked(tmp_path: Path) -> tuple[Repo, Digest]:
     repo = make_repo(tmp_path)
     return repo, bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched).digest
 
 
-def _verify(repo: Repo, ref: str):  # type: ignore[no-untyped-def]
+def _verify(repo: Repo, ref: str | Digest):  # type: ignore[no-untyped-def]
     return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched,
                         definition="offline")
 
 
-def _problems(repo: Repo, ref: str) -> list[str]:
+def _problems(repo: Repo, ref: str | Digest) -> list[str]:
     res = _verify(repo, ref)
     assert not res.ok
     return list(res.problems)
@@ -46,7 +47,7 @@ def test_site_packages_label_is_not_obeyed(tmp_path: Path) -> None:
     decoy += [(f"opt/decoy/vllm/{n}", b"x") for n in ("__init__.py", "sampling_params.py")]
     evil = with_layer(repo.store, digest, layer([*decoy, (f"{sp}/vllm/envs.py", EVIL)]))
     manifest = json.loads(repo.store.read_blob(evil))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     labels = {**config["config"]["Labels"], "dev.patchbake.site-packages": "/opt/decoy"}
     relabelled = with_config(repo.store, evil, {"Labels": labels})
     res = _verify(repo, relabelled)
@@ -99,14 +100,14 @@ def test_a_layer_above_the_base_may_delete_only_what_the_patch_deletes(tmp_path:
     assert not res.ok and any(m["path"] == "vllm" for m in res.mismatched)
     # the base's own layers are not the pinned base: a failure, whatever the files say
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     from images_craft import rewrite
 
     extra = layer([("etc/motd", b"hi\n")])
     hexd = repo.store.put_bytes(extra)
-    manifest["layers"].insert(0, {**manifest["layers"][0], "digest": f"sha256:{hexd}",
+    manifest["layers"].insert(0, {**manifest["layers"][0], "digest": str(hexd),
                                   "size": len(extra)})
-    config["rootfs"]["diff_ids"].insert(0, f"sha256:{hexd}")
+    config["rootfs"]["diff_ids"].insert(0, str(hexd))
     shifted = rewrite(repo.store, manifest, config)
     assert any("first 2 layers are not the base" in p for p in _problems(repo, shifted))
 
@@ -148,7 +149,7 @@ def test_startup_hook_as_a_symlink_is_refused(tmp_path: Path) -> None:
 def test_startup_environment_fails(tmp_path: Path, env: str) -> None:
     repo, digest = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     crafted = with_config(repo.store, digest, {"Env": [*config["config"]["Env"], env]})
     (found,) = _problems(repo, crafted)
     assert found.startswith(f"image config Env {env.split('=')[0]}=")
@@ -185,7 +186,7 @@ def test_allow_list_pins_base_hooks_by_content(tmp_path: Path) -> None:
                       {"Env": ["PATH=/usr/bin", "PYTHONPATH=/opt/lib"]})
     layout_dir(repo.store, repo.root / "base", [entry(repo.store, base)], [base])
     text = (repo.root / "images" / "offline.yaml").read_text()
-    repo.define("hooked", text.replace(repo.standin_digest, base).replace(
+    repo.define("hooked", text.replace(str(repo.standin_digest), str(base)).replace(
         "source: standin", "source: oci-layout\n  path: base"))
     bake_image(repo.pipeline, "hooked", repo.store, patched=repo.patched)
 
@@ -229,9 +230,9 @@ def test_cli_verify_names_the_definition(tmp_path: Path, capsys: pytest.CaptureF
     monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
     pipe = ["--pipeline", str(repo.root / "pipeline.yaml")]
     crafted = with_layer(repo.store, digest, layer([(f"{sp}/evil.pth", EVIL)]))
-    assert main([*pipe, "verify", crafted]) == ImageError.exit_code
+    assert main([*pipe, "verify", str(crafted)]) == ImageError.exit_code
     assert "cannot tell which image definition" in capsys.readouterr().err
-    assert main([*pipe, "verify", crafted, "--definition", "offline"]) == \
+    assert main([*pipe, "verify", str(crafted), "--definition", "offline"]) == \
         VerifyError.exit_code
     err = capsys.readouterr().err
     assert f"/{sp}/evil.pth: a .pth file in a site directory" in err
@@ -258,7 +259,7 @@ def test_every_environment_variable_is_the_bases(tmp_path: Path, env: str) -> No
     imports): the image's Env is the base's, variable for variable, unless allow-listed."""
     repo, digest = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     base_env = config["config"]["Env"]
     name = env.partition("=")[0]
     crafted = with_config(repo.store, digest,
@@ -276,7 +277,7 @@ def test_the_start_up_wrapper_cannot_be_dropped(tmp_path: Path) -> None:
     opt-in self-check ever running: a failure, not 'the base's entrypoint'."""
     repo, digest = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     assert config["config"]["Entrypoint"][0] == "/opt/patchbake/entrypoint.sh"
     base_entry = config["config"]["Entrypoint"][1:] or None
     crafted = with_config(repo.store, digest, {"Entrypoint": base_entry})
@@ -288,9 +289,9 @@ def test_the_start_up_wrapper_cannot_be_dropped(tmp_path: Path) -> None:
 def test_identity_record_must_be_the_recorded_one(tmp_path: Path) -> None:
     repo, digest = _baked(tmp_path)
     rec = json.loads(next((repo.root / "manifests" / "images" / "offline").glob(
-        f"{digest[7:]}.json")).read_text())
+        f"{digest.hex}.json")).read_text())
     assert rec["identity_sha256"]
-    p = next((repo.root / "manifests" / "images" / "offline").glob(f"{digest[7:]}.json"))
+    p = next((repo.root / "manifests" / "images" / "offline").glob(f"{digest.hex}.json"))
     p.write_text(json.dumps({**rec, "identity_sha256": "0" * 64}))
     res = verify_image(repo.pipeline, digest, repo.store, patched=repo.patched)
     assert any("is not the identity record the image record names" in x for x in res.problems)
@@ -299,7 +300,7 @@ def test_identity_record_must_be_the_recorded_one(tmp_path: Path) -> None:
 def test_ld_library_path_only_as_the_base_sets_it(tmp_path: Path) -> None:
     repo, digest = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     crafted = with_config(repo.store, digest,
                           {"Env": [*config["config"]["Env"], "LD_LIBRARY_PATH=/opt/evil"]})
     (found,) = _problems(repo, crafted)
@@ -317,7 +318,7 @@ def test_hooks_of_another_python_version_are_seen(tmp_path: Path) -> None:
 def test_the_entrypoint_wrapper_must_be_this_tools(tmp_path: Path) -> None:
     repo, digest = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     assert config["config"]["Entrypoint"][0] == "/opt/patchbake/entrypoint.sh"
     crafted = with_layer(repo.store, digest, layer([
         ("opt/patchbake/entrypoint.sh", b"#!/bin/sh\npython3 -c 'import evil'\nexec \"$@\"\n")]))
@@ -352,7 +353,7 @@ def test_environment_that_picks_another_interpreter_fails(tmp_path: Path, name: 
     runs something else than the verified tree at start."""
     repo, digest = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     env = [e for e in config["config"]["Env"] if not e.startswith(f"{name}=")]
     crafted = with_layer(repo.store, digest, layer([("opt/patchbake/bin/python3", EVIL)]),
                          {"Env": [*env, f"{name}={value}"]})
@@ -365,7 +366,7 @@ def test_environment_naming_a_variable_twice_fails(tmp_path: Path) -> None:
     CPython's start-up reads) may see the first: the base's value last hides the other."""
     repo, digest = _baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     path = next(e for e in config["config"]["Env"] if e.startswith("PATH="))
     crafted = with_config(repo.store, digest, {"Env": ["PATH=/opt/patchbake/bin", path]})
     found = _problems(repo, crafted)
@@ -374,7 +375,7 @@ def test_environment_naming_a_variable_twice_fails(tmp_path: Path) -> None:
                      "shells the last"], found
 
 
-def _identity_of(repo: Repo, digest: str) -> dict[str, object]:
+def _identity_of(repo: Repo, digest: Digest) -> dict[str, object]:
     res = _verify(repo, digest)
     assert res.ok and res.identity
     return dict(res.identity)

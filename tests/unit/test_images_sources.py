@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from images_support import SP, make_repo
+from patchbake.digest import Digest
 from patchbake.bake import bake_image
 from patchbake.errors import ImageError, IntegrityError
 from patchbake.fsutil import canonical_json
@@ -23,9 +24,9 @@ def _layout_with_index(repo, dest: Path) -> str:  # type: ignore[no-untyped-def]
     blobs = dest / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     manifest = json.loads(repo.store.read_blob(repo.standin_digest))
-    for d in [repo.standin_digest, manifest["config"]["digest"],
-              *[x["digest"] for x in manifest["layers"]]]:
-        (blobs / d[7:]).write_bytes(repo.store.read_blob(d))
+    for d in [repo.standin_digest, Digest.parse(manifest["config"]["digest"]),
+              *[Digest.parse(x["digest"]) for x in manifest["layers"]]]:
+        (blobs / d.hex).write_bytes(repo.store.read_blob(d))
     size = len(repo.store.read_blob(repo.standin_digest))
     index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
              "manifests": [
@@ -33,7 +34,7 @@ def _layout_with_index(repo, dest: Path) -> str:  # type: ignore[no-untyped-def]
                   "digest": "sha256:" + "1" * 64, "size": 10,
                   "platform": {"os": "linux", "architecture": "arm64"}},
                  {"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                  "digest": repo.standin_digest, "size": size,
+                  "digest": str(repo.standin_digest), "size": size,
                   "platform": {"os": "linux", "architecture": "amd64"}}]}
     import hashlib
 
@@ -56,8 +57,9 @@ def test_oci_layout_index_base(tmp_path: Path) -> None:
     offline = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
     res = bake_image(repo.pipeline, "fromlayout", repo.store, patched=repo.patched)
     assert res.layers[:-1] == offline.layers[:-1]
-    assert res.base["index_digest"] == index and res.base["manifest_digest"] == repo.standin_digest
-    repo.define("wrongplatform", text.replace(repo.standin_digest, "sha256:" + "2" * 64))
+    assert res.base["index_digest"] == index \
+        and res.base["manifest_digest"] == str(repo.standin_digest)
+    repo.define("wrongplatform", text.replace(str(repo.standin_digest), "sha256:" + "2" * 64))
     with pytest.raises(IntegrityError, match="linux/amd64 manifest is"):
         bake_image(repo.pipeline, "wrongplatform", repo.store, patched=repo.patched)
 
@@ -94,7 +96,7 @@ def test_template_renders_both_modes(tmp_path: Path) -> None:
     (repo.root / "images" / "Dockerfile.sm89.j2").write_bytes(
         (Path(__file__).resolve().parents[2] / "images" / "Dockerfile.sm89.j2").read_bytes())
     defn = definition.load(repo.pipeline, "offline")
-    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", "sha256:" + "0" * 64,
+    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", Digest.from_hex("0" * 64),
                             BaseTree({}, {}, None))
     labels = {"org.opencontainers.image.version": "0.25.1+x", "dev.patchbake.patch.sha256": "ab"}
     text = render(defn, "overlay", "base:1", overlay, labels,
@@ -114,7 +116,7 @@ def test_template_renders_both_modes(tmp_path: Path) -> None:
 def test_template_missing(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     defn = definition.load(repo.pipeline, "offline")
-    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", "sha256:" + "0" * 64,
+    overlay = build_overlay(defn, repo.patched, repo.pipeline.lineage(), "b", Digest.from_hex("0" * 64),
                             BaseTree({}, {}, None))
     with pytest.raises(ImageError, match="template .* does not exist"):
         render(defn, "overlay", "base:1", overlay, {})

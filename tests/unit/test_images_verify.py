@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from images_support import SP, Repo, make_repo
+from patchbake.digest import Digest
 from patchbake.bake import bake_image
 from patchbake.entry import main
 from patchbake.errors import ImageError, IntegrityError, UnsafeArchiveError, VerifyError
@@ -25,13 +26,13 @@ from patchbake.oci.media import Descriptor
 from patchbake.store import Store
 
 
-def baked(tmp_path: Path) -> tuple[Repo, str]:
+def baked(tmp_path: Path) -> tuple[Repo, Digest]:
     repo = make_repo(tmp_path)
     res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
     return repo, res.digest
 
 
-def verify(repo: Repo, ref: str):  # type: ignore[no-untyped-def]
+def verify(repo: Repo, ref: str | Digest):  # type: ignore[no-untyped-def]
     return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched,
                         definition="offline")
 
@@ -72,7 +73,7 @@ def _flip(path: Path, offset: int) -> None:
 def test_flipped_layer_byte(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    layer = manifest["layers"][1]["digest"]
+    layer = Digest.parse(manifest["layers"][1]["digest"])
     _flip(repo.store.blob_path(layer), 5000)
     with pytest.raises(IntegrityError, match="layer 1: blob .* hashes to"):
         verify(repo, "offline")
@@ -81,7 +82,7 @@ def test_flipped_layer_byte(tmp_path: Path) -> None:
 def test_flipped_config_and_manifest_bytes(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    _flip(repo.store.blob_path(manifest["config"]["digest"]), 10)
+    _flip(repo.store.blob_path(Digest.parse(manifest["config"]["digest"])), 10)
     with pytest.raises(IntegrityError, match="config .* hashes to"):
         verify(repo, "offline")
     repo2, digest2 = baked(tmp_path / "two")
@@ -90,10 +91,10 @@ def test_flipped_config_and_manifest_bytes(tmp_path: Path) -> None:
         verify(repo2, "offline")
 
 
-def _rewrite(store: Store, manifest: dict, config: dict | None = None) -> str:  # type: ignore[type-arg]
+def _rewrite(store: Store, manifest: dict, config: dict | None = None) -> Digest:  # type: ignore[type-arg]
     if config is not None:
         cd, cs, _ = layout.put_json(store, config)
-        manifest = {**manifest, "config": {**manifest["config"], "digest": cd, "size": cs}}
+        manifest = {**manifest, "config": {**manifest["config"], "digest": str(cd), "size": cs}}
     md, _, _ = layout.put_json(store, manifest)
     return md
 
@@ -117,13 +118,13 @@ def _layer(entries: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def _with_extra_layer(repo: Repo, digest: str, data: bytes) -> str:
+def _with_extra_layer(repo: Repo, digest: Digest, data: bytes) -> Digest:
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
-    hexd = repo.store.put_bytes(data)
-    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], f"sha256:{hexd}",
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
+    added = repo.store.put_bytes(data)
+    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], added,
                                          len(data)).to_json())
-    config["rootfs"]["diff_ids"].append(f"sha256:{hexd}")
+    config["rootfs"]["diff_ids"].append(str(added))
     return _rewrite(repo.store, manifest, config)
 
 
@@ -173,7 +174,7 @@ def test_materialise_writes_verified_tree(tmp_path: Path) -> None:
 def test_tampered_materialise_writes_nothing(tmp_path: Path) -> None:
     repo, digest = baked(tmp_path)
     manifest = json.loads(repo.store.read_blob(digest))
-    _flip(repo.store.blob_path(manifest["layers"][-1]["digest"]), 700)
+    _flip(repo.store.blob_path(Digest.parse(manifest["layers"][-1]["digest"])), 700)
     with pytest.raises(IntegrityError):
         materialise(repo.store, digest, tmp_path / "mat", pipeline=repo.pipeline)
     assert not (tmp_path / "mat").exists()
@@ -211,20 +212,20 @@ def test_cli_verify_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     pipe = ["--pipeline", str(repo.root / "pipeline.yaml")]
     assert main([*pipe, "verify", "offline", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert (out["matched"], out["total"], out["mismatched"], out["digest"]) == (4, 4, [], digest)
+    assert (out["matched"], out["total"], out["mismatched"], out["digest"]) == (4, 4, [], str(digest))
     assert set(out["base_drift"]) >= {"changed", "missing", "extra", "unchanged"}
-    _flip(repo.store.blob_path(json.loads(repo.store.read_blob(digest))["layers"][-1]
-                               ["digest"]), 900)
+    _flip(repo.store.blob_path(Digest.parse(json.loads(repo.store.read_blob(digest))
+                                            ["layers"][-1]["digest"])), 900)
     assert main([*pipe, "verify", "offline"]) == IntegrityError.exit_code
     assert "hashes to" in capsys.readouterr().err
     assert main([*pipe, "verify", "nonsense-ref"]) == ImageError.exit_code
     assert "cannot resolve image reference" in capsys.readouterr().err
 
 
-def _rootfs(repo: Repo, digest: str, root: Path) -> None:
+def _rootfs(repo: Repo, digest: Digest, root: Path) -> None:
     manifest = json.loads(repo.store.read_blob(digest))
     for layer in manifest["layers"]:  # unpack (test only) to run the verifier over files
-        with tarfile.open(repo.store.blob_path(layer["digest"])) as tf:
+        with tarfile.open(repo.store.blob_path(Digest.parse(layer["digest"]))) as tf:
             for m in tf.getmembers():
                 name = m.name.rsplit("/", 1)[-1]
                 if name.startswith(".wh."):
@@ -376,7 +377,7 @@ def test_layer_ops_cache_still_hashes_every_byte(tmp_path: Path) -> None:
     assert warm.ok and warm.to_json()["base_drift"] == cold.to_json()["base_drift"]
     assert (warm.matched, warm.total) == (cold.matched, cold.total)
     manifest = json.loads(repo.store.read_blob(digest))
-    _flip(repo.store.blob_path(manifest["layers"][1]["digest"]), 3000)
+    _flip(repo.store.blob_path(Digest.parse(manifest["layers"][1]["digest"])), 3000)
     with pytest.raises(IntegrityError, match="layer 1: blob"):
         verify(repo, digest)  # the memo is keyed by digest; the bytes are still hashed
 
@@ -389,10 +390,10 @@ def test_gzip_layer_digest_and_diff_id(tmp_path: Path) -> None:
     tar = _layer([(f"{sp}/vllm/extra_file.py", b"y = 2\n")])
     gz = gzip.compress(tar, mtime=0)
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     hexd = repo.store.put_bytes(gz)
     manifest["layers"].append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                               "digest": f"sha256:{hexd}", "size": len(gz)})
+                               "digest": str(hexd), "size": len(gz)})
     config["rootfs"]["diff_ids"].append("sha256:" + hashlib.sha256(tar).hexdigest())
     good = _rewrite(repo.store, manifest, config)
     res = verify(repo, good)  # digests fine; a file above the base outside the baked set
@@ -412,9 +413,10 @@ def test_cli_image_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     pipe = ["--pipeline", str(repo.root / "pipeline.yaml")]
     assert main([*pipe, "image", "ls", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["definitions"][0]["latest"] == digest and out["store"]["offline"] == digest
+    assert out["definitions"][0]["latest"] == str(digest)
+    assert out["store"]["offline"] == str(digest)
     assert main([*pipe, "image", "export", "offline", str(tmp_path / "x.tar")]) == 0
-    assert digest in capsys.readouterr().out
+    assert str(digest) in capsys.readouterr().out
     assert main([*pipe, "image", "materialise", "offline", str(tmp_path / "tree")]) == 0
     assert (tmp_path / "tree" / "vllm" / "new_module.py").read_bytes() == b"X = 1\n"
     capsys.readouterr()
@@ -442,10 +444,10 @@ def test_identity_record_naming_no_patch_is_a_problem(tmp_path: Path) -> None:
         "cannot be checked" in res.problems
 
 
-def _image_file(repo: Repo, digest: str, path: str) -> bytes:
+def _image_file(repo: Repo, digest: Digest, path: str) -> bytes:
     manifest = json.loads(repo.store.read_blob(digest))
     for desc in reversed(manifest["layers"]):
-        with tarfile.open(fileobj=io.BytesIO(repo.store.read_blob(desc["digest"]))) as tf:
+        with tarfile.open(fileobj=io.BytesIO(repo.store.read_blob(Digest.parse(desc["digest"])))) as tf:
             try:
                 f = tf.extractfile(path)
             except KeyError:
@@ -486,10 +488,10 @@ def test_truncated_gzip_layer_is_refused(tmp_path: Path, cut: int) -> None:
     inflated = d.decompress(gz)
     assert not d.eof and inflated.endswith(bytes(1024))  # the tar end is in what inflates
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     hexd = repo.store.put_bytes(gz)
     manifest["layers"].append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                               "digest": f"sha256:{hexd}", "size": len(gz)})
+                               "digest": str(hexd), "size": len(gz)})
     config["rootfs"]["diff_ids"].append("sha256:" + hashlib.sha256(inflated).hexdigest())
     crafted = _rewrite(repo.store, manifest, config)
     with pytest.raises(IntegrityError, match="truncated gzip"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from patchbake.digest import Digest
 from patchbake import config
 from patchbake.errors import LineageError
 from patchbake.expected import image_definition
@@ -20,7 +21,7 @@ def pipeline() -> config.Pipeline:
 
 def bind_lineage(pipeline: config.Pipeline, requested: str | None, *,
                  definition: str | None = None,
-                 manifest_digest: str | None = None) -> config.Lineage:
+                 manifest_digest: Digest | None = None) -> config.Lineage:
     """What verify, fixtures run and evidence sign do: find the image's definition, then
     take its lineage."""
     return pipeline.lineage_for(image_definition(pipeline, definition=definition,
@@ -48,8 +49,8 @@ def test_another_lineage_asked_for_is_refused(pipeline: config.Pipeline) -> None
 
 def test_an_unrecorded_digest_keeps_the_asked_or_default_lineage(
         pipeline: config.Pipeline) -> None:
-    assert bind_lineage(pipeline, None, manifest_digest="sha256:" + "0" * 64).key == "v0.25.1"
-    assert bind_lineage(pipeline, "v0.33.0", manifest_digest="sha256:" + "0" * 64).key == \
+    assert bind_lineage(pipeline, None, manifest_digest=Digest.from_hex("0" * 64)).key == "v0.25.1"
+    assert bind_lineage(pipeline, "v0.33.0", manifest_digest=Digest.from_hex("0" * 64)).key == \
         "v0.33.0"
 
 

@@ -182,7 +182,7 @@ def test_check_tamper_through_the_cli(repo: Path, capsys: pytest.CaptureFixture[
 def _pin_tree(repo: Path, tree: Path) -> None:
     """Point the lineage's upstream at ``tree`` (a directory source pinned by its digest)."""
     y = repo / "pipeline.yaml"
-    sha = tree_digest(tree).removeprefix("sha256:")
+    sha = tree_digest(tree).hex
     y.write_text(re.sub(r'path: "[^"]*", sha256: [0-9a-f]{64}',
                         f'path: "{tree}", sha256: {sha}', y.read_text()))
 

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
 import fx
+from patchbake.digest import Digest
 from patchbake.patchset import reexport as reexport_mod
 from patchbake.patchset.diffparse import parse_patch
 from patchbake.patchset.guard import Report, check
@@ -255,7 +256,7 @@ def test_check_lineage_reads_the_committed_files(tmp_path: Path) -> None:
     (tmp_path / "SOURCE").write_text(json.dumps({
         "format": "patchbake-source 1", "patch_sha256": r.patch_sha256,
         "tree_digest": "sha256:" + "1" * 64}))
-    r = check_lineage(lin, tree_digest="sha256:" + "2" * 64)
+    r = check_lineage(lin, tree_digest=Digest.from_hex("2" * 64))
     assert [p.kind for p in r.problems] == ["upstream"]
     (tmp_path / "p.patch").unlink()
     with pytest.raises(GuardError, match="p.patch does not exist") as exc:

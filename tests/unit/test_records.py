@@ -10,6 +10,7 @@ import pkgutil
 
 import patchbake
 import pytest
+from patchbake.digest import Digest
 from patchbake.oci.layout import _Candidate
 from patchbake.oci.registry_ref import RegistryRef
 from patchbake.patchset.guard import Problem, Report
@@ -40,11 +41,13 @@ def test_one_record_idiom() -> None:
 
 
 def test_equal_within_a_class_only() -> None:
-    ref = RegistryRef("h", "r", None, "v")
-    assert ref == RegistryRef("h", "r", None, "v") and ref != RegistryRef("h", "r", "t", "v")
-    assert hash(ref) == hash(RegistryRef("h", "r", None, "v"))
+    d = Digest.of(b"v")
+    ref = RegistryRef("h", "r", None, d)
+    assert ref == RegistryRef("h", "r", None, d) and ref != RegistryRef("h", "r", "t", d)
+    assert hash(ref) == hash(RegistryRef("h", "r", None, d))
     # the same values in another record class, or as a tuple, are not the same record
-    assert ref != _Candidate("h", "r", None, "v")  # type: ignore[comparison-overlap]
+    assert _Candidate(d, "h", "r", "v") != ("h", "r", None, d)  # type: ignore[comparison-overlap]
+    assert ref != _Candidate(d, "h", "r", "v")  # type: ignore[comparison-overlap]
     assert Problem("k", None, "m") != ("k", None, "m")  # type: ignore[comparison-overlap]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from patchbake import entry
+from patchbake.digest import Digest
 from patchbake.commands import registry as cmd
 from patchbake.oci.registry import RegistryClient
 from patchbake.store import Store
@@ -37,11 +38,11 @@ def test_push_json_then_pull_json(home: Path, fake: FakeRegistry,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     img = make_image()
     digest = store_image(Store.open(home), img)
-    rc, out, err = run(capsys, "push", digest, f"{HOST}/app:v1", "--json")
+    rc, out, err = run(capsys, "push", str(digest), f"{HOST}/app:v1", "--json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["digest"] == digest and doc["ref"] == f"{HOST}/app:v1"
-    assert sorted(doc["pushed"]) == sorted(img.blobs)
+    assert doc["digest"] == str(digest) and doc["ref"] == f"{HOST}/app:v1"
+    assert sorted(doc["pushed"]) == sorted(str(d) for d in img.blobs)
     assert doc["mounted"] == [] and doc["skipped"] == [] and doc["version"] == 1
 
     other = home.parent / "other"
@@ -49,10 +50,11 @@ def test_push_json_then_pull_json(home: Path, fake: FakeRegistry,
     rc, out, err = run(capsys, "pull", f"{HOST}/app:v1", "--json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["digest"] == digest and doc["config_digest"] == img.config_digest
-    assert sorted(doc["fetched"]) == sorted(img.blobs) and doc["index_digest"] is None
+    assert doc["digest"] == str(digest) and doc["config_digest"] == str(img.config_digest)
+    assert sorted(doc["fetched"]) == sorted(str(d) for d in img.blobs) \
+        and doc["index_digest"] is None
     index = json.loads((other / "index.json").read_text())
-    assert index["manifests"][0]["digest"] == digest
+    assert index["manifests"][0]["digest"] == str(digest)
     assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == \
         f"{HOST}/app:v1"
 
@@ -69,7 +71,7 @@ def test_push_by_store_name_prints_a_table(home: Path, fake: FakeRegistry,
                                              img.digest, len(img.manifest)))
     rc, out, err = run(capsys, "push", "demo", f"{HOST}/app:v2")
     assert rc == 0, err
-    assert "uploaded" in out and "2 blobs" in out and img.digest[:30] in out
+    assert "uploaded" in out and "2 blobs" in out and str(img.digest)[:30] in out
 
 
 def test_tag_move_exit_32(home: Path, fake: FakeRegistry,
@@ -77,7 +79,7 @@ def test_tag_move_exit_32(home: Path, fake: FakeRegistry,
     old = make_image(b"old\n")
     fake.seed_image("app", old, tag="v1")
     digest = store_image(Store.open(home), make_image(b"new\n"))
-    rc, out, err = run(capsys, "push", digest, f"{HOST}/app:v1")
+    rc, out, err = run(capsys, "push", str(digest), f"{HOST}/app:v1")
     assert rc == 32 and out == ""
     assert f"{HOST}/app:v1 already points to {old.digest}; refusing to move it" in err
     assert "tags never move" in err
@@ -111,7 +113,7 @@ def test_pull_of_tampered_blob_exit_31(home: Path, fake: FakeRegistry,
     rc, out, err = run(capsys, "pull", f"{HOST}/app:v1", "--json")
     assert rc == 31 and out == ""
     assert "answered blob" in err and "nothing was stored" in err
-    assert not (home / "index.json").exists() or img.digest not in (home / "index.json").read_text()
+    assert not (home / "index.json").exists() or str(img.digest) not in (home / "index.json").read_text()
 
 
 def test_pull_missing_manifest_exit_31(home: Path, fake: FakeRegistry,
@@ -129,7 +131,7 @@ def test_push_definition_means_its_latest_bake(home: Path, fake: FakeRegistry,
     store_image(Store.open(home), img)
     asked: list[str] = []
 
-    def latest(ctx: object, name: str) -> str | None:
+    def latest(ctx: object, name: str) -> Digest | None:
         asked.append(name)
         return img.digest if name == "sm89-serving-offline" else None
 
@@ -137,7 +139,7 @@ def test_push_definition_means_its_latest_bake(home: Path, fake: FakeRegistry,
     rc, out, err = run(capsys, "push", "sm89-serving-offline",
                        f"{HOST}/vllm-sm89:0.25.1-dsv4", "--json")
     assert rc == 0, err
-    assert json.loads(out)["digest"] == img.digest and asked == ["sm89-serving-offline"]
+    assert json.loads(out)["digest"] == str(img.digest) and asked == ["sm89-serving-offline"]
 
 
 def test_push_definition_prefers_the_record_over_the_store_name(
@@ -159,4 +161,4 @@ def test_push_definition_prefers_the_record_over_the_store_name(
                         if name == "sm89-serving-offline" else None)
     rc, out, err = run(capsys, "push", "sm89-serving-offline", f"{HOST}/app:1", "--json")
     assert rc == 0, err
-    assert json.loads(out)["digest"] == recorded.digest
+    assert json.loads(out)["digest"] == str(recorded.digest)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import ImageError, RegistryError, TagMovedError
 from patchbake.oci.registry import RegistryClient
 from patchbake.oci.registry_auth import Credentials
@@ -41,17 +42,18 @@ def test_push_is_monolithic_then_reread(store: Store, sleeps: list[float]) -> No
     assert res.digest == digest
     assert sorted(res.uploaded) == sorted(img.blobs)
     assert res.mounted == () and res.skipped == ()
-    assert fake.blobs["team/app"] == img.blobs
+    assert fake.blobs["team/app"] == {str(d): b for d, b in img.blobs.items()}
     assert fake.manifests["team/app"]["v1"][0] == img.manifest
     puts = [s for s in fake.calls("PUT") if "/blobs/uploads/" in s.path]
-    assert len(puts) == 2 and all(s.query["digest"][0] in img.blobs for s in puts)
+    assert len(puts) == 2 and all(Digest.parse(s.query["digest"][0]) in img.blobs for s in puts)
     # Every upload PUT declared its length (a monolithic body, not chunked).
     assert all(int(s.headers["Content-Length"]) == s.body_len for s in puts)
     assert not fake.calls("PATCH")
     # Manifest by digest first, then by tag, and it was read back by digest in between.
     order = [(s.method, s.path.rsplit("/", 1)[-1]) for s in fake.log if "/manifests/" in s.path]
-    assert order.index(("PUT", digest)) < order.index(("PUT", "v1"))
-    assert ("GET", digest) in order[order.index(("PUT", digest)):order.index(("PUT", "v1"))]
+    assert order.index(("PUT", str(digest))) < order.index(("PUT", "v1"))
+    assert ("GET", str(digest)) in order[order.index(("PUT", str(digest))):
+                                         order.index(("PUT", "v1"))]
 
 
 def test_repush_skips_blobs_after_head(store: Store, sleeps: list[float]) -> None:
@@ -419,7 +421,7 @@ def test_short_body_under_a_consistent_content_length_is_retried(
     cut = {"n": 0}
 
     def short(s: Seen) -> tuple[int, dict[str, str], bytes] | None:
-        if s.method == "GET" and s.path.endswith(layer) and cut["n"] < 2:
+        if s.method == "GET" and s.path.endswith(str(layer)) and cut["n"] < 2:
             cut["n"] += 1
             return 200, {}, img.blobs[layer][:100]  # Content-Length agrees: 100
         return None

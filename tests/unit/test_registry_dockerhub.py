@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import RegistryError
 from patchbake.oci.registry_auth import Credentials, credentials_for
 from patchbake.oci.registry_ref import DOCKER_HUB_API, parse_ref
@@ -24,7 +25,8 @@ D = "sha256:" + "ab" * 32
 ])
 def test_docker_hub_names(text: str, repo: str, tag: str | None, digest: str | None) -> None:
     r = parse_ref(text)
-    assert (r.host, r.repo, r.tag, r.digest) == (DOCKER_HUB_API, repo, tag, digest)
+    assert (r.host, r.repo, r.tag, r.digest) == (DOCKER_HUB_API, repo, tag,
+                                                 None if digest is None else Digest.parse(digest))
 
 
 def test_other_hosts_are_left_alone() -> None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import RegistryError, UsageError
 from patchbake.oci.registry_auth import Credentials, credentials_for, parse_challenge
 from patchbake.netpolicy import retry_after_seconds
@@ -19,12 +20,13 @@ from patchbake.oci.registry_ref import (
 )
 
 D = "sha256:" + "ab" * 32
+DIGEST = Digest.parse(D)
 
 
 @pytest.mark.parametrize("text,want", [
     ("127.0.0.1:5000/vllm-sm89:0.25.1-dsv4", RegistryRef("127.0.0.1:5000", "vllm-sm89", "0.25.1-dsv4")),
-    (f"ghcr.io/org/app@{D}", RegistryRef("ghcr.io", "org/app", None, D)),
-    (f"localhost/a/b:t@{D}", RegistryRef("localhost", "a/b", "t", D)),
+    (f"ghcr.io/org/app@{D}", RegistryRef("ghcr.io", "org/app", None, DIGEST)),
+    (f"localhost/a/b:t@{D}", RegistryRef("localhost", "a/b", "t", DIGEST)),
     ("docker://[::1]:5000/x:y", RegistryRef("[::1]:5000", "x", "y")),
 ])
 def test_parse_ref(text: str, want: RegistryRef) -> None:
@@ -37,7 +39,7 @@ def test_parse_ref(text: str, want: RegistryRef) -> None:
     ("bad_host:5000/app:v1", "is not a host"),
     ("127.0.0.1:5000/Bad_Name:t", "not a valid repository name"),
     ("127.0.0.1:5000/app:-bad", "not a valid tag"),
-    ("127.0.0.1:5000/app@sha256:1234", "not a sha256 digest"),
+    ("127.0.0.1:5000/app@sha256:1234", "is not sha256:<64 lowercase hex digits>"),
     ("127.0.0.1:5000/app", "names neither a tag nor a digest"),
 ])
 def test_bad_refs_are_usage_errors(text: str, msg: str) -> None:
@@ -120,7 +122,7 @@ def test_short_names_need_a_default_registry(monkeypatch: pytest.MonkeyPatch) ->
     assert "PATCHBAKE_DEFAULT_REGISTRY=HOST" in ei.value.one_line()
     monkeypatch.setenv("PATCHBAKE_DEFAULT_REGISTRY", "mirror.example:5000")
     assert parse_pull_ref(f"vllm/vllm-openai@{D}") == RegistryRef(
-        "mirror.example:5000", "vllm/vllm-openai", None, D)
+        "mirror.example:5000", "vllm/vllm-openai", None, DIGEST)
     assert parse_pull_ref("ubuntu:22.04") == RegistryRef("mirror.example:5000", "library/ubuntu",
                                                          "22.04")
     assert parse_pull_ref("127.0.0.1:5000/a:b").host == "127.0.0.1:5000"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake.digest import Digest
 from patchbake import config
 from patchbake.release import attest, create, gates
 from patchbake.config.channels import Benchmark, Gate
@@ -159,7 +160,8 @@ def test_benchmark_beyond_tolerance_of_the_previous_release_fails(
 def test_altered_benchmark_figures_fail(repo: tuple[Path, Keys]) -> None:
     root, k = repo
     sign_all(root, k, IMAGE, DIGEST)
-    path = attest.benchmark_path(root / "manifests" / "evidence", DIGEST, "dsv4-topk-gpu")
+    path = attest.benchmark_path(root / "manifests" / "evidence", Digest.parse(DIGEST),
+                                 "dsv4-topk-gpu")
     path.write_text(path.read_text().replace('"payload": "', '"payload": "e30K', 1))
     st, reason = status(run(root, "sm89-stable"), "benchmark")
     assert st == "fail" and "benchmark 'dsv4-topk-gpu'" in reason

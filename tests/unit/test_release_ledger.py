@@ -44,7 +44,7 @@ def test_release_manifest_is_canonical_and_its_hash_is_its_id(
         released: tuple[Path, Keys, manifest.Release]) -> None:
     root, _, rel = released
     again = manifest.load(root, rel.id)
-    assert again.data == rel.data and again.digest == DIGEST
+    assert again.data == rel.data and str(again.digest) == DIGEST
     assert {e["suite"] for e in rel.data["evidence"]} == {"dsv4-topk-gpu", "dsv4-topk-cpu"}
     assert rel.data["benchmark"]["name"] == "dsv4-topk-gpu" and rel.data["approvals"]
 
@@ -257,7 +257,7 @@ def test_the_repositorys_committed_ledger_and_releases_verify() -> None:
     entries = ledger.verify(manifest.releases_dir(REPO), policy.load(policy_path))
     for e in ledger.find(entries, "release"):
         verdict = bundle.verify(REPO, policy_path, str(e.data["release"]))
-        assert verdict.digest == e.data["digest"]
+        assert str(verdict.digest) == e.data["digest"]
         assert [c for c, _ in verdict.checks][-1] == "gates"
 
 
@@ -295,7 +295,7 @@ def test_a_forged_promotion_journal_is_not_rolled_into_the_ledger(
     entries = ledger.read(rdir(root))
     forged = {"format": ledger.FORMAT, "seq": len(entries), "prev": ledger.head(entries),
               "kind": "promotion", "release": rel.id, "channel": rel.channel,
-              "image": rel.image, "digest": rel.digest, "time": "2026-12-01T00:00:00Z",
+              "image": rel.image, "digest": str(rel.digest), "time": "2026-12-01T00:00:00Z",
               "to": "127.0.0.1:5000/x:y", "attached": {}}
     signed = ledger.make_entry(entries, {k2: v for k2, v in forged.items()
                                          if k2 not in ("format", "seq", "prev", "time")},

@@ -105,7 +105,7 @@ def test_fetch_all_lineages(tmp_path: Path, home: Path,
 def _fetch_in_child(store_root: str, pipeline_path: str, q: multiprocessing.Queue[str]) -> None:
     lin = config.load(pipeline_path).lineage()
     f = fetch(lin, Store.open(store_root), base=Path(pipeline_path).parent)
-    q.put(f.tree_digest)
+    q.put(str(f.tree_digest))
 
 
 def test_two_processes_share_the_store(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.errors import UnsafeArchiveError
 from patchbake.sources import tree_digest
 from patchbake.sources.digest import tree_entries
@@ -104,7 +105,7 @@ def test_format_is_pinned(tmp_path: Path) -> None:
             + b"100644 " + h(b"hi\n").encode() + b" d/x\0"
             + b"120000 " + h(b"d/x").encode() + b" ln\0"
             + b"100755 " + h(b"").encode() + b" run\0")
-    assert tree_digest(tmp_path) == "sha256:" + h(body)
+    assert tree_digest(tmp_path) == Digest.from_hex(h(body))
     assert [e.path for e in tree_entries(tmp_path)] == [b"d/x", b"ln", b"run"]
 
 

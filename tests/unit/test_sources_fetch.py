@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import requests
+from patchbake.digest import Digest
 from patchbake import config
 from patchbake.errors import FetchError, IntegrityError, UnsafeArchiveError
 from patchbake.sources import fetch, http, index, tree_digest
@@ -37,6 +38,7 @@ def sdist(files: dict[str, bytes], top: str = "demo-1.0") -> bytes:
 
 ARCHIVE = sdist({"setup.py": b"setup()\n", "demo/__init__.py": b"x = 1\n"})
 SHA = hashlib.sha256(ARCHIVE).hexdigest()
+ARCHIVE_DIGEST = Digest.from_hex(SHA)
 FILE_URL = "https://files.index.test/packages/demo-1.0.tar.gz"
 
 
@@ -118,12 +120,12 @@ def leftovers(store: Store) -> list[str]:
 
 def test_index_fetch_then_cached(net: FakeHTTP, store: Store) -> None:
     f = fetch(lineage(), store)
-    assert f.archive_sha256 == SHA and f.files == 2 and f.kind == "index"
+    assert f.archive_sha256 == ARCHIVE_DIGEST and f.files == 2 and f.kind == "index"
     assert (f.root / "setup.py").read_bytes() == b"setup()\n"
     assert f.tree_digest == tree_digest(f.root) and f.pin == f"demo==1.0 sha256:{SHA}"
     assert net.calls == [f"{INDEX}/demo/", FILE_URL]
     rec = json.loads(f.record.read_text()) if f.record else {}
-    assert rec["tree_digest"] == f.tree_digest and rec["files"] == 2 and rec["strip"] == "demo-1.0"
+    assert rec["tree_digest"] == str(f.tree_digest) and rec["files"] == 2 and rec["strip"] == "demo-1.0"
     from patchbake.sources import extract as ex
 
     def no_extract(*a: object, **k: object) -> None:
@@ -181,7 +183,7 @@ def test_html_only_index(net: FakeHTTP, store: Store) -> None:
     net.routes[f"{INDEX}/demo/"] = [(200, {"Content-Type": "text/html; charset=utf-8"},
                                      HTML_PAGE.encode())]
     net.routes["https://index.test/packages/demo-1.0.tar.gz"] = [(200, {}, ARCHIVE)]
-    assert fetch(lineage(), store).archive_sha256 == SHA
+    assert fetch(lineage(), store).archive_sha256 == ARCHIVE_DIGEST
     assert net.calls[-1] == "https://index.test/packages/demo-1.0.tar.gz"
 
 
@@ -199,7 +201,7 @@ def test_file_index(tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatc
     (tmp_path / "simple" / "demo" / "index.html").write_text(
         f'<a href="../../files/demo-1.0.tar.gz#sha256={SHA}">demo-1.0.tar.gz</a>')
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
-    assert fetch(lineage(), store).archive_sha256 == SHA
+    assert fetch(lineage(), store).archive_sha256 == ARCHIVE_DIGEST
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "nowhere").as_uri())
     with pytest.raises(FetchError, match="cannot read .*nowhere/demo/index.html"):
         fetch(lineage(filename="demo-2.0.tar.gz", sha256="3" * 64), store)
@@ -225,7 +227,7 @@ def test_503_retried_honouring_retry_after(net: FakeHTTP, store: Store) -> None:
     net.routes[FILE_URL] = [(503, {"Retry-After": "7"}, b""), (429, {}, b""),
                             (200, {}, ARCHIVE)]
     f = fetch(lineage(), store)
-    assert f.archive_sha256 == SHA
+    assert f.archive_sha256 == ARCHIVE_DIGEST
     assert net.calls[1:] == [FILE_URL, "sleep 7.0", FILE_URL, "sleep 1.0", FILE_URL]
 
 
@@ -252,7 +254,7 @@ def test_broken_transfer_restarts(net: FakeHTTP, store: Store, monkeypatch: pyte
         yield from real(self, *a, **k)
 
     monkeypatch.setattr(requests.Response, "iter_content", flaky)
-    assert fetch(lineage(), store).archive_sha256 == SHA
+    assert fetch(lineage(), store).archive_sha256 == ARCHIVE_DIGEST
     assert net.calls.count(FILE_URL) == 2 and list((store.root / "tmp").iterdir()) == []
 
 
@@ -274,7 +276,7 @@ def test_url_kind_and_progress(net: FakeHTTP, store: Store) -> None:
 
     f = fetch(lineage(kind="url", url=FILE_URL, filename=None), store,
               progress=lambda d, t, unit_bytes=True: Bar(d, t))
-    assert f.archive_sha256 == SHA and net.calls == [FILE_URL]
+    assert f.archive_sha256 == ARCHIVE_DIGEST and net.calls == [FILE_URL]
     assert ("download demo-1.0.tar.gz", len(ARCHIVE), len(ARCHIVE)) in seen
 
 
@@ -286,7 +288,7 @@ def test_url_bad_scheme(net: FakeHTTP, store: Store) -> None:
 def test_file_url_and_missing(tmp_path: Path, store: Store) -> None:
     (tmp_path / "demo.tar.gz").write_bytes(ARCHIVE)
     f = fetch(lineage(kind="url", url=f"file://{tmp_path}/demo.tar.gz"), store)
-    assert f.archive_sha256 == SHA
+    assert f.archive_sha256 == ARCHIVE_DIGEST
     with pytest.raises(FetchError, match="missing.tar.gz does not exist"):
         fetch(lineage(kind="url", url=f"file://{tmp_path}/missing.tar.gz", sha256="1" * 64),
               store)
@@ -296,7 +298,7 @@ def test_path_tarball_with_and_without_pin(tmp_path: Path, store: Store) -> None
     (tmp_path / "demo.tar.gz").write_bytes(ARCHIVE)
     a = fetch(lineage(kind="path", path="demo.tar.gz"), store, base=tmp_path)
     b = fetch(lineage(kind="path", path=str(tmp_path / "demo.tar.gz"), sha256=None), store)
-    assert a.tree_digest == b.tree_digest and a.archive_sha256 == b.archive_sha256 == SHA
+    assert a.tree_digest == b.tree_digest and a.archive_sha256 == b.archive_sha256 == ARCHIVE_DIGEST
     with pytest.raises(IntegrityError, match="expected sha256:2{64}"):
         fetch(lineage(kind="path", path=str(tmp_path / "demo.tar.gz"), sha256="2" * 64), store)
 
@@ -317,11 +319,11 @@ def test_path_directory(tmp_path: Path, store: Store) -> None:
     from_archive = fetch(lineage(kind="path", path=str(tmp_path / "a.tgz"), sha256=None), store) \
         if (tmp_path / "a.tgz").write_bytes(ARCHIVE) else None
     assert from_archive is not None and from_archive.tree_digest == f.tree_digest
-    pinned = fetch(lineage(kind="path", path=str(src), sha256=f.tree_digest[7:]), store)
+    pinned = fetch(lineage(kind="path", path=str(src), sha256=f.tree_digest.hex), store)
     assert pinned.root == f.root
     (src / "setup.py").write_bytes(b"changed\n")
     with pytest.raises(IntegrityError, match="tree digest is sha256:.*but the pin is"):
-        fetch(lineage(kind="path", path=str(src), sha256=f.tree_digest[7:]), store)
+        fetch(lineage(kind="path", path=str(src), sha256=f.tree_digest.hex), store)
 
 
 def test_unsafe_archive_leaves_nothing_extracted(tmp_path: Path, store: Store) -> None:
@@ -448,7 +450,7 @@ def test_retry_after_forms() -> None:
 
 def test_408_retried(net: FakeHTTP, store: Store) -> None:
     net.routes[f"{INDEX}/demo/"] = [(408, {}, b""), GOOD_PAGE]
-    assert fetch(lineage(), store).archive_sha256 == SHA
+    assert fetch(lineage(), store).archive_sha256 == ARCHIVE_DIGEST
     assert net.calls.count(f"{INDEX}/demo/") == 2
 
 
@@ -457,7 +459,7 @@ def test_damaged_record_is_rebuilt(net: FakeHTTP, store: Store) -> None:
     assert f.record is not None
     f.record.write_text('{"version": 1, "tree_digest": "nonsense"}')
     assert fetch(lineage(), store).tree_digest == f.tree_digest
-    assert json.loads(f.record.read_text())["tree_digest"] == f.tree_digest
+    assert json.loads(f.record.read_text())["tree_digest"] == str(f.tree_digest)
 
 
 def test_relative_path_defaults_to_pipeline_dir(tmp_path: Path, store: Store,
@@ -467,4 +469,4 @@ def test_relative_path_defaults_to_pipeline_dir(tmp_path: Path, store: Store,
     (tmp_path / "repo" / "demo.tar.gz").write_bytes(ARCHIVE)
     monkeypatch.delenv("PATCHBAKE_PIPELINE", raising=False)
     monkeypatch.chdir(tmp_path / "repo" / "sub")
-    assert fetch(lineage(kind="path", path="demo.tar.gz"), store).archive_sha256 == SHA
+    assert fetch(lineage(kind="path", path="demo.tar.gz"), store).archive_sha256 == ARCHIVE_DIGEST

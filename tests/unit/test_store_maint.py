@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from patchbake.digest import Digest
 from patchbake.entry import main
 from patchbake.store import Store
 from patchbake.storecheck import fsck, gc
@@ -24,22 +25,22 @@ def world(tmp_path: Path) -> tuple[Store, Path, dict[str, str]]:
     repo = tmp_path / "repo"
     (repo / "manifests" / "evidence").mkdir(parents=True)
     d: dict[str, str] = {}
-    d["sdist"] = store.put_bytes(b"the pinned sdist")
+    d["sdist"] = store.put_bytes(b"the pinned sdist").hex
     (repo / "pipeline.yaml").write_text(f"upstream: {{sha256: {d['sdist']}}}\n")
-    d["layer"] = store.put_bytes(b"a layer")
-    d["config"] = store.put_bytes(json.dumps({"rootfs": {"diff_ids": ["sha256:" + d["layer"]]}}).encode())
+    d["layer"] = store.put_bytes(b"a layer").hex
+    d["config"] = store.put_bytes(json.dumps({"rootfs": {"diff_ids": ["sha256:" + d["layer"]]}}).encode()).hex
     d["manifest"] = store.put_bytes(json.dumps({
         "config": {"digest": "sha256:" + d["config"]},
-        "layers": [{"digest": "sha256:" + d["layer"]}]}).encode())
+        "layers": [{"digest": "sha256:" + d["layer"]}]}).encode()).hex
     (store.root / "index.json").write_text(json.dumps({"manifests": [
         {"digest": "sha256:" + d["manifest"]}]}))
-    d["evidence_subject"] = store.put_bytes(b"an image only evidence names")
+    d["evidence_subject"] = store.put_bytes(b"an image only evidence names").hex
     (repo / "manifests" / "evidence" / "x.dsse.json").write_text(
         json.dumps({"subject": "sha256:" + d["evidence_subject"]}))
-    d["recorded_tree_blob"] = store.put_bytes(b"an archive a source record names")
+    d["recorded_tree_blob"] = store.put_bytes(b"an archive a source record names").hex
     (store.root / "sources" / "k.json").write_text(json.dumps(
         {"archive_sha256": d["recorded_tree_blob"], "tree_digest": "sha256:" + "e" * 64}))
-    d["orphan"] = store.put_bytes(b"nothing names me")
+    d["orphan"] = store.put_bytes(b"nothing names me").hex
     for p in (store.root / "blobs" / "sha256").iterdir():
         old(p)
     return store, repo, d
@@ -52,7 +53,7 @@ def test_gc_keeps_everything_named_and_removes_the_rest(world: tuple[Store, Path
     rep = gc(store, repo=repo, grace_s=3600)
     assert sorted(rep.removed) == sorted([f"blobs/sha256/{d['orphan']}", "tmp/extract.999999999.x"])
     for key in ("sdist", "layer", "config", "manifest", "evidence_subject", "recorded_tree_blob"):
-        assert store.has(d[key]), key
+        assert store.has(Digest.from_hex(d[key])), key
     assert fsck(store, repo=repo).clean
 
 
@@ -60,26 +61,26 @@ def test_gc_keeps_young_unreferenced_objects(world: tuple[Store, Path, dict[str,
     store, repo, d = world
     fresh = store.put_bytes(b"a layer a running bake just wrote")
     rep = gc(store, repo=repo, grace_s=3600)
-    assert store.has(fresh) and not store.has(d["orphan"]) and rep.bytes_freed > 0
+    assert store.has(fresh) and not store.has(Digest.from_hex(d["orphan"])) and rep.bytes_freed > 0
 
 
 def test_gc_without_the_repository_keeps_only_what_the_store_names(
         world: tuple[Store, Path, dict[str, str]]) -> None:
     store, _repo, d = world
     gc(store, repo=None, grace_s=0, dry_run=True)
-    assert store.has(d["sdist"])  # a dry run removes nothing
+    assert store.has(Digest.from_hex(d["sdist"]))  # a dry run removes nothing
 
 
 def test_fsck_finds_damage_and_quarantines(world: tuple[Store, Path, dict[str, str]]) -> None:
     store, repo, d = world
-    p = store.blob_path(d["layer"])
+    p = store.blob_path(Digest.from_hex(d["layer"]))
     os.chmod(p, 0o644)
     p.write_bytes(b"changed")
     (store.root / "blobs" / "sha256" / "not-a-digest").write_text("x")
     rep = fsck(store, repo=repo)
     assert rep.bad_blobs == [d["layer"]] and rep.stray == ["not-a-digest"] and not rep.clean
     rep = fsck(store, repo=repo, quarantine=True)
-    assert not store.has(d["layer"])
+    assert not store.has(Digest.from_hex(d["layer"]))
     assert len(list((store.root / "quarantine" / "sha256").iterdir())) == 1
 
 
@@ -92,7 +93,7 @@ def test_fsck_checks_recorded_trees(tmp_path: Path) -> None:
     (t / "f.py").write_text("x = 1\n")
     (store.root / "sources" / "r.json").write_text(json.dumps({"tree_digest": "sha256:" + "a" * 64}))
     assert fsck(store).bad_trees == ["a" * 64]
-    good = tree_digest(t).removeprefix("sha256:")
+    good = tree_digest(t).hex
     os.rename(t, store.root / "trees" / good)
     (store.root / "sources" / "r.json").write_text(json.dumps({"tree_digest": "sha256:" + good}))
     assert fsck(store).bad_trees == [] and fsck(store).clean
@@ -122,7 +123,7 @@ def test_cli_exit_codes(world: tuple[Store, Path, dict[str, str]], monkeypatch: 
     assert main(["store", "gc", "--repo", str(repo), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["version"] == 1 and "tmp/blob.999999999.x" in out["removed"]
-    os.chmod(store.blob_path(d["sdist"]), 0o644)
-    store.blob_path(d["sdist"]).write_bytes(b"rot")
+    os.chmod(store.blob_path(Digest.from_hex(d["sdist"])), 0o644)
+    store.blob_path(Digest.from_hex(d["sdist"])).write_bytes(b"rot")
     assert main(["store", "fsck", "--repo", str(repo)]) == 11
     assert "do not match their name" in capsys.readouterr().err

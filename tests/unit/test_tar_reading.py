@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "tarcorpus"))
 
 from oci_build import write_oci_layout
+from patchbake.digest import Digest
 from patchbake.errors import AmbiguousLayerError, PatchbakeError
 from patchbake.oci.image import DirBlobs, load_image
 from patchbake.oci.scan import FileInfo, final_files, scan_image
@@ -22,7 +23,7 @@ from tar_corpus import BASE, CASES, EVIL, Case, file, layer, symlink
 
 def _read(tmp: Path, layers: list[bytes]) -> dict[str, FileInfo]:
     digest = write_oci_layout(tmp, layers)
-    return final_files(load_image(DirBlobs(tmp), digest), DirBlobs(tmp))
+    return final_files(load_image(DirBlobs(tmp), Digest.parse(digest)), DirBlobs(tmp))
 
 
 def _sha(b: bytes) -> str:
@@ -85,14 +86,14 @@ def test_a_memoised_layer_is_checked_against_the_layers_below_it(tmp_path: Path)
     ok = tmp_path / "ok"
     digest = write_oci_layout(ok, [BASE, top])
     for _ in range(2):  # fresh, then memoised
-        view = scan_image(load_image(DirBlobs(ok), digest), DirBlobs(ok), ("vllm/",),
+        view = scan_image(load_image(DirBlobs(ok), Digest.parse(digest)), DirBlobs(ok), ("vllm/",),
                           cache_dir=cache)
         assert view.files["vllm/sub/c.py"].sha256 == _sha(EVIL)
     bad = tmp_path / "bad"
     digest = write_oci_layout(bad, [BASE, layer(symlink(b"vllm/sub", b"../opt")), top])
     for _ in range(2):
         with pytest.raises(AmbiguousLayerError, match="layer 2 .*symlink"):
-            scan_image(load_image(DirBlobs(bad), digest), DirBlobs(bad), ("vllm/",),
+            scan_image(load_image(DirBlobs(bad), Digest.parse(digest)), DirBlobs(bad), ("vllm/",),
                        cache_dir=cache)
 
 
@@ -106,7 +107,7 @@ def test_a_changed_blob_below_is_reported_before_a_memoised_refusal(tmp_path: Pa
     cache = tmp_path / "cache"
     for name, layers in (("ok", [BASE, top]), ("link", [BASE, link])):
         d = write_oci_layout(tmp_path / name, layers)
-        scan_image(load_image(DirBlobs(tmp_path / name), d), DirBlobs(tmp_path / name),
+        scan_image(load_image(DirBlobs(tmp_path / name), Digest.parse(d)), DirBlobs(tmp_path / name),
                    ("vllm/",), cache_dir=cache)
     bad = tmp_path / "bad"
     digest = write_oci_layout(bad, [BASE, link, top])
@@ -115,7 +116,7 @@ def test_a_changed_blob_below_is_reported_before_a_memoised_refusal(tmp_path: Pa
     blob.write_bytes(link[:-1] + b"\1")  # in the zero padding after the archive's end
     for cache_dir in (None, cache):  # read fresh; every layer memoised
         with pytest.raises(IntegrityError, match="layer 1: blob"):
-            scan_image(load_image(DirBlobs(bad), digest), DirBlobs(bad), ("vllm/",),
+            scan_image(load_image(DirBlobs(bad), Digest.parse(digest)), DirBlobs(bad), ("vllm/",),
                        cache_dir=cache_dir)
 
 
@@ -125,7 +126,7 @@ def test_refusal_names_the_entry_for_a_tracked_region_scan(tmp_path: Path) -> No
     layers = [BASE, layer(symlink(b"usr", b"vllm")), layer(file(b"usr/a.py", EVIL))]
     digest = write_oci_layout(tmp_path, layers)
     with pytest.raises(AmbiguousLayerError, match="entry 'usr'"):
-        scan_image(load_image(DirBlobs(tmp_path), digest), DirBlobs(tmp_path), ("vllm/",))
+        scan_image(load_image(DirBlobs(tmp_path), Digest.parse(digest)), DirBlobs(tmp_path), ("vllm/",))
 
 
 @pytest.mark.parametrize("name", ["dir-replaces-baked-file", "file-replaces-directory",
@@ -142,7 +143,7 @@ def test_materialised_tree_is_the_view(name: str, tmp_path: Path) -> None:
     digest = write_oci_layout(tmp_path / "oci", [base, *case.layers])
     out = tmp_path / "out"
     out.mkdir()
-    view = scan_image(load_image(DirBlobs(tmp_path / "oci"), digest),
+    view = scan_image(load_image(DirBlobs(tmp_path / "oci"), Digest.parse(digest)),
                       DirBlobs(tmp_path / "oci"), ("vllm/",), write_root=out, write_prefix="")
     on_disk = {str(p.relative_to(out)): _sha(p.read_bytes())
                for p in out.rglob("*") if p.is_file()}
@@ -154,7 +155,7 @@ def test_kept_contents_come_back_from_the_cache_checked(tmp_path: Path) -> None:
     digest = write_oci_layout(tmp_path / "oci", [BASE, layer(file(b"opt/patchbake/r.json",
                                                                  record))])
     blobs = DirBlobs(tmp_path / "oci")
-    img = load_image(blobs, digest)
+    img = load_image(blobs, Digest.parse(digest))
     cache = tmp_path / "cache"
     tracked = ("vllm/", "opt/patchbake/")
     assert scan_image(img, blobs, tracked, cache_dir=cache).contents["opt/patchbake/r.json"] \
@@ -190,20 +191,20 @@ def test_cli_verify_refuses_an_ambiguous_layer_with_exit_35(
     data = layer(pax((b"path", sp + b"/vllm/envs.py")), gnu_long(sp + b"/vllm/evil.py\0"),
                  file(sp + b"/vllm/x.py", EVIL))
     manifest = json.loads(repo.store.read_blob(digest))
-    config = json.loads(repo.store.read_blob(manifest["config"]["digest"]))
+    config = json.loads(repo.store.read_blob(Digest.parse(manifest["config"]["digest"])))
     hexd = repo.store.put_bytes(data)
-    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], f"sha256:{hexd}",
+    manifest["layers"].append(Descriptor(manifest["layers"][-1]["mediaType"], hexd,
                                          len(data)).to_json())
-    config["rootfs"]["diff_ids"].append(f"sha256:{hexd}")
+    config["rootfs"]["diff_ids"].append(str(hexd))
     cd, cs, _ = layout.put_json(repo.store, config)
-    manifest["config"] = {**manifest["config"], "digest": cd, "size": cs}
+    manifest["config"] = {**manifest["config"], "digest": str(cd), "size": cs}
     crafted, _, _ = layout.put_json(repo.store, manifest)
     monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
     import patchbake.patchset as ps
 
     monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
-    rc = main(["--pipeline", str(repo.root / "pipeline.yaml"), "verify", crafted,
+    rc = main(["--pipeline", str(repo.root / "pipeline.yaml"), "verify", str(crafted),
                "--definition", "offline"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == AmbiguousLayerError.exit_code == 35
-    assert len(err) == 1 and f"sha256:{hexd}" in err[0] and "GNU long name" in err[0], err
+    assert len(err) == 1 and str(hexd) in err[0] and "GNU long name" in err[0], err

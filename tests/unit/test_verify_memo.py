@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from images_craft import with_layer
 from images_support import SP, Repo, make_repo
+from patchbake.digest import Digest
 from patchbake import verify_memo
 from patchbake.bake import bake_image
 from patchbake.errors import IntegrityError
@@ -33,7 +34,7 @@ def _layer(entries: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def _image_with_findings(tmp_path: Path) -> tuple[Repo, str]:
+def _image_with_findings(tmp_path: Path) -> tuple[Repo, Digest]:
     """A bake with a layer on top that writes outside the baked set, a start-up hook and
     a name that is not UTF-8: findings of several kinds for the memo to carry."""
     repo = make_repo(tmp_path)
@@ -43,7 +44,7 @@ def _image_with_findings(tmp_path: Path) -> tuple[Repo, str]:
         (f"{SP_REL}/vllm/caf\udce9.py", b"y\n")]))
 
 
-def _verify(repo: Repo, ref: str, **kw: Any) -> VerifyResult:
+def _verify(repo: Repo, ref: str | Digest, **kw: Any) -> VerifyResult:
     return verify_image(repo.pipeline, ref, repo.store, patched=repo.patched,
                         definition="offline", **kw)
 
@@ -97,7 +98,7 @@ def test_memoised_findings_still_hash_every_layer(tmp_path: Path, index: int, me
     assert len(_memos(repo)) == 1
     if memo == "layer ops":
         monkeypatch.setattr(verify_memo, "load", lambda *a: None)
-    layer = json.loads(repo.store.read_blob(ref))["layers"][index]["digest"]
+    layer = Digest.parse(json.loads(repo.store.read_blob(ref))["layers"][index]["digest"])
     path = repo.store.blob_path(layer)
     os.chmod(path, 0o644)
     data = bytearray(path.read_bytes())

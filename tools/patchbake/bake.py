@@ -57,7 +57,7 @@ def epoch_from_env() -> int:
 
 
 def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str], epoch: int,
-            created_by: str) -> tuple[Descriptor, str, Descriptor]:
+            created_by: str) -> tuple[Descriptor, Digest, Descriptor]:
     """Write the layer, config and manifest; return (manifest, config digest, layer)."""
     size = 0
 
@@ -67,12 +67,11 @@ def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str],
             size += len(chunk)
             yield chunk
 
-    layer_hex = store.put_stream(counted())
-    layer = Descriptor(layer_type_for(base.media_type), Digest.from_hex(layer_hex), size)
+    layer = Descriptor(layer_type_for(base.media_type), store.put_stream(counted()), size)
     config = copy.deepcopy(base.config)
     config["created"] = iso(epoch)
     config.setdefault("rootfs", {"type": "layers", "diff_ids": []})
-    config["rootfs"]["diff_ids"] = [*base.diff_ids, layer.digest]
+    config["rootfs"]["diff_ids"] = [str(d) for d in (*base.diff_ids, layer.digest)]
     config["history"] = [*(config.get("history") or []), {
         "created": iso(epoch), "created_by": created_by, "comment": BAKE_FORMAT}]
     inner = config.setdefault("config", {}) or {}
@@ -86,7 +85,8 @@ def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str],
     cdigest, csize, _ = layout.put_json(store, config)
     manifest: dict[str, Any] = {
         "schemaVersion": 2, "mediaType": base.media_type,
-        "config": {"mediaType": base.config_desc.media_type, "digest": cdigest, "size": csize},
+        "config": {"mediaType": base.config_desc.media_type, "digest": str(cdigest),
+                   "size": csize},
         # the base's layer descriptors exactly as its manifest lists them
         "layers": [*base.manifest["layers"], layer.to_json()],
     }
@@ -141,7 +141,7 @@ def _bake_image(pipeline: Pipeline, name: str | None, store: Store, lineage: str
         from .oci.archive import export_docker_archive
 
         export_docker_archive(store, result.digest, docker_archive,
-                              [f"patchbake/{name}:{Digest(result.digest).short()}"])
+                              [f"patchbake/{name}:{result.digest.short()}"])
         result = BakeResult(**{**result.__dict__, "docker_archive": str(docker_archive)})
     return result
 
@@ -170,8 +170,9 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
     if not record:
         return recipe.result(rec, "", cached, warnings, t0)
     path = records.write_record(pipeline.root, rec)
-    desc = Descriptor(rec["manifest_media_type"], rec["manifest_digest"],
-                      store.blob_path(rec["manifest_digest"]).stat().st_size)
+    manifest_digest = Digest.parse(rec["manifest_digest"])
+    desc = Descriptor(rec["manifest_media_type"], manifest_digest,
+                      store.blob_path(manifest_digest).stat().st_size)
     layout.add_ref(store, defn.name, desc)
     return recipe.result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
 

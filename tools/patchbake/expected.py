@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Pipeline
+from .digest import Digest
 from .errors import ImageError
 from .images import definition as definitions
 from .config.images import Definition
@@ -30,7 +31,7 @@ class Expected:
 
     definition: Definition
     record: ImageRecord | None
-    base_diff_ids: tuple[str, ...]
+    base_diff_ids: tuple[Digest, ...]
     base_config: dict[str, Any] | None
     how: str  # how the definition was found
 
@@ -67,11 +68,14 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
                          f"'{name}' ({defn.site_packages}); verify reads the definition's")
     how = (f"definition '{name}'" + (" (named)" if named else " (from the image record)")
            + (f", record {rec.manifest_digest}" if rec else ", no image record"))
-    base_digest = (rec.doc.get("base") or {}).get("manifest_digest") if rec else None
-    base_digest = base_digest or defn.base.platform_digest or defn.base.digest
+    recorded = (rec.doc.get("base") or {}).get("manifest_digest") if rec else None
+    base_digest = Digest.parse(recorded, f"{how}: base.manifest_digest", ImageError) \
+        if recorded else defn.base.platform_digest or defn.base.digest
     base = base_image(store, base_digest, name)
     if rec is not None:
-        diff_ids = tuple(x["diff_id"] for x in rec.doc.get("layers") or [] if x.get("from") == "base")
+        diff_ids = tuple(Digest.parse(x.get("diff_id"), f"{how}: a base layer's diff_id",
+                                      ImageError)
+                         for x in rec.doc.get("layers") or [] if x.get("from") == "base")
     else:
         diff_ids = tuple(base.diff_ids) if base is not None else ()
     if not diff_ids:
@@ -100,7 +104,7 @@ def load_definition(pipeline: Pipeline, name: str) -> Definition:
     return _DEFINITIONS[key]
 
 
-def base_image(store: Store, digest: str, name: str) -> Any:
+def base_image(store: Store, digest: Digest, name: str) -> Any:
     from .oci.image import StoreBlobs, load_image
 
     if not store.has(digest):
@@ -157,7 +161,7 @@ def site_packages_for(res: Resolved, pipeline: Pipeline | None, given: str | Non
     return sp or str(given).strip("/")
 
 
-def base_digests(pipeline: Pipeline, name: str) -> set[str]:
+def base_digests(pipeline: Pipeline, name: str) -> set[Digest]:
     d = definitions.load(pipeline, name)
     return {x for x in (d.base.digest, d.base.platform_digest) if x}
 
@@ -199,7 +203,7 @@ def record_checks(view: View, exp: Expected) -> list[str]:
     return []
 
 
-def recorded_definition(pipeline: Pipeline, manifest_digest: str) -> str | None:
+def recorded_definition(pipeline: Pipeline, manifest_digest: Digest) -> str | None:
     """The definition whose image record names this manifest digest, if any."""
     from .images import record as records
 
@@ -210,7 +214,7 @@ def recorded_definition(pipeline: Pipeline, manifest_digest: str) -> str | None:
 
 
 def image_definition(pipeline: Pipeline, *, definition: str | None = None,
-                     manifest_digest: str | None = None) -> Definition | None:
+                     manifest_digest: Digest | None = None) -> Definition | None:
     """The definition an image was baked from: the one named, else the one whose record
     names its digest; None when neither is a definition of ``pipeline`` (its lineage is then
     the requested or default one, see Pipeline.lineage_for)."""

@@ -23,6 +23,7 @@ from typing import Any
 from . import startup, verify_memo
 from .above_base import after_base, drift_before_overlay, stale_bytecode
 from .config import Lineage, Pipeline
+from .digest import Digest
 from .errors import ImageError, IntegrityError, VerifyError
 from .expected import (
     Expected,
@@ -54,8 +55,8 @@ _IGNORED_DRIFT = ("__pycache__/",)
 class VerifyResult:
     ref: str
     kind: str
-    digest: str  # manifest digest of what was verified
-    config_digest: str
+    digest: Digest  # manifest digest of what was verified
+    config_digest: Digest
     matched: int
     total: int
     mismatched: list[dict[str, Any]]
@@ -77,14 +78,14 @@ class VerifyResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"matched": self.matched, "total": self.total, "mismatched": self.mismatched,
-                "base_drift": self.base_drift, "digest": self.digest,
-                "config_digest": self.config_digest, "ref": self.ref, "kind": self.kind,
+                "base_drift": self.base_drift, "digest": str(self.digest),
+                "config_digest": str(self.config_digest), "ref": self.ref, "kind": self.kind,
                 "problems": self.problems, "layers": self.layers, "ok": self.ok,
                 "bytes_read": self.bytes_read, "seconds": self.seconds,
                 "definition": self.definition, **self.extra}
 
 
-def _pristine_hashes(root: Path, tree_digest: str, store: Store) -> dict[str, str]:
+def _pristine_hashes(root: Path, tree_digest: Digest, store: Store) -> dict[str, str]:
     """sha256 of every pristine ``vllm/`` file, keyed by the tree digest and cached.
 
     The cache is filled only from a tree whose full digest was re-computed and matched
@@ -93,10 +94,10 @@ def _pristine_hashes(root: Path, tree_digest: str, store: Store) -> dict[str, st
     """
     from .sources.digest import MODE_LINK, digest_entries, tree_entries
 
-    cache = store.root / "bakes" / f"pristine-{tree_digest.removeprefix('sha256:')}.json"
+    cache = store.root / "bakes" / f"pristine-{tree_digest.hex}.json"
     try:
         data = json.loads(cache.read_bytes())
-        if data.get("tree_digest") == tree_digest and isinstance(data.get("files"), dict):
+        if data.get("tree_digest") == str(tree_digest) and isinstance(data.get("files"), dict):
             return dict(data["files"])
     except (OSError, ValueError):
         pass
@@ -108,7 +109,7 @@ def _pristine_hashes(root: Path, tree_digest: str, store: Store) -> dict[str, st
     files = {os.fsdecode(e.path)[len(PACKAGE):]: e.sha256 for e in entries
              if e.mode != MODE_LINK and e.path.startswith(PACKAGE.encode())}
     # a cache: a store that cannot take it (full, read-only) hashes the tree again next time
-    cache_write(cache, canonical_json({"tree_digest": tree_digest, "files": files}))
+    cache_write(cache, canonical_json({"tree_digest": str(tree_digest), "files": files}))
     return files
 
 
@@ -180,7 +181,7 @@ def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
     return matched, total, mismatched, drift
 
 
-def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Lineage | None = None,
+def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: str | Lineage | None = None,
                  *, patched: Patched | None = None, pristine_root: Path | None = None,
                  site_packages: str | None = None, definition: str | None = None,
                  progress: Callable[[int], None] | None = None,
@@ -192,6 +193,7 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
     With ``use_cache`` the findings and each layer's ops are memoised (``verify_memo``,
     ``oci.scan``); every layer is still read and hashed to EOF and checked every time."""
     t0 = time.monotonic()
+    ref = str(ref)  # a manifest digest is one of the references resolve() takes
     with resolve(store, ref, pipeline) as res, _hashing(res, use_cache) as early:
         exp = expected_for(pipeline, store, res, definition, site_packages)
         # The lineage is the definition's: a fresh apply or pristine tree of another
@@ -226,7 +228,7 @@ def verify_image(pipeline: Pipeline, ref: str, store: Store, lineage: str | Line
             config_digest=res.image.config_desc.digest, matched=found["matched"],
             total=found["total"], mismatched=found["mismatched"],
             base_drift=found["base_drift"], problems=found["problems"],
-            layers=[{"digest": x.digest, "diff_id": x.diff_id, "size": x.size,
+            layers=[{"digest": str(x.digest), "diff_id": str(x.diff_id), "size": x.size,
                      "entries": x.entries, "from": "base" if i < len(exp.base_diff_ids)
                      else "after the base"} for i, x in enumerate(layers)],
             identity=found["identity"], bytes_read=view.bytes_read,
@@ -289,7 +291,7 @@ def _keep_hashing(early: LayerDigests | None, res: Resolved, exp: Expected,
 
 
 def _fresh_inputs(pipeline: Pipeline, lin: Lineage, store: Store, patched: Patched | None,
-                  pristine_root: Path | None) -> tuple[Patched, Path, str]:
+                  pristine_root: Path | None) -> tuple[Patched, Path, Digest]:
     """The fresh apply and the pristine tree (with its digest) an image is held to."""
     if patched is None:
         from .patchset import patched_tree
@@ -368,11 +370,11 @@ def identity_binding(identity: dict[str, Any], defn: Any, lin: Lineage,
         "definition": defn.name,
         "lineage": lin.key,
         "upstream.version": up.version,
-        "upstream.tree_digest": patched.pristine_digest,
+        "upstream.tree_digest": str(patched.pristine_digest),
         "files_sha256": patched.files_sha256,
-        "patched_tree_digest": patched.tree_digest,
+        "patched_tree_digest": str(patched.tree_digest),
         "site_packages": defn.site_packages,
-        "base.digest": defn.base.digest,
+        "base.digest": str(defn.base.digest),
         "startup_allow": [{"path": p, "sha256": h} for p, h in defn.startup_allow],
         "entrypoint": ENTRYPOINT_PATH,
         "verifier.path": VERIFIER_PATH,
@@ -418,14 +420,14 @@ def tree_manifest_checks(view: View, identity: dict[str, Any], site_packages: st
     return problems
 
 
-def materialise(store: Store, ref: str, dest: Path, *, pipeline: Pipeline | None = None,
+def materialise(store: Store, ref: str | Digest, dest: Path, *, pipeline: Pipeline | None = None,
                 site_packages: str | None = None) -> Path:
     """Write the image's vLLM tree (all layers, whiteouts applied, every layer digest and
     diff_id checked) to ``dest/vllm``. ``dest`` must not exist; it appears atomically."""
     if dest.exists():
         raise ImageError(f"{dest} already exists; materialise writes a fresh directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with resolve(store, ref, pipeline) as res:
+    with resolve(store, str(ref), pipeline) as res:
         sp = site_packages_for(res, pipeline, site_packages)
         staging = Path(store.tmpdir("materialise"))
         try:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import Pipeline
 from .errors import GuardError, VerifyError
 from .store import Store
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -41,7 +43,7 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     lin = pipeline.lineage(lineage)
     job = JobResult(lineage=lin.key)
 
-    def step(name: str, fn: Callable[[], Any]) -> Any:
+    def step(name: str, fn: Callable[[], T]) -> T:
         if on_step:
             on_step(name)
         t0 = time.monotonic()
@@ -74,19 +76,19 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
                           f"problems: {'; '.join(verified.problems) or 'none'}")
     job.identity = {
         "upstream_pin": lin.upstream.pin,
-        "archive_sha256": fetched.archive_sha256,
-        "pristine_tree_digest": fetched.tree_digest,
+        "archive_sha256": None if fetched.archive_sha256 is None else fetched.archive_sha256.hex,
+        "pristine_tree_digest": str(fetched.tree_digest),
         "patch": lin.patch.relative_to(pipeline.root).as_posix(),
         "patch_sha256": report.patch_sha256,
         "files_sha256": patched.files_sha256,
         "patch_files": report.files,
         "patch_added": report.added,
         "patch_removed": report.removed,
-        "patched_tree_digest": patched.tree_digest,
+        "patched_tree_digest": str(patched.tree_digest),
         "image": baked.image,
-        "layer_diff_id": baked.diff_ids[-1],
-        "config_digest": baked.config_digest,
-        "manifest_digest": baked.digest,
+        "layer_diff_id": str(baked.diff_ids[-1]),
+        "config_digest": str(baked.config_digest),
+        "manifest_digest": str(baked.digest),
         "record": baked.record,
         "bake_cached": baked.cached,
         "verified": verified.summary(),
@@ -96,6 +98,6 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     if first is not None:  # the job ends with the candidate gate table (no registry needed)
         from .release.create import gates
 
-        job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first, baked.digest,
+        job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first, str(baked.digest),
                                                          lin.key, verified=verified)[0])
     return job

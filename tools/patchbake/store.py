@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .digest import hex_of
-from .errors import IntegrityError, PatchbakeError, StoreError
+from .digest import Digest
+from .errors import IntegrityError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
 
 TYPE_CHECKING = False
@@ -92,15 +92,6 @@ def default_root() -> Path:
     return user_cache_dir()
 
 
-def _check_hex(digest: str) -> str:
-    """A blob's hex from ``sha256:<hex>`` or a bare hex; anything else is refused."""
-    try:
-        return hex_of(digest)
-    except PatchbakeError:
-        raise IntegrityError(f"'{digest}' is not a sha256 digest (64 lowercase hex "
-                             "digits)") from None
-
-
 @dataclass(frozen=True, slots=True)
 class Store:
     """The content-addressed store at ``root``."""
@@ -155,10 +146,10 @@ class Store:
         return gone
 
     # -- blobs -------------------------------------------------------------------------
-    def blob_path(self, digest: str) -> Path:
-        return self.root / "blobs" / "sha256" / _check_hex(digest)
+    def blob_path(self, digest: Digest) -> Path:
+        return self.root / "blobs" / digest.algorithm / digest.hex
 
-    def has(self, digest: str) -> bool:
+    def has(self, digest: Digest) -> bool:
         return self.blob_path(digest).is_file()
 
     def tmpdir(self, prefix: str = "tmp") -> Path:
@@ -200,9 +191,8 @@ class Store:
             finally:
                 f.close()
 
-    def put_stream(self, chunks: Iterable[bytes], expected: str | None = None) -> str:
+    def put_stream(self, chunks: Iterable[bytes], expected: Digest | None = None) -> Digest:
         """Store a stream; verify ``expected`` before the blob becomes visible."""
-        want = _check_hex(expected) if expected else None
         import tempfile
 
         try:
@@ -217,10 +207,10 @@ class Store:
                     f.write(chunk)
                 f.flush()
                 os.fsync(f.fileno())
-            got = h.hexdigest()
-            if want and got != want:
+            got = Digest.from_hex(h.hexdigest())
+            if expected is not None and got != expected:
                 raise IntegrityError(
-                    f"content hashed to sha256:{got}, expected sha256:{want}; nothing was stored"
+                    f"content hashed to {got}, expected {expected}; nothing was stored"
                 )
             dest = self.blob_path(got)
             os.chmod(tmp, 0o444)
@@ -237,20 +227,20 @@ class Store:
                 raise failed from exc
             raise
 
-    def put_bytes(self, data: bytes, expected: str | None = None) -> str:
+    def put_bytes(self, data: bytes, expected: Digest | None = None) -> Digest:
         return self.put_stream([data], expected)
 
-    def put_file(self, path: str | os.PathLike[str], expected: str | None = None) -> str:
+    def put_file(self, path: str | os.PathLike[str], expected: Digest | None = None) -> Digest:
         with open(path, "rb") as f:
             return self.put_stream(iter(lambda: f.read(CHUNK), b""), expected)
 
-    def open_blob(self, digest: str) -> BinaryIO:
+    def open_blob(self, digest: Digest) -> BinaryIO:
         p = self.blob_path(digest)
         if not p.is_file():
-            raise StoreError(f"blob sha256:{_check_hex(digest)} is not in the store at {self.root}")
+            raise StoreError(f"blob {digest} is not in the store at {self.root}")
         return open(p, "rb")
 
-    def read_blob(self, digest: str) -> bytes:
+    def read_blob(self, digest: Digest) -> bytes:
         with self.open_blob(digest) as f:
             return f.read()
 
@@ -261,10 +251,10 @@ class Store:
         return bad_blobs(self)
 
     # -- trees -------------------------------------------------------------------------
-    def tree_path(self, key: str) -> Path:
-        return self.root / "trees" / _check_hex(key)
+    def tree_path(self, key: Digest) -> Path:
+        return self.root / "trees" / key.hex
 
-    def publish_tree(self, staging: Path, key: str) -> Path:
+    def publish_tree(self, staging: Path, key: Digest) -> Path:
         """Move a fully built staging directory into place under ``key`` (atomic rename)."""
         import shutil
 

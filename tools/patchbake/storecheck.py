@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .digest import hex_of, is_digest, is_hex
+from .digest import Digest, is_digest, is_hex
 from .fsutil import CHUNK
 from .store import Store, is_litter, remove_entry
 
@@ -89,9 +89,9 @@ def _tree_claims(store: Store) -> dict[str, str]:
             except (OSError, ValueError):
                 continue
             digest = doc.get("tree_digest") if isinstance(doc, dict) else None
-            if not (is_hex(digest) or is_digest(digest)):
+            if not is_digest(digest):
                 continue
-            hexd = hex_of(digest)
+            hexd = Digest.parse(digest).hex
             name = hexd if kind == "sources" else rec.stem
             claims[name] = hexd
     return claims
@@ -212,7 +212,7 @@ def fsck(store: Store, *, repo: Path | None = None, trees: bool = True,
         for t in sorted(tdir.iterdir()) if tdir.is_dir() else []:
             rep.trees += 1
             want = claims.get(t.name)
-            if want is not None and hex_of(tree_digest(t)) != want:
+            if want is not None and tree_digest(t).hex != want:
                 rep.bad_trees.append(t.name)
     rep.litter = [str(p.relative_to(store.root)) for p in _litter(store)]
     rep.idle_locks = [p.name for p in _locks(store) if _is_idle(p)]

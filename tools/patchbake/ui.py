@@ -63,8 +63,19 @@ def versioned(obj: Any) -> dict[str, Any]:
     return {"format_version": FORMAT_VERSION, "items": obj}
 
 
+def _digest_text(value: object) -> str:
+    """A Digest in a command's --json output is its ``sha256:<hex>`` text; any other
+    object json cannot write is a bug, not something to stringify."""
+    from .digest import Digest
+
+    if isinstance(value, Digest):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(versioned(obj), indent=2, sort_keys=True) + "\n")
+    sys.stdout.write(json.dumps(versioned(obj), indent=2, sort_keys=True,
+                                default=_digest_text) + "\n")
     sys.stdout.flush()
 
 

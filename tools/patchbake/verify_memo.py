@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Lineage
+from .digest import Digest
 from .expected import Expected
 from .fsutil import cache_write
 from .images.overlay import Patched
@@ -51,15 +52,16 @@ def code_digest() -> str:
 
 
 def key(res: Resolved, exp: Expected, lin: Lineage, patched: Patched,
-        pristine_digest: str) -> str:
+        pristine_digest: Digest) -> str:
     """The memo key of one verify: everything its findings are derived from."""
     doc = {"format": FORMAT, "code": code_digest(), "python": sys.version,
-           "manifest": res.image.manifest_digest, "config": res.image.config_desc.digest,
+           "manifest": str(res.image.manifest_digest),
+           "config": str(res.image.config_desc.digest),
            "definition": [exp.definition.name, exp.definition.fingerprint],
            "record": exp.record.doc if exp.record is not None else None,
-           "base_diff_ids": list(exp.base_diff_ids), "base_config": exp.base_config,
+           "base_diff_ids": [str(d) for d in exp.base_diff_ids], "base_config": exp.base_config,
            "patch": patched.patch_sha256, "files": patched.files,
-           "deleted": sorted(patched.deleted), "pristine": pristine_digest,
+           "deleted": sorted(patched.deleted), "pristine": str(pristine_digest),
            "generated": list(lin.upstream.generated)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 

@@ -10,6 +10,7 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
+from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError, UsageError
 from ..config.signing import default_key_dir
 from ..evidence.failures import reason_of
@@ -23,10 +24,10 @@ if TYPE_CHECKING:
 # run suites (the GPU box) lack it, and `patchbake --help` loads this module there too.
 
 
-def _image(ctx: Ctx, ref: str) -> imagemod.ImageRef:
+def _image(ctx: Ctx, ref: str) -> imagemod.SuiteImage:
     # A reference carrying its digest verifies with no store at all (CI, reviewers).
     with did_you_mean(ctx, ref):
-        return imagemod.digest_only(ref, ctx.pipeline) or imagemod.resolve(ctx.store, ref,
+        return imagemod.digest_only(ref, ctx.pipeline) or imagemod.identify(ctx.store, ref,
                                                                            ctx.pipeline)
 
 
@@ -34,7 +35,7 @@ def _verified_json(v: records.Verified) -> dict[str, Any]:
     s = v.statement
     return {"path": str(v.path), "verified": True, "keyid": v.keyid, "signer": v.signer,
             "suite": s.suite, "result": s.result, "counts": s.counts, "runner": s.runner,
-            "subject": {"name": s.subject_name, "digest": s.subject_digest},
+            "subject": {"name": s.subject_name, "digest": str(s.subject_digest)},
             "counts_as_evidence": v.counts_as_evidence, "standing": v.standing,
             "patch_shown": v.patch_shown, "junit": v.junit,
             "envelope_sha256": v.envelope_sha256,
@@ -97,9 +98,9 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
     key = keymod.load_private(key_path or sig.private_key())
     want = _image(ctx, image_ref) if image_ref else None
     rows = []
-    pinned: dict[str, str] = {}  # each lineage's pinned vllm/ digest, fetched when needed
+    pinned: dict[str, Digest] = {}  # each lineage's pinned vllm/ digest, fetched when needed
 
-    def pinned_vllm_digest(image_digest: str) -> str:
+    def pinned_vllm_digest(image_digest: Digest) -> Digest:
         # the pin of the image's own lineage (its definition's), never just the default
         from ..expected import image_definition
 
@@ -175,7 +176,7 @@ def evidence_verify(ctx: Ctx, file: Path | None, image_ref: str, suite_name: str
                                  f"no ({v.standing})")])
 
 
-def _facts(ctx: Ctx, ref: imagemod.ImageRef, verify_files: bool) -> summary.ImageFacts:
+def _facts(ctx: Ctx, ref: imagemod.SuiteImage, verify_files: bool) -> summary.ImageFacts:
     from ..evidence import facts, summary
 
     patch, matched, total = facts.patch_and_match(ctx.pipeline, ctx.store, ctx.lineage(), ref,
@@ -209,7 +210,7 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
     facts = _facts(ctx, ref, not no_verify_files)
     text = summary.paragraph(facts, found)
     if ctx.as_json:
-        ui.emit_json({"image": ref.name, "digest": ref.digest, "paragraph": text,
+        ui.emit_json({"image": ref.name, "digest": str(ref.digest), "paragraph": text,
                       "suites": {k: (_verified_json(v) if isinstance(v, records.Verified)
                                      else records.describe_failure(v))
                                  for k, v in found.items()}})

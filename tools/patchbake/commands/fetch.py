@@ -17,7 +17,8 @@ FIELDS = ("lineage", "pin", "kind", "archive_sha256", "tree_digest", "files", "s
 def summary(lineage_key: str, f: Fetched) -> dict[str, Any]:
     """The printed and --json fields, in FIELDS order."""
     return {"lineage": lineage_key, "pin": f.pin, "kind": f.kind,
-            "archive_sha256": f.archive_sha256, "tree_digest": f.tree_digest,
+            "archive_sha256": None if f.archive_sha256 is None else f.archive_sha256.hex,
+            "tree_digest": str(f.tree_digest),
             "files": f.files, "store_path": str(f.root)}
 
 

@@ -13,7 +13,6 @@ import click
 from .. import ui
 from ..bake import bake_image
 from ..cli import Ctx, pass_ctx
-from ..digest import Digest
 from ..errors import ImageError
 from ..identity import materialise, raise_on_failure, verify_image
 from ..images import definition as definitions
@@ -171,11 +170,11 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
     variant = "with-python" if with_python else "plain"
     s = build_standin(ctx.store, ctx.lineage(), site_packages, variant=variant)
     if archive:
-        short = Digest(s.manifest.digest).short()
+        short = s.manifest.digest.short()
         export_docker_archive(ctx.store, s.manifest.digest, archive,
                               [f"patchbake/standin-{variant}:{short}"])
-    out = {"digest": s.manifest.digest, "config_digest": s.config_digest,
-           "layers": list(s.layers), "files": s.files, "variant": variant, "cached": s.cached,
+    out = {"digest": str(s.manifest.digest), "config_digest": str(s.config_digest),
+           "layers": [str(d) for d in s.layers], "files": s.files, "variant": variant, "cached": s.cached,
            "docker_archive": str(archive) if archive else None}
     if ctx.as_json:
         ui.emit_json(out)
@@ -195,7 +194,7 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
             raise ImageError(f"export reads images from the store; {ref} is a {res.kind}")
         digest = res.image.manifest_digest
     export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
-                                                    f":{Digest(digest).short()}"])
+                                                    f":{digest.short()}"])
     ui.say(f"{dest}: {digest}")
 
 

@@ -10,8 +10,8 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
-from ..errors import ImageError
-from ..images.refs import store_digest
+from ..digest import Digest
+from ..images.refs import store_manifest
 from ..oci import layout
 from ..oci.media import Descriptor
 from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient, parse_pull_ref
@@ -22,37 +22,29 @@ from .names import did_you_mean
 PUSH_JSON_VERSION = 1
 
 
-def resolve_source(ctx: Ctx, store: Store, source: str) -> str:
-    """``sha256:<hex>`` in the store, an image definition (its latest recorded bake) or a
-    name in the store's index.json -> manifest digest (the images stage's resolver)."""
-    if source.startswith("sha256:"):
-        return layout.resolve(store, source).digest
-    named = store_digest(store, source, ctx.pipeline) if "@" not in source else None
-    if named is not None:
-        return named[1]
-    raise ImageError(
-        f"'{source}' is neither a manifest digest in the store, an image name in its "
-        "index.json, nor an image definition with a recorded bake",
-        hint="run `patchbake bake NAME` first, or give sha256:<manifest digest>",
-    )
+def resolve_source(ctx: Ctx, store: Store, source: str) -> Digest:
+    """The manifest digest a push sends (the images stage's resolver says which)."""
+    # pipeline.yaml is read only for a name: a digest needs none
+    return store_manifest(store, source, None if source.startswith("sha256:") else ctx.pipeline)
 
 
 def _push_json(res: PushResult) -> dict[str, Any]:
     return {
-        "version": PUSH_JSON_VERSION, "ref": res.ref, "digest": res.digest,
-        "media_type": res.media_type, "pushed": list(res.uploaded),
-        "mounted": list(res.mounted), "skipped": list(res.skipped),
-        "manifests": list(res.manifests), "tag_existed": res.tag_existed,
+        "version": PUSH_JSON_VERSION, "ref": res.ref, "digest": str(res.digest),
+        "media_type": res.media_type, "pushed": [str(d) for d in res.uploaded],
+        "mounted": [str(d) for d in res.mounted], "skipped": [str(d) for d in res.skipped],
+        "manifests": [str(d) for d in res.manifests], "tag_existed": res.tag_existed,
         "bytes_uploaded": res.bytes_uploaded, "requests": res.requests,
     }
 
 
 def _pull_json(res: PullResult, name: str) -> dict[str, Any]:
     return {
-        "version": PUSH_JSON_VERSION, "ref": res.ref, "digest": res.digest,
-        "media_type": res.media_type, "index_digest": res.index_digest,
-        "platform": res.platform, "config_digest": res.config_digest,
-        "fetched": list(res.fetched), "present": list(res.present),
+        "version": PUSH_JSON_VERSION, "ref": res.ref, "digest": str(res.digest),
+        "media_type": res.media_type,
+        "index_digest": None if res.index_digest is None else str(res.index_digest),
+        "platform": res.platform, "config_digest": str(res.config_digest),
+        "fetched": [str(d) for d in res.fetched], "present": [str(d) for d in res.present],
         "bytes_fetched": res.bytes_fetched, "name": name, "requests": res.requests,
     }
 

@@ -68,7 +68,7 @@ def create_cmd(ctx: Ctx, channel: str, image_ref: str, key_path: Path | None) ->
     rel = made.release
     if ctx.as_json:
         ui.emit_json({"release": rel.id, "path": str(rel.path), "new": made.new,
-                      "channel": rel.channel, "digest": rel.digest,
+                      "channel": rel.channel, "digest": str(rel.digest),
                       "gates": made.table.to_json()})
         return
     print_table(made.table)

@@ -56,7 +56,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
               lineage: Any) -> Any:
     def provide() -> tuple[Path, str]:
         if image is not None:
-            ref = imagemod.resolve(ctx.store, image, ctx.pipeline)
+            ref = imagemod.identify(ctx.store, image, ctx.pipeline)
             tmp = Path(tempfile.mkdtemp(prefix="patchbake-pristine."))
             atexit.register(shutil.rmtree, tmp, True)
             dest = tmp / "tree"
@@ -94,7 +94,7 @@ def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
     p = ctx.pipeline
     suite = suitesmod.get(p.suites, suite_name, p.path.name)
     with did_you_mean(ctx, image_ref):
-        ref = imagemod.resolve(ctx.store, image_ref, p)
+        ref = imagemod.identify(ctx.store, image_ref, p)
 
     # the pristine probe and the recorded pins are the image's own lineage's
     lineage = p.lineage_for(image_definition(
@@ -147,7 +147,7 @@ def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     refs = []
     for i in images:
         with did_you_mean(ctx, i):
-            refs.append(imagemod.resolve(ctx.store, i, ctx.pipeline))
+            refs.append(imagemod.identify(ctx.store, i, ctx.pipeline))
     made = bundle(ctx.store, refs, out)
     if ctx.as_json:
         ui.emit_json(made)

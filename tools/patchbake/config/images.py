@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..digest import is_digest, is_hex
+from ..digest import Digest, is_digest, is_hex
 from ..errors import ConfigError
 from ..fsutil import canonical_json, sha256_bytes
 from .schema import Field, Schema, one_of, validate
@@ -88,9 +88,9 @@ DEFINITION_SCHEMA = Schema({
 class Base:
     source: str
     name: str
-    digest: str
+    digest: Digest
     platform: str
-    platform_digest: str | None
+    platform_digest: Digest | None
     path: Path | None
     verified: bool
     variant: str = "plain"
@@ -156,8 +156,10 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
     fingerprint = sha256_bytes(canonical_json({"top": {**top, "base": base, "build": build}}))
     return Definition(
         name=name, path=path, description=top["description"],
-        base=Base(base["source"], base["name"], base["digest"], base["platform"],
-                  base["platform_digest"], (root / base["path"]) if base["path"] else None,
+        base=Base(base["source"], base["name"], Digest.parse(base["digest"]), base["platform"],
+                  None if base["platform_digest"] is None
+                  else Digest.parse(base["platform_digest"]),
+                  (root / base["path"]) if base["path"] else None,
                   base["verified"], base["variant"], base["has_vllm"]),
         site_packages=top["site_packages"], mode=top["mode"], source=top["source"],
         template=path.parent / build["template"],

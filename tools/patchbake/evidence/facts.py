@@ -11,10 +11,10 @@ from ..config import Lineage, Pipeline
 from ..digest import is_hex
 from ..errors import PatchbakeError
 from ..store import Store
-from ..suites.image import ImageRef, find_record
+from ..suites.image import SuiteImage, find_record
 
 
-def patch_sha256(pipeline: Pipeline, store: Store, ref: ImageRef) -> str | None:
+def patch_sha256(pipeline: Pipeline, store: Store, ref: SuiteImage) -> str | None:
     rec = find_record(pipeline.root, ref.digest)
     if rec is not None:
         return rec.patch_sha256
@@ -30,7 +30,7 @@ def patch_sha256(pipeline: Pipeline, store: Store, ref: ImageRef) -> str | None:
     return None
 
 
-def match_counts(pipeline: Pipeline, store: Store, lineage: Lineage, ref: ImageRef
+def match_counts(pipeline: Pipeline, store: Store, lineage: Lineage, ref: SuiteImage
                  ) -> tuple[int | None, int | None]:
     """(matched, total) from a fresh `patchbake verify` of the image; (None, None) if it
     cannot run here (the summary then says the files were not re-verified)."""
@@ -38,7 +38,7 @@ def match_counts(pipeline: Pipeline, store: Store, lineage: Lineage, ref: ImageR
         from .. import identity
     except ImportError:
         return None, None
-    report = identity.verify_image(pipeline, ref.digest, store, lineage)
+    report = identity.verify_image(pipeline, str(ref.digest), store, lineage)
     if not report.mismatched:
         # mismatches are the paragraph's to state ("Only M of N"); any other failure (an
         # identity record that lies, nothing baked) must not read as "All N matched"
@@ -46,7 +46,7 @@ def match_counts(pipeline: Pipeline, store: Store, lineage: Lineage, ref: ImageR
     return int(report.matched), int(report.total)
 
 
-def patch_and_match(pipeline: Pipeline, store: Store, lineage: Lineage, ref: ImageRef,
+def patch_and_match(pipeline: Pipeline, store: Store, lineage: Lineage, ref: SuiteImage,
                     verify_files: bool) -> tuple[str | None, int | None, int | None]:
     matched, total = (match_counts(pipeline, store, lineage, ref) if verify_files
                       else (None, None))

@@ -63,17 +63,13 @@ class Verified:
         return "counts" if self.patch_shown else NOT_SHOWN
 
 
-def _digest_hex(digest: str) -> str:
-    return Digest.parse(digest, "image manifest digest", EvidenceError).hex
-
-
-def evidence_path(evidence_dir: Path, image_digest: str, suite: str) -> Path:
+def evidence_path(evidence_dir: Path, image_digest: Digest, suite: str) -> Path:
     if not _SUITE_NAME.match(suite):
         raise EvidenceError(f"suite name {suite!r} cannot name an evidence file")
-    return evidence_dir / _digest_hex(image_digest) / f"{suite}{SUFFIX}"
+    return evidence_dir / image_digest.hex / f"{suite}{SUFFIX}"
 
 
-def check_pristine_probe(result: SuiteResult, pinned_vllm_digest: str) -> None:
+def check_pristine_probe(result: SuiteResult, pinned_vllm_digest: Digest) -> None:
     """Fail closed unless a patch-sensitivity probe ran on the pinned upstream's vLLM tree.
 
     The probe may run where the upstream cannot be fetched (a GPU box given
@@ -88,7 +84,7 @@ def check_pristine_probe(result: SuiteResult, pinned_vllm_digest: str) -> None:
         fail("foreign-pristine", f"suite '{suite}': the result does not record which vLLM tree "
              "its patch-sensitivity probe ran on, so it cannot show the suite fails on the "
              "pinned upstream", hint="re-run `patchbake suites run` with this version")
-    if got != pinned_vllm_digest:
+    if got != str(pinned_vllm_digest):
         fail("foreign-pristine", f"suite '{suite}': the patch-sensitivity probe ran on a vLLM "
              f"tree {got}, not the pinned upstream's {pinned_vllm_digest}",
              hint="probe on the pinned upstream (default) or on the unpatched base image")
@@ -156,7 +152,7 @@ def _check_junit(path: Path, stmt: SuiteStatement) -> str:
     return "matches"
 
 
-def verify_bytes(data: bytes, where: str, image_digest: str, policy: Policy,
+def verify_bytes(data: bytes, where: str, image_digest: Digest, policy: Policy,
                  suite: str | None = None) -> tuple[str, SuiteStatement]:
     env = dsse.parse(data, where)
     keyid = dsse.verify(env, policy.public_keys(), where)
@@ -171,13 +167,12 @@ def verify_bytes(data: bytes, where: str, image_digest: str, policy: Policy,
     return keyid, stmt
 
 
-def verify_file(path: Path, image_digest: str, policy: Policy,
+def verify_file(path: Path, image_digest: Digest, policy: Policy,
                 suite: str | None = None) -> Verified:
     """Verify one envelope file against an image digest; raise EvidenceError otherwise.
 
     The suite a file stands for is its name, ``<suite>.dsse.json``: a statement about
     another suite stored under that name is refused, as is a file not named so."""
-    _digest_hex(image_digest)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -197,7 +192,7 @@ def verify_file(path: Path, image_digest: str, policy: Policy,
     return Verified(path, keyid, policy.keys[keyid].name, stmt, sha256_bytes(data), junit)
 
 
-def verify_suites(evidence_dir: Path, image_digest: str, policy: Policy,
+def verify_suites(evidence_dir: Path, image_digest: Digest, policy: Policy,
                   suites: list[str]) -> dict[str, Verified | EvidenceError]:
     """Each declared suite's evidence for one image: verified, or the reason it is not."""
     out: dict[str, Verified | EvidenceError] = {}

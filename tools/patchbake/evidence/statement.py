@@ -163,7 +163,7 @@ def build(result: SuiteResult, steps: list[dict[str, Any]]) -> Statement:
         "steps": steps,
         "producer": {"name": "patchbake", "format": 1},
     }
-    return Statement(result.image.name, Digest(result.image.digest), PREDICATE_TYPE,
+    return Statement(result.image.name, result.image.digest, PREDICATE_TYPE,
                      predicate)
 
 

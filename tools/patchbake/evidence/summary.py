@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..digest import Digest
 from ..errors import EvidenceError
 from .failures import reason_of
 from .records import NOT_SHOWN, Verified
@@ -20,7 +21,7 @@ from .records import NOT_SHOWN, Verified
 @dataclass(frozen=True)
 class ImageFacts:
     name: str
-    digest: str  # manifest digest, sha256:<hex>
+    digest: Digest  # manifest digest
     patch_sha256: str | None
     matched: int | None  # baked files that matched a fresh apply (None: not verified)
     total: int | None

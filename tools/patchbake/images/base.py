@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Lineage
+from ..digest import Digest
 from ..errors import ImageError, IntegrityError
 from ..oci import gojson
 from ..oci.image import DirBlobs, Image, StoreBlobs, load_image, parse_json, read_checked
@@ -25,32 +26,33 @@ from ..config.images import Definition
 class BaseImage:
     image: Image
     name: str
-    pinned: str  # the digest the definition pins
-    index_digest: str | None  # when the pin names a multi-arch index
+    pinned: Digest  # the digest the definition pins
+    index_digest: Digest | None  # when the pin names a multi-arch index
     source: str
 
     @property
-    def manifest_digest(self) -> str:
+    def manifest_digest(self) -> Digest:
         return self.image.manifest_digest
 
 
-def _select_platform(index: dict, platform: str, where: str) -> str:  # type: ignore[type-arg]
+def _select_platform(index: dict, platform: str, where: str) -> Digest:  # type: ignore[type-arg]
     os_name, _, arch = platform.partition("/")
     for m in index.get("manifests") or []:
         p = m.get("platform") or {}
         if p.get("os") == os_name and p.get("architecture") == arch:
-            return str(m["digest"])
+            return Digest.parse(m.get("digest"), f"{where}: the {platform} entry's digest",
+                                ImageError)
     raise ImageError(f"{where} has no {platform} image")
 
 
-def _check_platform(defn: Definition, chosen: str) -> None:
+def _check_platform(defn: Definition, chosen: Digest) -> None:
     want = defn.base.platform_digest
     if want and chosen != want:
         raise IntegrityError(f"{defn.path.name}: the index's {defn.base.platform} manifest is "
                              f"{chosen}, but base.platform_digest pins {want}")
 
 
-def _copy_in(store: Store, blobs: DirBlobs, digest: str) -> None:
+def _copy_in(store: Store, blobs: DirBlobs, digest: Digest) -> None:
     if store.has(digest):
         return
     with blobs.open(digest) as f:
@@ -81,7 +83,7 @@ def _from_layout(defn: Definition, store: Store) -> BaseImage:
     return BaseImage(image, defn.base.name, pinned, index_digest, "oci-layout")
 
 
-def _from_archive(defn: Definition, store: Store, path: Path, engine_ids: tuple[str, ...] = ()
+def _from_archive(defn: Definition, store: Store, path: Path, engine_ids: tuple[Digest, ...] = ()
                   ) -> BaseImage:
     from ..oci.archive import import_docker_archive
 
@@ -100,15 +102,15 @@ def _from_engine(defn: Definition, store: Store) -> BaseImage:
 
     image_id, repo_digests = engine.inspect(defn.base.name)
     pinned = defn.base.digest
-    if pinned != image_id and not any(r.endswith("@" + pinned) for r in repo_digests):
+    if pinned != image_id and pinned not in repo_digests:
         raise IntegrityError(f"engine image {defn.base.name} is {image_id} (repo digests: "
-                             f"{', '.join(repo_digests) or 'none'}); the definition pins {pinned}")
+                             f"{', '.join(map(str, repo_digests)) or 'none'}); the definition "
+                             f"pins {pinned}")
     tmp = store.tmpdir("engine-save")
     try:
         archive = tmp / "image.tar"
         engine.save(defn.base.name, archive)
-        return _from_archive(defn, store, archive, (image_id, *[r.split("@")[-1]
-                                                               for r in repo_digests]))
+        return _from_archive(defn, store, archive, (image_id, *repo_digests))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -168,7 +170,9 @@ def resolve_base(defn: Definition, store: Store, lineage: Lineage) -> BaseImage:
 
 
 def describe(base: BaseImage) -> dict[str, object]:
-    return {"name": base.name, "digest": base.pinned, "manifest_digest": base.manifest_digest,
-            "index_digest": base.index_digest, "config_digest": base.image.config_desc.digest,
+    return {"name": base.name, "digest": str(base.pinned),
+            "manifest_digest": str(base.manifest_digest),
+            "index_digest": None if base.index_digest is None else str(base.index_digest),
+            "config_digest": str(base.image.config_desc.digest),
             "layers": len(base.image.layers)}
 

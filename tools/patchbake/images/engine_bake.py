@@ -66,7 +66,7 @@ def _engine_base(defn: Definition, base: BaseImage, store: Store) -> str:
     from the store (a docker-archive export of exactly the pinned manifest)."""
     if defn.base.source == "docker":
         return defn.base.name
-    tag = f"patchbake-base/{defn.name}:{Digest(base.manifest_digest).short()}"
+    tag = f"patchbake-base/{defn.name}:{base.manifest_digest.short()}"
     tmp = store.tmpdir("engine-base")
     try:
         if defn.base.source == "registry" and not all(store.has(d.digest)
@@ -110,7 +110,8 @@ def _ensure_in_engine(store: Store, rec: dict[str, object]) -> None:
         pass
     tmp = store.tmpdir("engine-reload")
     try:
-        archive = export_docker_archive(store, str(rec["manifest_digest"]), tmp / "image.tar",
+        archive = export_docker_archive(store, Digest.parse(rec["manifest_digest"]),
+                                        tmp / "image.tar",
                                         [str(eng["tag"])])
         engine.load(archive)
     finally:
@@ -142,7 +143,7 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
         image = load_image(StoreBlobs(store), imp.manifest_digest)
         manifest = Descriptor(image.media_type, imp.manifest_digest, len(image.manifest_bytes))
         rec = build_record(defn, lin, patched, base, manifest, imp.config_digest,
-                           image.diff_ids, list(image.layers), overlay, labels, epoch,
+                           list(image.diff_ids), list(image.layers), overlay, labels, epoch,
                            "engine", mode)
         rec["engine"] = {"image_id": built.image_id, "tag": built.tag,
                          "note": "image_id is the config digest; the manifest digest above "
@@ -152,9 +153,8 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
     else:
         _ensure_in_engine(store, rec)
     path = records.write_record(pipeline.root, rec)
-    layout.add_ref(store, defn.name, Descriptor(rec["manifest_media_type"],
-                                                rec["manifest_digest"],
-                                                store.blob_path(rec["manifest_digest"])
-                                                .stat().st_size))
+    manifest_digest = Digest.parse(rec["manifest_digest"])
+    layout.add_ref(store, defn.name, Descriptor(rec["manifest_media_type"], manifest_digest,
+                                                store.blob_path(manifest_digest).stat().st_size))
     res = recipe.result(rec, path.relative_to(pipeline.root).as_posix(), cached, warnings, t0)
     return res

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import Lineage
+from ..digest import Digest
 from ..errors import ImageError, IntegrityError
 from ..fsutil import canonical_json
 from ..oci.tarwriter import Entry, file_entry, whiteout_entry
@@ -45,9 +46,9 @@ class Patched(Protocol):
     @property
     def files_sha256(self) -> str: ...
     @property
-    def tree_digest(self) -> str: ...
+    def tree_digest(self) -> Digest: ...
     @property
-    def pristine_digest(self) -> str: ...
+    def pristine_digest(self) -> Digest: ...
 
 
 def native_paths(paths: list[str]) -> list[str]:
@@ -100,7 +101,7 @@ class Overlay:
 
 
 def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
-                  base_name: str, base_digest: str, base_tree: BaseTree) -> Overlay:
+                  base_name: str, base_digest: Digest, base_tree: BaseTree) -> Overlay:
     """``base_digest`` is the base's manifest digest; the definition's pin (which may name
     an index or a config) is recorded beside it, so the image changes with its pin.
     ``base_tree`` is the base's installed ``vllm/`` tree (for the full tree manifest)."""
@@ -129,13 +130,13 @@ def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
         "definition": defn.name,
         "lineage": lineage.key,
         "upstream": {"package": up.package, "version": up.version, "pin": up.pin,
-                     "tree_digest": patched.pristine_digest},
+                     "tree_digest": str(patched.pristine_digest)},
         "patch": {"name": lineage.name, "sha256": patched.patch_sha256},
         "files_sha256": patched.files_sha256,
-        "patched_tree_digest": patched.tree_digest,
+        "patched_tree_digest": str(patched.tree_digest),
         "site_packages": defn.site_packages,
-        "base": {"name": base_name, "digest": defn.base.digest,
-                 "manifest_digest": base_digest},
+        "base": {"name": base_name, "digest": str(defn.base.digest),
+                 "manifest_digest": str(base_digest)},
         "files": baked,
         "deleted": deleted,
         "verifier": {"path": VERIFIER_PATH, "sha256": hashlib.sha256(verifier).hexdigest()},

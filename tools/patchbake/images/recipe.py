@@ -18,6 +18,7 @@ from typing import Any
 
 from ..config import Lineage, Pipeline
 from ..digest import Digest
+from ..errors import PatchbakeError
 from ..fsutil import canonical_json, sha256_bytes
 from ..oci.media import Descriptor
 from ..oci.tarwriter import FORMAT as TAR_FORMAT
@@ -43,10 +44,10 @@ WRITERS = {
 @dataclass(frozen=True)
 class BakeResult:
     image: str  # definition name
-    digest: str  # manifest digest (what registries, signatures and evidence name)
-    config_digest: str  # config digest (the engine's "Image ID")
-    layers: tuple[str, ...]  # layer digests, base first, ours last
-    diff_ids: tuple[str, ...]
+    digest: Digest  # manifest digest (what registries, signatures and evidence name)
+    config_digest: Digest  # config digest (the engine's "Image ID")
+    layers: tuple[Digest, ...]  # layer digests, base first, ours last
+    diff_ids: tuple[Digest, ...]
     record: str  # repository-relative path of the record
     cached: bool
     mode: str
@@ -59,8 +60,9 @@ class BakeResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"image": self.image, "digest": self.digest, "config_digest": self.config_digest,
-                "layers": list(self.layers), "record": self.record, "cached": self.cached,
+        return {"image": self.image, "digest": str(self.digest),
+                "config_digest": str(self.config_digest),
+                "layers": [str(d) for d in self.layers], "record": self.record, "cached": self.cached,
                 "mode": self.mode, "backend": self.backend, "baked_files": self.baked_files,
                 "base": self.base, "warnings": list(self.warnings),
                 "docker_archive": self.docker_archive, **self.extra}
@@ -110,8 +112,8 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
     labels = {
         "org.opencontainers.image.title": defn.name,
         "org.opencontainers.image.base.name": defn.base.name,
-        "org.opencontainers.image.base.digest": base.manifest_digest,
-        "dev.patchbake.base.pin": defn.base.digest,
+        "org.opencontainers.image.base.digest": str(base.manifest_digest),
+        "dev.patchbake.base.pin": str(defn.base.digest),
         "org.opencontainers.image.revision": revision(lineage, patched),
         "org.opencontainers.image.source": source,
         "org.opencontainers.image.version":
@@ -122,8 +124,8 @@ def image_labels(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
         "dev.patchbake.files.sha256": patched.files_sha256,
         "dev.patchbake.upstream.pin": up.pin,
         "dev.patchbake.lineage": lineage.key,
-        "dev.patchbake.upstream.tree-digest": patched.pristine_digest,
-        "dev.patchbake.patched-tree.digest": patched.tree_digest,
+        "dev.patchbake.upstream.tree-digest": str(patched.pristine_digest),
+        "dev.patchbake.patched-tree.digest": str(patched.tree_digest),
         "dev.patchbake.site-packages": defn.site_packages,
         "dev.patchbake.identity": "/opt/patchbake/identity.json",
     }
@@ -140,9 +142,9 @@ def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
         # the name is in the image's labels and its record: two definitions with the same
         # content are two images, never one cached bake found under the other's name
         "name": defn.name,
-        "base": base.manifest_digest, "patch": patched.patch_sha256,
-        "files": patched.files_sha256, "tree": patched.tree_digest,
-        "pristine": patched.pristine_digest, "epoch": epoch, "backend": backend,
+        "base": str(base.manifest_digest), "patch": patched.patch_sha256,
+        "files": patched.files_sha256, "tree": str(patched.tree_digest),
+        "pristine": str(patched.pristine_digest), "epoch": epoch, "backend": backend,
         "verifier": hashlib.sha256(verifier_bytes()).hexdigest(),
         "entrypoint": hashlib.sha256(entrypoint_bytes()).hexdigest(),
         "lineage": defn.lineage,
@@ -151,7 +153,7 @@ def bake_key(defn: Definition, base: BaseImage, patched: Patched, epoch: int,
 
 
 def build_record(defn: Definition, lineage: Lineage, patched: Patched, base: BaseImage,
-                 manifest: Descriptor, config_digest: str, diff_ids: list[str],
+                 manifest: Descriptor, config_digest: Digest, diff_ids: list[Digest],
                  layers: list[Descriptor], overlay: Overlay, labels: dict[str, str],
                  epoch: int, backend: str, mode: str) -> dict[str, Any]:
     return {
@@ -159,23 +161,23 @@ def build_record(defn: Definition, lineage: Lineage, patched: Patched, base: Bas
         "definition": defn.name,
         "backend": backend,
         "mode": mode,
-        "manifest_digest": manifest.digest,
+        "manifest_digest": str(manifest.digest),
         "manifest_media_type": manifest.media_type,
-        "config_digest": config_digest,
+        "config_digest": str(config_digest),
         "identities": {
             "manifest_digest": "what registries, signatures and evidence name",
             "config_digest": "the Docker engine's Image ID (classic store)",
             "diff_id": "sha256 of a layer's uncompressed tar",
         },
-        "layers": [{"digest": d.digest, "diff_id": diff_ids[i], "size": d.size,
+        "layers": [{"digest": str(d.digest), "diff_id": str(diff_ids[i]), "size": d.size,
                     "media_type": d.media_type, "from": "base" if i < len(base.image.layers)
                     else "patchbake"} for i, d in enumerate(layers)],
         "base": describe(base),
         "patch": {"name": lineage.name, "sha256": patched.patch_sha256},
         "files_sha256": patched.files_sha256,
         "upstream": {"pin": lineage.upstream.pin, "version": lineage.upstream.version,
-                     "tree_digest": patched.pristine_digest},
-        "patched_tree_digest": patched.tree_digest,
+                     "tree_digest": str(patched.pristine_digest)},
+        "patched_tree_digest": str(patched.tree_digest),
         "site_packages": defn.site_packages,
         "baked_files": overlay.baked,
         "deleted": overlay.deleted,
@@ -213,10 +215,11 @@ def cached(store: Store, key: str) -> dict[str, Any] | None:
     path = store.root / "bakes" / f"{key}.json"
     try:
         rec = json.loads(path.read_bytes())
-        needed = (rec["manifest_digest"], rec["config_digest"], rec["layers"][-1]["digest"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        needed = [Digest.parse(d) for d in (rec["manifest_digest"], rec["config_digest"],
+                                            rec["layers"][-1]["digest"])]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, PatchbakeError):
         return None  # a torn or foreign entry is a cache miss: bake again
-    if not all(isinstance(d, str) and store.has(d) for d in needed):
+    if not all(store.has(d) for d in needed):
         return None
     return dict(rec)
 
@@ -224,8 +227,9 @@ def cached(store: Store, key: str) -> dict[str, Any] | None:
 def result(rec: dict[str, Any], rec_path: str, cached: bool, warnings: list[str],
             t0: float) -> BakeResult:
     return BakeResult(
-        image=rec["definition"], digest=rec["manifest_digest"],
-        config_digest=rec["config_digest"], layers=tuple(x["digest"] for x in rec["layers"]),
-        diff_ids=tuple(x["diff_id"] for x in rec["layers"]), record=rec_path, cached=cached,
+        image=rec["definition"], digest=Digest.parse(rec["manifest_digest"]),
+        config_digest=Digest.parse(rec["config_digest"]),
+        layers=tuple(Digest.parse(x["digest"]) for x in rec["layers"]),
+        diff_ids=tuple(Digest.parse(x["diff_id"]) for x in rec["layers"]), record=rec_path, cached=cached,
         mode=rec["mode"], backend=rec["backend"], baked_files=len(rec["baked_files"]),
         base=rec["base"], warnings=tuple(warnings), seconds=round(time.monotonic() - t0, 3))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..digest import Digest, is_digest, is_hex
-from ..errors import ImageError
+from ..errors import ImageError, PatchbakeError
 from ..fsutil import atomic_write, pretty_json, write_once
 
 if TYPE_CHECKING:
@@ -62,8 +62,8 @@ class ImageRecord:
             raise ImageError(f"{where}: image record field(s) {', '.join(bad)} missing or "
                              "malformed")
         sp = doc.get("site_packages")
-        return cls(str(doc["definition"]), Digest(doc["manifest_digest"]),
-                   Digest(doc["config_digest"]), str(sha),
+        return cls(str(doc["definition"]), Digest.parse(doc["manifest_digest"]),
+                   Digest.parse(doc["config_digest"]), str(sha),
                    sp if isinstance(sp, str) else None, dict(doc))
 
     @classmethod
@@ -85,8 +85,8 @@ def records_dir(repo_root: Path, definition: str) -> Path:
     return repo_root / "manifests" / "images" / definition
 
 
-def record_path(repo_root: Path, definition: str, manifest_digest: str) -> Path:
-    return records_dir(repo_root, definition) / f"{manifest_digest.removeprefix('sha256:')}.json"
+def record_path(repo_root: Path, definition: str, manifest_digest: Digest) -> Path:
+    return records_dir(repo_root, definition) / f"{manifest_digest.hex}.json"
 
 
 def write_record(repo_root: Path, record: dict[str, Any]) -> Path:
@@ -102,21 +102,20 @@ def write_record(repo_root: Path, record: dict[str, Any]) -> Path:
                          hint="inspect the difference; if the bake inputs changed, the "
                               "digest would have changed too") from None
     pointer = {"format": RECORD_FORMAT, "definition": record["definition"],
-               "digest": record["manifest_digest"],
+               "digest": str(rec.manifest_digest),
                "record": path.relative_to(repo_root).as_posix()}
     latest = records_dir(repo_root, record["definition"]) / LATEST
     if not latest.exists() or latest.read_bytes() != pretty_json(pointer):
         previous = _pointer_digest(latest)
-        _update_superseded(repo_root, record["definition"], previous,
-                           str(record["manifest_digest"]))
+        _update_superseded(repo_root, record["definition"], previous, rec.manifest_digest)
         atomic_write(latest, pretty_json(pointer))
     return path
 
 
-def _pointer_digest(latest: Path) -> str | None:
+def _pointer_digest(latest: Path) -> Digest | None:
     try:
-        return str(json.loads(latest.read_bytes())["digest"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return Digest.parse(json.loads(latest.read_bytes())["digest"])
+    except (OSError, ValueError, KeyError, TypeError, PatchbakeError):
         return None
 
 
@@ -135,18 +134,19 @@ def superseded(repo_root: Path, definition: str) -> dict[str, dict[str, Any]]:
     return {str(r["digest"]): dict(r) for r in doc["records"]}
 
 
-def _update_superseded(repo_root: Path, definition: str, previous: str | None,
-                       current: str) -> None:
-    known = superseded(repo_root, definition)
+def _update_superseded(repo_root: Path, definition: str, previous: Digest | None,
+                       current_digest: Digest) -> None:
+    known = superseded(repo_root, definition)  # keyed by the digests' text, as written
+    current = str(current_digest)
     changed = known.pop(current, None) is not None
-    if previous and previous != current and \
+    if previous and previous != current_digest and \
             record_path(repo_root, definition, previous).is_file():
-        known[previous] = {
-            "digest": previous, "superseded_by": current,
+        known[str(previous)] = {
+            "digest": str(previous), "superseded_by": current,
             "record": record_path(repo_root, definition, previous)
             .relative_to(repo_root).as_posix()}
         for r in known.values():  # a chain points at the newest bake
-            if r["superseded_by"] == previous:
+            if r["superseded_by"] == str(previous):
                 r["superseded_by"] = current
         changed = True
     if changed:
@@ -167,22 +167,21 @@ def latest(repo_root: Path, definition: str) -> ImageRecord:
     except (ValueError, KeyError, TypeError) as exc:
         raise ImageError(f"{p.relative_to(repo_root)} is unreadable: {exc}") from None
     rec = ImageRecord.load(target)
-    if rec.manifest_digest != pointer.get("digest"):
+    if str(rec.manifest_digest) != pointer.get("digest"):
         raise ImageError(f"{p.relative_to(repo_root)} points at {pointer.get('digest')} but "
                          f"its record holds {rec.manifest_digest}")
     return rec
 
 
-def find(repo_root: Path, manifest_digest: str) -> ImageRecord | None:
+def find(repo_root: Path, manifest_digest: Digest) -> ImageRecord | None:
     """The committed record of a manifest digest, whichever definition baked it."""
-    hexd = Digest.parse(manifest_digest, "image digest", ImageError).hex
-    for p in sorted((repo_root / "manifests" / "images").glob(f"*/{hexd}.json")):
+    for p in sorted((repo_root / "manifests" / "images").glob(f"*/{manifest_digest.hex}.json")):
         return ImageRecord.load(p)
     return None
 
 
-def find_for_image(repo_root: Path, definitions: Iterable[str], manifest_digest: str,
-                   config_digest: str) -> ImageRecord | None:
+def find_for_image(repo_root: Path, definitions: Iterable[str], manifest_digest: Digest,
+                   config_digest: Digest) -> ImageRecord | None:
     """The record of one of ``definitions`` naming this manifest digest (or, for an
     engine's re-export that keeps the config but not the manifest, this config digest).
     Files that are not records of the current format are passed over."""
@@ -203,7 +202,7 @@ def find_for_image(repo_root: Path, definitions: Iterable[str], manifest_digest:
     return None
 
 
-def latest_digest(pipeline: Pipeline, name: str) -> str | None:
+def latest_digest(pipeline: Pipeline, name: str) -> Digest | None:
     """Manifest digest of definition ``name``'s latest recorded bake (None: not a
     definition of ``pipeline``)."""
     if name not in pipeline.images:

@@ -23,13 +23,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Pipeline
-from ..digest import is_digest
+from ..digest import Digest
 from ..errors import ImageError
-from ..oci import gojson, layout
-from ..oci.image import Blobs, DirBlobs, Image, StoreBlobs, load_image, parse_json
+from ..oci import layout
 from ..store import Store
-from . import record as records
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a push names its image through here: it reads no image or config
+    from ..config import Pipeline
+    from ..oci.image import Blobs, Image
 
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?/[a-z0-9._/-]+([:@].+)$")
 
@@ -44,7 +46,32 @@ class Resolved:
     chosen: str = ""  # which manifest REF stood for, and why (an index can name several)
 
 
-def _layout_manifest(root: Path, select: str | None) -> layout.Chosen:
+@dataclass(frozen=True, slots=True)
+class ImageRef:
+    """A store reference as a user writes it: ``name``, ``sha256:<hex>`` or
+    ``name@sha256:<hex>``, parsed once; at least one of the two is set."""
+
+    name: str | None
+    digest: Digest | None
+
+    @classmethod
+    def parse(cls, text: str) -> ImageRef:
+        if "@" in text:
+            name, _, digest = text.rpartition("@")
+            return cls(name or None, Digest.parse(digest, f"'{text}': the part after '@'",
+                                                  ImageError))
+        if text.startswith("sha256:"):
+            return cls(None, Digest.parse(text, "image digest", ImageError))
+        return cls(text, None)
+
+    def __str__(self) -> str:
+        return "@".join(str(p) for p in (self.name, self.digest) if p is not None)
+
+
+def _layout_manifest(root: Path, select: str | Digest | None) -> layout.Chosen:
+    from ..oci import gojson
+    from ..oci.image import DirBlobs, parse_json
+
     index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json",
                        gojson.MANIFEST)
     return layout.choose_manifest(DirBlobs(root), index, f"{root}/index.json", select=select)
@@ -59,46 +86,52 @@ def _temp_store(store: Store) -> Iterator[Store]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def parse_named(ref: str) -> tuple[str | None, str | None]:
-    """Split ``name@sha256:..`` / ``sha256:..`` / ``name`` into (name, digest)."""
-    if "@" in ref:
-        name, _, digest = ref.rpartition("@")
-        if not is_digest(digest):
-            raise ImageError(f"'{ref}': the part after '@' is not sha256:<64 hex>")
-        return name or None, digest
-    if ref.startswith("sha256:"):
-        if not is_digest(ref):
-            raise ImageError(f"'{ref}' is not sha256:<64 hex>")
-        return None, ref
-    return ref, None
-
-
-def store_digest(store: Store, ref: str, pipeline: Pipeline | None = None
-                 ) -> tuple[str, str] | None:
+def store_digest(store: Store, ref: ImageRef, pipeline: Pipeline | None = None
+                 ) -> tuple[str, Digest] | None:
     """(name, manifest digest) for the reference forms the store and the image records
     answer: a definition (its latest recorded bake, even when the store's index.json names
     another bake of it), ``sha256:<hex>``, ``name@sha256:<hex>``, or a name in the store's
     index.json. None for any other form; the digest is not checked against the store."""
-    name, digest = parse_named(ref)
+    name, digest = ref.name, ref.digest
     if digest is None:
         assert name is not None
+        from . import record as records
+
         recorded = records.latest_digest(pipeline, name) if pipeline is not None else None
         if recorded is not None:
             return name, recorded
         if name in layout.refs(store):
-            return name, layout.resolve(store, name).digest
+            return name, layout.lookup(store, name).digest
         return None
     if name is None:
         named = [n for n, d in layout.refs(store).items() if d.digest == digest]
-        return (min(named) if named else digest), digest
+        return (min(named) if named else str(digest)), digest
     return name, digest
+
+
+def store_manifest(store: Store, text: str, pipeline: Pipeline | None = None) -> Digest:
+    """The manifest digest of ``sha256:<hex>`` in the store, an image definition (its
+    latest recorded bake) or a name in the store's index.json: what a push sends."""
+    ref = ImageRef.parse(text)
+    if ref.name is None and ref.digest is not None:
+        return layout.lookup(store, ref.digest).digest
+    named = store_digest(store, ref, pipeline) if ref.digest is None else None
+    if named is not None:
+        return named[1]
+    raise ImageError(
+        f"'{text}' is neither a manifest digest in the store, an image name in its "
+        "index.json, nor an image definition with a recorded bake",
+        hint="run `patchbake bake NAME` first, or give sha256:<manifest digest>",
+    )
 
 
 @contextmanager
 def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterator[Resolved]:
     """The image REF names and a way to read its blobs (see the module docstring)."""
+    from ..oci.image import DirBlobs, StoreBlobs, load_image
+
     if pipeline is not None and ref in pipeline.images:
-        named = store_digest(store, ref, pipeline)
+        named = store_digest(store, ImageRef(ref, None), pipeline)
         assert named is not None
         digest = named[1]
         if not store.has(digest):
@@ -107,8 +140,9 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
         yield Resolved(ref, "definition", load_image(StoreBlobs(store), digest),
                        StoreBlobs(store), ref)
         return
-    if is_digest(ref):
-        yield Resolved(ref, "store", load_image(StoreBlobs(store), ref), StoreBlobs(store))
+    if ref.startswith("sha256:"):
+        digest = Digest.parse(ref, "image digest", ImageError)
+        yield Resolved(ref, "store", load_image(StoreBlobs(store), digest), StoreBlobs(store))
         return
     if ref.startswith("docker:"):
         from ..oci import engine
@@ -127,7 +161,9 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
         if not (path / "oci-layout").is_file():
             raise ImageError(f"{path} is a directory but not an OCI image layout (no oci-layout)")
         blobs = DirBlobs(path)
-        chosen = _layout_manifest(path, pin or None)
+        select = Digest.parse(pin, f"'{ref}': the part after '@'", ImageError) \
+            if pin.startswith("sha256:") else pin or None
+        chosen = _layout_manifest(path, select)
         yield Resolved(ref, "oci-layout", load_image(blobs, chosen.digest), blobs,
                        chosen=chosen.why)
         return
@@ -147,7 +183,7 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
             yield Resolved(ref, "registry", load_image(StoreBlobs(tmp), pulled.digest),
                            StoreBlobs(tmp))
         return
-    named = store_digest(store, ref) if "@" not in ref else None
+    named = store_digest(store, ImageRef(ref, None)) if "@" not in ref else None
     if named is not None:
         yield Resolved(ref, "store", load_image(StoreBlobs(store), named[1]),
                        StoreBlobs(store))
@@ -158,4 +194,4 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
                      + ", digest, docker:NAME, OCI layout, archive file or registry reference")
 
 
-__all__ = ["Resolved", "parse_named", "resolve", "store_digest"]
+__all__ = ["ImageRef", "Resolved", "resolve", "store_digest", "store_manifest"]

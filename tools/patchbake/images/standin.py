@@ -41,8 +41,8 @@ _STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepi
 @dataclass(frozen=True)
 class StandIn:
     manifest: Descriptor
-    config_digest: str
-    layers: tuple[str, ...]
+    config_digest: Digest
+    layers: tuple[Digest, ...]
     files: int
     variant: str
     cached: bool
@@ -130,21 +130,20 @@ def _put_layer(store: Store, entries: Iterable[Entry]) -> Descriptor:
             size += len(chunk)
             yield chunk
 
-    hexd = store.put_stream(counted())
-    return Descriptor(OCI_LAYER_TAR, Digest.from_hex(hexd), size)
+    return Descriptor(OCI_LAYER_TAR, store.put_stream(counted()), size)
 
 
-def _key(tree_digest: str, site_packages: str, variant: str) -> str:
+def _key(tree_digest: Digest, site_packages: str, variant: str) -> str:
     # the with-python layer depends on the host and on this module's layout of it (v2)
     host = f"{sys.version} layout-2" if variant == "with-python" else ""
-    return sha256_bytes(canonical_json({"v": VERSION, "tar": TAR_FORMAT, "tree": tree_digest,
+    return sha256_bytes(canonical_json({"v": VERSION, "tar": TAR_FORMAT, "tree": str(tree_digest),
                                         "sp": site_packages, "variant": variant,
                                         "host": host}))
 
 
 def build_standin(store: Store, lineage: Lineage, site_packages: str, *,
                   variant: str = "plain", pristine: Path | None = None,
-                  tree_digest: str | None = None, base: Path | None = None) -> StandIn:
+                  tree_digest: Digest | None = None, base: Path | None = None) -> StandIn:
     """Build (or find) the stand-in base in the store; returns its manifest descriptor."""
     if variant not in ("plain", "with-python"):
         raise ImageError(f"unknown stand-in variant '{variant}' (plain or with-python)")
@@ -162,10 +161,11 @@ def build_standin(store: Store, lineage: Lineage, site_packages: str, *,
         import json
 
         rec = json.loads(cache.read_bytes())
-        desc = Descriptor(OCI_MANIFEST, rec["manifest"], rec["size"])
+        desc = Descriptor(OCI_MANIFEST, Digest.parse(rec["manifest"]), rec["size"])
         if store.has(desc.digest):
-            return StandIn(desc, rec["config"], tuple(rec["layers"]), rec["files"], variant,
-                           True)
+            return StandIn(desc, Digest.parse(rec["config"]),
+                           tuple(Digest.parse(d) for d in rec["layers"]), rec["files"],
+                           variant, True)
     sp = site_packages.strip("/")
     tree = _tree_entries(vllm, sp)
     layers = [_put_layer(store, _skeleton()), _put_layer(store, tree)]
@@ -180,21 +180,22 @@ def build_standin(store: Store, lineage: Lineage, site_packages: str, *,
             "dev.patchbake.standin": VERSION,
             "dev.patchbake.standin.variant": variant,
             "dev.patchbake.upstream.pin": lineage.upstream.pin,
-            "dev.patchbake.upstream.tree-digest": tree_digest,
+            "dev.patchbake.upstream.tree-digest": str(tree_digest),
         }},
-        "rootfs": {"type": "layers", "diff_ids": [d.digest for d in layers]},
+        "rootfs": {"type": "layers", "diff_ids": [str(d.digest) for d in layers]},
         "history": [{"created": "1970-01-01T00:00:00Z", "created_by": f"{VERSION} {what}"}
                     for what in ("rootfs skeleton", f"vllm {version} python tree",
                                  "host python3 and busybox")[:len(layers)]],
     }
     cdigest, csize, _ = layout.put_json(store, config)
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": OCI_CONFIG, "digest": cdigest, "size": csize},
+                "config": {"mediaType": OCI_CONFIG, "digest": str(cdigest), "size": csize},
                 "layers": [d.to_json() for d in layers]}
     mdigest, msize, _ = layout.put_json(store, manifest)
     desc = Descriptor(OCI_MANIFEST, mdigest, msize)
     layout.add_ref(store, f"standin/{variant}/vllm-{version}", desc)
-    cache_write(cache, canonical_json({"manifest": mdigest, "size": msize, "config": cdigest,
-                                       "layers": [d.digest for d in layers],
+    cache_write(cache, canonical_json({"manifest": str(mdigest), "size": msize,
+                                       "config": str(cdigest),
+                                       "layers": [str(d.digest) for d in layers],
                                        "files": len(tree)}))  # a cache: skipped if refused
     return StandIn(desc, cdigest, tuple(d.digest for d in layers), len(tree), variant, False)

@@ -111,10 +111,10 @@ def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, st
     fetched = fetch(lineage, store, base=root)
     # filled only from a tree whose full digest was re-computed and matched, so it holds
     # the pinned upstream's hashes even if the extracted tree were edited later
-    cache = store.root / "bakes" / f"pristine-pkg-{fetched.tree_digest.removeprefix('sha256:')}.json"
+    cache = store.root / "bakes" / f"pristine-pkg-{fetched.tree_digest.hex}.json"
     try:
         data = json.loads(cache.read_bytes())
-        if data.get("tree_digest") == fetched.tree_digest and isinstance(data.get("files"), dict):
+        if data.get("tree_digest") == str(fetched.tree_digest) and isinstance(data.get("files"), dict):
             return {str(k): str(v) for k, v in data["files"].items()}
     except (OSError, ValueError):
         pass  # absent or damaged: rebuilt below
@@ -126,7 +126,7 @@ def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, st
     files = {e.path.decode(): ("link:" if e.mode == MODE_LINK else "") + e.sha256
              for e in entries if e.path.startswith(pkg)}
     # a cache: a store that cannot take it (full, read-only) hashes the tree again next time
-    cache_write(cache, canonical_json({"tree_digest": fetched.tree_digest, "files": files}))
+    cache_write(cache, canonical_json({"tree_digest": str(fetched.tree_digest), "files": files}))
     return files
 
 

@@ -44,7 +44,7 @@ from .tarwriter import file_entry, with_parents, write_layer
 _READ = 1 << 20
 
 
-def export_docker_archive(store: Store, manifest_digest: str, dest: Path,
+def export_docker_archive(store: Store, manifest_digest: Digest, dest: Path,
                           repo_tags: list[str]) -> Path:
     """Write ``dest`` (docker-archive + OCI layout in one tar) atomically."""
     image = load_image(StoreBlobs(store), manifest_digest)
@@ -54,7 +54,7 @@ def export_docker_archive(store: Store, manifest_digest: str, dest: Path,
                          f"the store (first {missing[0]})",
                          hint="pull the base with its layers (`patchbake pull`) first")
     blobs = [manifest_digest, image.config_desc.digest, *[d.digest for d in image.layers]]
-    entries = [file_entry(f"blobs/sha256/{d.removeprefix('sha256:')}",
+    entries = [file_entry(f"blobs/sha256/{d.hex}",
                           source=store.blob_path(d)) for d in dict.fromkeys(blobs)]
     docker_manifest = [{
         "Config": f"blobs/sha256/{image.config_desc.hex}",
@@ -76,12 +76,12 @@ def export_docker_archive(store: Store, manifest_digest: str, dest: Path,
 
 @dataclass(frozen=True)
 class Imported:
-    manifest_digest: str
-    config_digest: str
+    manifest_digest: Digest
+    config_digest: Digest
     from_oci_index: bool  # False: a classic docker save archive (manifest made here)
 
 
-def _hash_member(ar: ArchiveTar, name: str) -> tuple[str, str, int, bool]:
+def _hash_member(ar: ArchiveTar, name: str) -> tuple[Digest, Digest, int, bool]:
     """(digest, diff_id, size, gzipped) of an archive member, streamed."""
     member = ar.member(name)
     gz = member.head == b"\x1f\x8b"
@@ -105,7 +105,7 @@ def _hash_member(ar: ArchiveTar, name: str) -> tuple[str, str, int, bool]:
     return member.digest, Digest.from_hex(tar.hexdigest()), member.size, True
 
 
-def _store_member(store: Store, ar: ArchiveTar, name: str, digest: str) -> None:
+def _store_member(store: Store, ar: ArchiveTar, name: str, digest: Digest) -> None:
     if not store.has(digest):
         store.put_stream(ar.chunks(name), expected=digest)
 
@@ -201,8 +201,8 @@ def _docker_entry(ar: ArchiveTar, path: Path) -> dict[str, Any]:
     return entry
 
 
-def _check_layer(i: int, layer: Descriptor, digest: str, size: int, diff_id: str,
-                 want_diff: str) -> None:
+def _check_layer(i: int, layer: Descriptor, digest: Digest, size: int, diff_id: Digest,
+                 want_diff: Digest) -> None:
     if digest != layer.digest or size != layer.size:
         raise IntegrityError(f"layer {i}: archive blob {layer.digest} hashes to {digest} "
                              f"({size} bytes); nothing was stored")
@@ -237,7 +237,7 @@ def _import_classic(store: Store, ar: ArchiveTar, path: Path) -> Imported:
         _store_member(store, ar, name, layer.digest)
     store.put_bytes(cbytes, expected=cdigest)
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": OCI_CONFIG, "digest": cdigest, "size": len(cbytes)},
+                "config": {"mediaType": OCI_CONFIG, "digest": str(cdigest), "size": len(cbytes)},
                 "layers": [d.to_json() for d in layers]}
     mdigest, _, _ = layout.put_json(store, manifest)
     return Imported(mdigest, cdigest, False)

@@ -41,7 +41,7 @@ _NAMELESS_PAX = frozenset({"size", "mtime", "atime", "ctime", "uid", "gid", "una
 class Member:
     offset: int  # of the member's bytes in the archive file
     size: int
-    digest: str  # sha256 of those bytes, taken on the first pass
+    digest: Digest  # of those bytes, taken on the first pass
     head: bytes  # their first two bytes (gzip magic)
 
 

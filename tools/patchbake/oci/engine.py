@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import proc
+from ..digest import Digest
 from ..errors import EngineError, ProcessError
 
 # the classic builder: what the engine backend's records were made with (BuildKit writes
@@ -34,7 +35,7 @@ def docker(args: list[str], *, what: str, timeout: float, check: bool = True,
                                "backend") from None
 
 
-def inspect(name: str) -> tuple[str, list[str]]:
+def inspect(name: str) -> tuple[Digest, list[Digest]]:
     """(image ID = config digest, repo digests = manifest digests) of an engine image."""
     r = docker(["image", "inspect", "--format", "{{json .}}", name],
                what=f"docker image inspect {name}", timeout=60, check=False)
@@ -42,10 +43,13 @@ def inspect(name: str) -> tuple[str, list[str]]:
         raise EngineError(f"engine has no image {name}: "
                           f"{r.stderr.decode('utf-8', 'replace').strip()}")
     attrs = json.loads(r.stdout)
-    return str(attrs["Id"]), [str(d) for d in attrs.get("RepoDigests") or []]
+    what = f"docker image inspect {name}:"
+    return (Digest.parse(attrs.get("Id"), f"{what} Id", EngineError),
+            [Digest.parse(str(d).rpartition("@")[2], f"{what} RepoDigests entry", EngineError)
+             for d in attrs.get("RepoDigests") or []])
 
 
-def image_id(name: str) -> str | None:
+def image_id(name: str) -> Digest | None:
     """The engine's image ID for ``name``, None when it has no such image."""
     try:
         return inspect(name)[0]

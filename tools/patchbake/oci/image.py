@@ -19,9 +19,9 @@ from .media import INDEX_TYPES, MANIFEST_TYPES, Descriptor
 
 
 class Blobs(Protocol):
-    def open(self, digest: str) -> BinaryIO: ...
+    def open(self, digest: Digest) -> BinaryIO: ...
 
-    def has(self, digest: str) -> bool: ...
+    def has(self, digest: Digest) -> bool: ...
 
     def describe(self) -> str: ...
 
@@ -30,10 +30,10 @@ class Blobs(Protocol):
 class StoreBlobs:
     store: Store
 
-    def open(self, digest: str) -> BinaryIO:
+    def open(self, digest: Digest) -> BinaryIO:
         return self.store.open_blob(digest)
 
-    def has(self, digest: str) -> bool:
+    def has(self, digest: Digest) -> bool:
         return self.store.has(digest)
 
     def describe(self) -> str:
@@ -46,24 +46,23 @@ class DirBlobs:
 
     root: Path
 
-    def _path(self, digest: str) -> Path:
-        return self.root / "blobs" / "sha256" / Digest.parse(digest, "blob digest",
-                                                             ImageError).hex
+    def _path(self, digest: Digest) -> Path:
+        return self.root / "blobs" / digest.algorithm / digest.hex
 
-    def open(self, digest: str) -> BinaryIO:
+    def open(self, digest: Digest) -> BinaryIO:
         p = self._path(digest)
         if not p.is_file():
             raise ImageError(f"blob {digest} is missing from the OCI layout {self.root}")
         return open(p, "rb")
 
-    def has(self, digest: str) -> bool:
+    def has(self, digest: Digest) -> bool:
         return self._path(digest).is_file()
 
     def describe(self) -> str:
         return f"OCI layout {self.root}"
 
 
-def read_checked(blobs: Blobs, digest: str, size: int | None, what: str) -> bytes:
+def read_checked(blobs: Blobs, digest: Digest, size: int | None, what: str) -> bytes:
     with blobs.open(digest) as f:
         data = f.read()
     got = Digest.of(data)
@@ -86,28 +85,25 @@ def parse_json(data: bytes, what: str, shape: gojson.Shape) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Image:
-    manifest_digest: str
+    manifest_digest: Digest
     manifest_bytes: bytes
     manifest: dict[str, Any]
     config_desc: Descriptor
     config_bytes: bytes
     config: dict[str, Any]
     layers: tuple[Descriptor, ...]
+    diff_ids: tuple[Digest, ...]  # the config's rootfs.diff_ids, one a layer
 
     @property
     def media_type(self) -> str:
         return str(self.manifest.get("mediaType") or "application/vnd.oci.image.manifest.v1+json")
 
     @property
-    def diff_ids(self) -> list[str]:
-        return list(self.config.get("rootfs", {}).get("diff_ids", []))
-
-    @property
     def labels(self) -> dict[str, str]:
         return dict((self.config.get("config") or {}).get("Labels") or {})
 
 
-def parse_manifest(data: bytes, digest: str) -> tuple[dict[str, Any], Descriptor,
+def parse_manifest(data: bytes, digest: Digest) -> tuple[dict[str, Any], Descriptor,
                                                        tuple[Descriptor, ...]]:
     doc = parse_json(data, f"manifest {digest}", gojson.MANIFEST)
     mt = doc.get("mediaType")
@@ -126,7 +122,7 @@ def parse_manifest(data: bytes, digest: str) -> tuple[dict[str, Any], Descriptor
     return doc, config, layers
 
 
-def config_diff_ids(config: dict[str, Any], where: str) -> list[str]:
+def config_diff_ids(config: dict[str, Any], where: str) -> tuple[Digest, ...]:
     """The config's ``rootfs.diff_ids``, checked for shape (``rootfs`` and ``config``
     objects, every diff_id a ``sha256:`` string) so that no reader trips over them."""
     rootfs = config.get("rootfs")
@@ -140,13 +136,11 @@ def config_diff_ids(config: dict[str, Any], where: str) -> list[str]:
     diff_ids = rootfs.get("diff_ids")
     if not isinstance(diff_ids, list):
         raise ImageError(f"{where}: 'rootfs.diff_ids' is not a list")
-    for i, d in enumerate(diff_ids):
-        if not isinstance(d, str) or not d.startswith("sha256:") or len(d) != 71:
-            raise ImageError(f"{where}: rootfs.diff_ids[{i}] is {d!r:.80}, not a sha256 digest")
-    return diff_ids
+    return tuple(Digest.parse(d, f"{where}: rootfs.diff_ids[{i}]", ImageError)
+                 for i, d in enumerate(diff_ids))
 
 
-def image_from_bytes(manifest_bytes: bytes, manifest_digest: str, config_bytes: bytes
+def image_from_bytes(manifest_bytes: bytes, manifest_digest: Digest, config_bytes: bytes
                      ) -> Image:
     got = Digest.of(manifest_bytes)
     if got != manifest_digest:
@@ -160,13 +154,13 @@ def image_from_bytes(manifest_bytes: bytes, manifest_digest: str, config_bytes: 
     config = parse_json(config_bytes, f"config {cdesc.digest}", gojson.CONFIG)
     diff_ids = config_diff_ids(config, f"config {cdesc.digest}")
     if len(diff_ids) != len(layers):
-        raise ImageError(f"config {cdesc.digest} lists "
-                         f"{len(diff_ids) if isinstance(diff_ids, list) else 'no'} diff_ids for "
+        raise ImageError(f"config {cdesc.digest} lists {len(diff_ids)} diff_ids for "
                          f"{len(layers)} layers")
-    return Image(manifest_digest, manifest_bytes, doc, cdesc, config_bytes, config, layers)
+    return Image(manifest_digest, manifest_bytes, doc, cdesc, config_bytes, config, layers,
+                 diff_ids)
 
 
-def load_image(blobs: Blobs, manifest_digest: str) -> Image:
+def load_image(blobs: Blobs, manifest_digest: Digest) -> Image:
     mbytes = read_checked(blobs, manifest_digest, None, "manifest")
     _, cdesc, _ = parse_manifest(mbytes, manifest_digest)
     cbytes = read_checked(blobs, cdesc.digest, cdesc.size, "config")

@@ -12,7 +12,7 @@ Public functions (used by the registry helper and the CLI):
 - ``put_json(store, obj) -> Descriptor-ish`` store canonical JSON, return (digest, size, bytes)
 - ``read_verified(store, digest, size=None) -> bytes``  blob bytes, hash (and size) checked
 - ``add_ref(store, name, descriptor)``       name a manifest in index.json (atomic, locked)
-- ``resolve(store, ref) -> Descriptor``      ``name`` or ``sha256:<hex>`` -> manifest descriptor
+- ``lookup(store, ref) -> Descriptor``       a name or a manifest Digest -> manifest descriptor
 - ``refs(store) -> dict[str, Descriptor]``   every named manifest
 
 Names are free-form strings stored as ``org.opencontainers.image.ref.name``; a name points
@@ -22,11 +22,10 @@ move live in registries and are guarded there).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from ..digest import Digest
-from ..errors import ImageError, IntegrityError, StoreError, UsageError
+from ..errors import ImageError, IntegrityError, StoreError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
 from . import gojson
@@ -53,20 +52,18 @@ def ensure_layout(store: Store) -> None:
                 _write_index(store, [])
 
 
-def put_json(store: Store, obj: Any) -> tuple[str, int, bytes]:
-    """Store ``obj`` as canonical JSON; return ("sha256:<hex>", size, bytes)."""
+def put_json(store: Store, obj: Any) -> tuple[Digest, int, bytes]:
+    """Store ``obj`` as canonical JSON; return (digest, size, bytes)."""
     data = canonical_json(obj)
-    hexd = store.put_bytes(data)
-    return Digest.from_hex(hexd), len(data), data
+    return store.put_bytes(data), len(data), data
 
 
-def read_verified(store: Store, digest: str, size: int | None = None) -> bytes:
+def read_verified(store: Store, digest: Digest, size: int | None = None) -> bytes:
     """Read a blob and re-hash it: a blob edited in place in the store is caught here."""
     data = store.read_blob(digest)
-    got = hashlib.sha256(data).hexdigest()
-    want = Digest.parse(digest, "blob digest", IntegrityError).hex
-    if got != want:
-        raise IntegrityError(f"store blob sha256:{want} now hashes to sha256:{got}: the store "
+    got = Digest.of(data)
+    if got != digest:
+        raise IntegrityError(f"store blob {digest} now hashes to {got}: the store "
                              "was modified", hint="run `patchbake store fsck` and re-bake")
     if size is not None and len(data) != size:
         raise IntegrityError(f"blob {digest} is {len(data)} bytes, its descriptor says {size}")
@@ -122,10 +119,10 @@ def refs(store: Store) -> dict[str, Descriptor]:
     return out
 
 
-def resolve(store: Store, ref: str) -> Descriptor:
+def lookup(store: Store, ref: str | Digest) -> Descriptor:
     """A ref name from index.json, or a manifest digest already in the store."""
-    if ref.startswith("sha256:"):
-        if not store.has(Digest.parse(ref, "manifest digest", UsageError)):
+    if isinstance(ref, Digest):
+        if not store.has(ref):
             raise ImageError(f"manifest {ref} is not in the store at {store.root}",
                              hint="bake or pull it first, or `patchbake image ls` to list "
                                   "what the store holds")
@@ -152,13 +149,13 @@ _MAX_NESTING = 4
 class Chosen:
     """The manifest a layout reference stands for, and why that one (shown by verify)."""
 
-    digest: str
+    digest: Digest
     why: str
 
 
 @dataclass(frozen=True, slots=True)
 class _Candidate:
-    digest: str
+    digest: Digest
     platform: str | None  # from the index descriptor; None: look in the config
     name: str | None  # org.opencontainers.image.ref.name
     via: str  # "index.json" or "index.json > sha256:..." for a nested index
@@ -196,7 +193,7 @@ def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
     return out
 
 
-def _config_platform(blobs: Blobs, digest: str) -> str:
+def _config_platform(blobs: Blobs, digest: Digest) -> str:
     """os/arch[/variant] from the manifest's config, for descriptors that carry none."""
     from .image import parse_json, read_checked
 
@@ -214,16 +211,16 @@ def _matches(offered: str, want: str) -> bool:
 
 
 def _listing(cands: list[_Candidate]) -> str:
-    return "; ".join(f"{c.digest[:19]} ({c.platform or '?'}"
+    return "; ".join(f"{str(c.digest)[:19]} ({c.platform or '?'}"
                      + (f", '{c.name}'" if c.name else "") + ")" for c in cands[:6]) \
         + (f"; +{len(cands) - 6} more" if len(cands) > 6 else "")
 
 
 def choose_manifest(blobs: Blobs, index: dict[str, Any], where: str, *,
-                    select: str | None = None, platform: str | None = None) -> Chosen:
+                    select: str | Digest | None = None, platform: str | None = None) -> Chosen:
     """The one image manifest ``index`` (an index.json) stands for, or a refusal.
 
-    ``select`` is what the user named after ``@``: a manifest digest, or a
+    ``select`` is what the user named after ``@``: a manifest Digest, or a
     ``org.opencontainers.image.ref.name``. Without it the index must name exactly one image
     manifest (nested indexes followed); several are narrowed to ``platform`` (default
     linux/amd64, the platform read from the index descriptor, else from the image's config),
@@ -231,7 +228,7 @@ def choose_manifest(blobs: Blobs, index: dict[str, Any], where: str, *,
     """
     cands = _candidates(blobs, index.get("manifests"), where, 0, None)
     digests = list(dict.fromkeys(c.digest for c in cands))
-    if select and select.startswith("sha256:"):
+    if isinstance(select, Digest):
         if select in digests:
             return Chosen(select, f"named by digest; {where} lists it")
         raise ImageError(f"{where} does not list {select}; verify checks only an image the "

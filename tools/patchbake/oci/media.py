@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..digest import hex_of
+from ..digest import Digest
 from ..errors import ImageError
 
 TYPE_CHECKING = False
@@ -52,16 +52,16 @@ class Descriptor:
     """An OCI descriptor: media type, digest, size, annotations."""
 
     media_type: str
-    digest: str  # "sha256:<hex>"
+    digest: Digest
     size: int
     annotations: tuple[tuple[str, str], ...] = ()
 
     @property
     def hex(self) -> str:
-        return hex_of(self.digest)
+        return self.digest.hex
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest,
+        d: dict[str, Any] = {"mediaType": self.media_type, "digest": str(self.digest),
                              "size": self.size}
         if self.annotations:
             d["annotations"] = dict(self.annotations)
@@ -71,10 +71,8 @@ class Descriptor:
     def from_json(cls, d: Any, where: str) -> Descriptor:
         if not isinstance(d, dict):
             raise ImageError(f"{where}: descriptor is not an object")
-        digest, size, mt = d.get("digest"), d.get("size"), d.get("mediaType", "")
-        if not isinstance(digest, str) or not digest.startswith("sha256:") \
-                or len(digest) != 71:
-            raise ImageError(f"{where}: descriptor digest {digest!r} is not a sha256 digest")
+        size, mt = d.get("size"), d.get("mediaType", "")
+        digest = Digest.parse(d.get("digest"), f"{where}: descriptor digest", ImageError)
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ImageError(f"{where}: descriptor size {size!r} is not a byte count")
         ann = d.get("annotations") or {}

@@ -48,20 +48,16 @@ class PullResult:
     """What a pull fetched and stored."""
 
     ref: str
-    digest: str  # the image manifest stored (the platform's, for an index)
+    digest: Digest  # the image manifest stored (the platform's, for an index)
     media_type: str
-    index_digest: str | None  # set when ref named a multi-arch index
+    index_digest: Digest | None  # set when ref named a multi-arch index
     platform: str | None
-    config_digest: str
-    fetched: tuple[str, ...]  # blob digests downloaded and verified
-    present: tuple[str, ...]  # blob digests the store already had
+    config_digest: Digest
+    fetched: tuple[Digest, ...]  # blob digests downloaded and verified
+    present: tuple[Digest, ...]  # blob digests the store already had
     bytes_fetched: int = 0
     warnings: tuple[str, ...] = ()
     requests: int = 0
-
-
-def _sha(data: bytes) -> str:
-    return Digest.of(data)
 
 
 class RegistryClient:
@@ -86,13 +82,13 @@ class RegistryClient:
         if not self._in_op:
             self.http.begin(what, blobs=blobs)
 
-    def note_blobs(self, store: Store, repo: str, digests: Iterable[object]) -> tuple[str, ...]:
+    def note_blobs(self, store: Store, repo: str, digests: Iterable[Digest]) -> tuple[str, ...]:
         """Record which repository holds which blobs (a cache for later mounts): a failure
         to write it is a warning, never a failed push or pull."""
         if not self.record_mounts:
             return ()
         try:
-            registry_record.note_blobs(store, self.host, repo, digests)  # type: ignore[arg-type]
+            registry_record.note_blobs(store, self.host, repo, digests)
         except (OSError, StoreError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.message
             note = (f"the blob-location cache in {store.root} was not updated ({why}); "
@@ -140,7 +136,7 @@ class RegistryClient:
 
         return self.http.with_retries(f"GET manifest {r.repo}:{reference}", attempt)
 
-    def get_manifest(self, ref: str | RegistryRef) -> tuple[bytes, str, str]:
+    def get_manifest(self, ref: str | RegistryRef) -> tuple[bytes, str, Digest]:
         """(bytes, media type, digest) of ``ref``; by-digest answers are verified."""
         r = self._ref(ref)
         self._begin(f"GET manifest {r}")
@@ -148,7 +144,7 @@ class RegistryClient:
         got = self.fetch_manifest(r, r.reference)
         assert got is not None
         data, ctype = got
-        digest = _sha(data)
+        digest = Digest.of(data)
         if r.digest and digest != r.digest:
             raise RegistryError(
                 f"the registry answered {r.repo}@{r.digest} with a manifest hashing to {digest}",
@@ -157,7 +153,7 @@ class RegistryClient:
         return data, parse_manifest(data, ctype).media_type, digest
 
     # -- blobs -------------------------------------------------------------------------
-    def get_blob(self, ref: str | RegistryRef, digest: str, *, max_bytes: int = 64 << 20) -> bytes:
+    def get_blob(self, ref: str | RegistryRef, digest: Digest, *, max_bytes: int = 64 << 20) -> bytes:
         """A small blob (a config) in memory, verified against ``digest``."""
         r = self._ref(ref)
         self._begin(f"GET blob {digest}")
@@ -169,13 +165,13 @@ class RegistryClient:
             return self.http.read(resp, max_bytes, f"blob {digest}")
 
         data = self.http.with_retries(f"GET blob {digest}", attempt)
-        if _sha(data) != digest:
+        if Digest.of(data) != digest:
             raise RegistryError(f"the registry answered blob {digest} with bytes hashing to "
-                                f"{_sha(data)}; nothing was stored")
+                                f"{Digest.of(data)}; nothing was stored")
         return data
 
     # -- push --------------------------------------------------------------------------
-    def push(self, store: Store, manifest_digest: str, ref: str | RegistryRef, *,
+    def push(self, store: Store, manifest_digest: Digest, ref: str | RegistryRef, *,
              mount_from: Iterable[str] = (), progress: Progress | None = None) -> PushResult:
         """Push the image (or index) ``manifest_digest`` from ``store`` to ``ref``
         (``registry_push`` says how)."""
@@ -219,7 +215,7 @@ class RegistryClient:
             if m.is_index:
                 raise RegistryError(f"{child.digest} in index {index_digest} is another index")
         self.http.budget.allow_blobs(len(m.blobs))
-        present: list[str] = []
+        present: list[Digest] = []
         wanted = []
         for desc in (m.blobs if layers else m.blobs[:1]):
             if desc.urls:
@@ -240,12 +236,12 @@ class RegistryClient:
                           self.http.requests_sent)
 
     def pull(self, store: Store, ref: str | RegistryRef, *, platform: str = DEFAULT_PLATFORM,
-             layers: bool = True) -> str:
+             layers: bool = True) -> Digest:
         """Pull ``ref`` into ``store``; returns the (platform's) image manifest digest."""
         return self.pull_image(store, ref, platform=platform, layers=layers).digest
 
 
-def push(store: Store, manifest_digest: str, ref: str, **kw: object) -> PushResult:
+def push(store: Store, manifest_digest: Digest, ref: str, **kw: object) -> PushResult:
     """Push with a client made for ``ref``'s host (see RegistryClient.push)."""
     return RegistryClient.for_ref(ref).push(store, manifest_digest, ref, **kw)  # type: ignore[arg-type]
 

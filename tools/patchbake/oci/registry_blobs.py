@@ -209,7 +209,7 @@ def try_mount(http: Transport, repo: str, desc: Descriptor, source: str) -> str 
     """Mount ``desc`` from ``source``. None if mounted; else the URL of the upload session
     the registry opened instead (it answers 202 when it cannot mount)."""
     resp = http.request("POST", f"/v2/{repo}/blobs/uploads/",
-                        params={"mount": desc.digest, "from": source}, ok=(201, 202),
+                        params={"mount": str(desc.digest), "from": source}, ok=(201, 202),
                         scopes=[push_scope(repo), pull_scope(source)])
     resp.close()
     return None if resp.status_code == 201 else _location(resp)
@@ -235,7 +235,7 @@ def upload_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
                                 scopes=[push_scope(repo)])
             resp.close()
             url = _location(resp)
-        resp = http.request("PUT", _add_query(url, digest=desc.digest),
+        resp = http.request("PUT", _add_query(url, digest=str(desc.digest)),
                             body=open_body, ok=(201,),
                             headers={"Content-Type": "application/octet-stream"},
                             scopes=[push_scope(repo)], retry=False)

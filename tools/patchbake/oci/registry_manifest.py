@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..digest import is_digest
+from ..digest import Digest
 from ..errors import RegistryError
 from . import gojson
 
@@ -32,7 +32,7 @@ class Descriptor:
     """What a manifest says about one blob or child manifest it references."""
 
     media_type: str
-    digest: str
+    digest: Digest
     size: int
     platform: tuple[str, str, str] | None = None  # (os, architecture, variant) in indexes
     urls: bool = False  # foreign/non-distributable layer: lives elsewhere, never pushed
@@ -55,10 +55,8 @@ class Manifest:
 def _descriptor(d: Any, where: str) -> Descriptor:
     if not isinstance(d, dict):
         raise RegistryError(f"{where}: descriptor is not an object")
-    digest, size, mt = d.get("digest"), d.get("size"), d.get("mediaType", "")
-    if not is_digest(digest):
-        raise RegistryError(f"{where}: descriptor digest {digest!r} is not sha256:<64 hex>",
-                            hint="only sha256 content is supported")
+    size, mt = d.get("size"), d.get("mediaType", "")
+    digest = Digest.parse(d.get("digest"), f"{where}: descriptor digest", RegistryError)
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise RegistryError(f"{where}: descriptor {digest} has no valid size")
     plat = d.get("platform")

@@ -39,7 +39,7 @@ class Client(Protocol):
     def fetch_manifest(self, r: RegistryRef, reference: str, *, push_scope: bool = False,
                        missing_ok: bool = False) -> tuple[bytes, str] | None: ...
 
-    def note_blobs(self, store: Store, repo: str, digests: Iterable[object]
+    def note_blobs(self, store: Store, repo: str, digests: Iterable[Digest]
                    ) -> tuple[str, ...]: ...
 
 
@@ -48,12 +48,12 @@ class PushResult:
     """What a push did, and what the registry now holds."""
 
     ref: str  # the destination as given (tag and/or digest)
-    digest: str  # manifest (or index) digest now in the registry
+    digest: Digest  # manifest (or index) digest now in the registry
     media_type: str
-    uploaded: tuple[str, ...]  # blob digests sent
-    mounted: tuple[str, ...]  # blob digests mounted from another repository
-    skipped: tuple[str, ...]  # blob digests the repository already held
-    manifests: tuple[str, ...]  # manifest digests put (index children first)
+    uploaded: tuple[Digest, ...]  # blob digests sent
+    mounted: tuple[Digest, ...]  # blob digests mounted from another repository
+    skipped: tuple[Digest, ...]  # blob digests the repository already held
+    manifests: tuple[Digest, ...]  # manifest digests put (index children first)
     tag_existed: bool = False  # the tag already pointed at this digest
     bytes_uploaded: int = 0
     warnings: tuple[str, ...] = ()  # optional local writes that were skipped
@@ -64,9 +64,9 @@ class _Tally:
     """Blobs one push (or one of its threads) uploaded, mounted or found there."""
 
     def __init__(self) -> None:
-        self.uploaded: list[str] = []
-        self.mounted: list[str] = []
-        self.skipped: list[str] = []
+        self.uploaded: list[Digest] = []
+        self.mounted: list[Digest] = []
+        self.skipped: list[Digest] = []
         self.nbytes = 0
 
     def merge(self, other: _Tally) -> None:
@@ -80,7 +80,7 @@ def _call(job: Callable[[], object]) -> object:
     return job()
 
 
-def local_manifest(store: Store, digest: str) -> tuple[bytes, Manifest]:
+def local_manifest(store: Store, digest: Digest) -> tuple[bytes, Manifest]:
     """A manifest's bytes from the store, re-hashed, and what it references."""
     try:
         data = store.read_blob(digest)
@@ -96,7 +96,7 @@ def local_manifest(store: Store, digest: str) -> tuple[bytes, Manifest]:
 class Push:
     """One push of ``manifest_digest`` from ``store`` to ``r`` through ``client``."""
 
-    def __init__(self, client: Client, store: Store, manifest_digest: str,
+    def __init__(self, client: Client, store: Store, manifest_digest: Digest,
                  r: RegistryRef, mount_from: list[str], progress: Progress | None) -> None:
         self.client, self.http, self.store = client, client.http, store
         self.r, self.mount_from, self.progress = r, mount_from, progress
@@ -134,7 +134,7 @@ class Push:
         done = blobs.each_concurrently(_call, [
             lambda: self.put_manifests(existing, tag_existed),
             lambda: self.client.note_blobs(self.store, r.repo, self.wanted)])
-        put: list[str] = done[0]  # type: ignore[assignment]
+        put: list[Digest] = done[0]  # type: ignore[assignment]
         warnings: tuple[str, ...] = done[1]  # type: ignore[assignment]
         return PushResult(str(r), top_digest, top_m.media_type, tuple(tally.uploaded),
                           tuple(tally.mounted), tuple(tally.skipped), tuple(put), tag_existed,
@@ -159,7 +159,7 @@ class Push:
         tally.uploaded.append(desc.digest)
         tally.nbytes += desc.size
 
-    def check_tag(self, digest: str) -> bool:
+    def check_tag(self, digest: Digest) -> bool:
         """True if the tag already names ``digest``; TagMovedError if it names another."""
         r = self.r
         assert r.tag
@@ -175,9 +175,10 @@ class Push:
             )
         return True
 
-    def held_manifest(self, digest: str) -> bytes | None:
+    def held_manifest(self, digest: Digest) -> bytes | None:
         """The repository's bytes for manifest ``digest``, None if it has none."""
-        got = self.client.fetch_manifest(self.r.with_digest(digest), digest, push_scope=True,
+        got = self.client.fetch_manifest(self.r.with_digest(digest), str(digest),
+                                         push_scope=True,
                                          missing_ok=True)
         return got[0] if got is not None else None
 
@@ -192,14 +193,15 @@ class Push:
                                  transient=("MANIFEST_BLOB_UNKNOWN",))
         resp.close()
 
-    def read_back(self, digest: str, data: bytes) -> None:
+    def read_back(self, digest: Digest, data: bytes) -> None:
         if self.held_manifest(digest) != data:
             raise RegistryError(
                 f"reading {self.r.repo}@{digest} back gave different bytes than were pushed",
                 hint="the registry rewrote the manifest; do not tag or release it",
             )
 
-    def put_manifests(self, existing: dict[str, object], tag_existed: bool) -> list[str]:
+    def put_manifests(self, existing: dict[Digest, object], tag_existed: bool
+                      ) -> list[Digest]:
         """Manifests by digest (an index's children first, each read back before the
         next), then the tag: re-checked just before (another pusher may have taken it
         meanwhile; checked as the top manifest is read back) and read back after."""
@@ -208,7 +210,7 @@ class Push:
         for digest, data, m in self.plan:
             if existing[digest] == data:
                 continue
-            self.put_manifest(digest, data, m.media_type)
+            self.put_manifest(str(digest), data, m.media_type)
             put.append(digest)
             if digest != top_digest:
                 self.read_back(digest, data)

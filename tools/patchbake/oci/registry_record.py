@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..digest import Digest
 from ..fsutil import atomic_write, pretty_json
 from ..store import Store
 
@@ -38,14 +39,14 @@ def _load(path: Path) -> dict[str, list[str]]:
             if isinstance(v, list)}
 
 
-def repos_holding(store: Store, host: str, digest: str) -> list[str]:
+def repos_holding(store: Store, host: str, digest: Digest) -> list[str]:
     """Repositories on ``host`` last seen holding ``digest``, most recent first."""
-    return list(_load(_path(store, host)).get(digest, []))
+    return list(_load(_path(store, host)).get(str(digest), []))
 
 
-def note_blobs(store: Store, host: str, repo: str, digests: Iterable[str]) -> None:
+def note_blobs(store: Store, host: str, repo: str, digests: Iterable[Digest]) -> None:
     """Record that ``repo`` on ``host`` holds ``digests``."""
-    wanted = list(dict.fromkeys(digests))
+    wanted = list(dict.fromkeys(str(d) for d in digests))
     if not wanted:
         return
     path = _path(store, host)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
-from ..digest import is_digest
+from ..digest import Digest
 from ..errors import RegistryError, UsageError
 
 # The distribution spec's grammar for repository path components and tags.
@@ -30,18 +30,18 @@ class RegistryRef:
     host: str
     repo: str
     tag: str | None = None
-    digest: str | None = None
+    digest: Digest | None = None
 
     @property
     def reference(self) -> str:
         """What goes after ``/manifests/``: the digest when known, else the tag."""
         if self.digest:
-            return self.digest
+            return str(self.digest)
         if self.tag:
             return self.tag
         raise UsageError(f"reference {self} names neither a tag nor a digest")
 
-    def with_digest(self, digest: str) -> RegistryRef:
+    def with_digest(self, digest: Digest) -> RegistryRef:
         return RegistryRef(self.host, self.repo, None, digest)
 
     def __str__(self) -> str:
@@ -101,9 +101,9 @@ def parse_ref(text: str, *, need_tag_or_digest: bool = True,
     host, rest = _docker_hub(host, rest)
     digest = None
     if "@" in rest:
-        rest, digest = rest.split("@", 1)
-        if not is_digest(digest):
-            raise UsageError(f"'{digest}' in '{text}' is not a sha256 digest (sha256:<64 hex>)")
+        rest, digest_text = rest.split("@", 1)
+        digest = Digest.parse(digest_text, f"the digest in registry reference '{text}'",
+                              UsageError)
     tag = None
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:

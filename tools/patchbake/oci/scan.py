@@ -49,8 +49,8 @@ class FileInfo:
 
 @dataclass
 class LayerReport:
-    digest: str
-    diff_id: str
+    digest: Digest
+    diff_id: Digest
     size: int
     entries: int
 
@@ -121,7 +121,7 @@ class _Scanner:
                     "f": self._on_f, "h": self._on_h, "w": self._on_w, "o": self._on_o}
         self.new_layer(0)
 
-    def new_layer(self, layer: int, digest: str = "") -> None:
+    def new_layer(self, layer: int, digest: Digest | None = None) -> None:
         self.layer = layer
         self.where = f"layer {layer} ({digest})" if digest else f"layer {layer}"
         self.seen: set[str] = set()  # directories this layer has written entries under
@@ -151,7 +151,7 @@ class _Scanner:
             self.ops.append(op)
         self._on[op[0]](op)
 
-    def replay(self, ops: list[list[Any]], layer: int, digest: str = "") -> None:
+    def replay(self, ops: list[list[Any]], layer: int, digest: Digest | None = None) -> None:
         self.new_layer(layer, digest)
         on = self._on
         files, contents, dirs, above = self.view.files, self.view.contents, self.dirs, self.above
@@ -417,12 +417,12 @@ class _Scanner:
         self._on_f(op)
 
 
-def _memo_name(desc_digest: str, tracked: tuple[str, ...]) -> str:
+def _memo_name(desc_digest: Digest, tracked: tuple[str, ...]) -> str:
     key = hashlib.sha256("\0".join(tracked).encode()).hexdigest()[:16]
-    return f"{desc_digest.removeprefix('sha256:')}-{key}.json"
+    return f"{desc_digest.hex}-{key}.json"
 
 
-def _cache_file(cache_dir: Path | None, desc_digest: str, tracked: tuple[str, ...]
+def _cache_file(cache_dir: Path | None, desc_digest: Digest, tracked: tuple[str, ...]
                 ) -> Path | None:
     return None if cache_dir is None else cache_dir / _memo_name(desc_digest, tracked)
 
@@ -435,7 +435,7 @@ def memoised(image: Image, tracked: tuple[str, ...], cache_dir: Path,
                for i in (range(len(image.layers)) if layers is None else layers))
 
 
-def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | None:
+def _load_ops(path: Path | None, digest: Digest, diff_id: Digest) -> dict[str, Any] | None:
     """A layer's memo, its kept file contents read back from their content-addressed files
     (checked against their sha256); None when anything is missing or does not match."""
     if path is None:
@@ -444,8 +444,8 @@ def _load_ops(path: Path | None, digest: str, diff_id: str) -> dict[str, Any] | 
         doc = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
-    if doc.get("format") != CACHE_FORMAT or doc.get("digest") != digest \
-            or doc.get("diff_id") != diff_id:
+    if doc.get("format") != CACHE_FORMAT or doc.get("digest") != str(digest) \
+            or doc.get("diff_id") != str(diff_id):
         return None
     for op in doc["ops"]:
         if op[0] == "f" and op[6] is not None:
@@ -526,8 +526,8 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
             scanner.replay(memo["ops"], i, desc.digest)
             count = int(memo["entries"])
         elif cache is not None and scanner.ops is not None:
-            _save_ops(cache, {"format": CACHE_FORMAT, "digest": desc.digest,
-                              "diff_id": diff_ids[i], "entries": count, "ops": scanner.ops})
+            _save_ops(cache, {"format": CACHE_FORMAT, "digest": str(desc.digest),
+                              "diff_id": str(diff_ids[i]), "entries": count, "ops": scanner.ops})
         scanner.ops = None
         scanner.view.layers.append(LayerReport(desc.digest, diff_ids[i], src.raw_size, count))
         scanner.view.bytes_read += src.raw_size
@@ -638,7 +638,7 @@ class LayerDigests:
         return view.layers
 
 
-def _read_entries(scanner: _Scanner, src: LayerBytes, desc: Descriptor, diff_id: str,
+def _read_entries(scanner: _Scanner, src: LayerBytes, desc: Descriptor, diff_id: Digest,
                   index: int, count: int) -> tuple[int, bool]:
     """Feed one layer's entries to ``scanner``; (entries so far, whether only zero padding
     followed the archive's end). A refused layer reports a digest mismatch first when there
@@ -658,10 +658,9 @@ def _read_entries(scanner: _Scanner, src: LayerBytes, desc: Descriptor, diff_id:
         raise
     return count, src.drain()
 
-def _check_digests(reader: LayerBytes | HashedBlob, digest: str, size: int, diff_id: str,
+def _check_digests(reader: LayerBytes | HashedBlob, digest: Digest, size: int,
+                   diff_id: Digest,
                    i: int) -> None:
-    if not isinstance(diff_id, str):
-        raise ImageError(f"layer {i}: diff_id {diff_id!r} is not a string")
     got = Digest.from_hex(reader.raw_hash.hexdigest())
     if got != digest:
         raise IntegrityError(f"layer {i}: blob {digest} hashes to {got}: the layer's bytes "
@@ -722,7 +721,8 @@ def layer_ops(image: Image, blobs: Blobs, index: int, tracked: tuple[str, ...],
     events = scanner.ops
     plain = _plain_ops(events)
     if cache is not None:
-        _save_ops(cache, {"format": CACHE_FORMAT, "digest": desc.digest, "diff_id": diff_id,
+        _save_ops(cache, {"format": CACHE_FORMAT, "digest": str(desc.digest),
+                          "diff_id": str(diff_id),
                           "entries": count, "ops": events})
     return plain
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
+from ..digest import Digest
 from ..errors import ExportError
 from ..fsutil import atomic_write
 from ..store import Store
@@ -107,7 +108,7 @@ def _is_ancestor(repo: Path, old: str, new: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Refs:
     pristine: str
-    pristine_tree_digest: str | None  # what the pristine commit's message records
+    pristine_tree_digest: Digest | None  # what the pristine commit's message records
     base_patch_sha: str | None  # what the workspace's base commit applied
     base_commit: str | None  # the workspace's base commit (refs/patchbake/base)
     source_commit_known: bool  # SOURCE's commit is an object of this repository
@@ -134,10 +135,12 @@ def _read_refs(o: _Origin, pin: str, src: SourceRecord | None) -> _Refs:
                                "commit is the pristine upstream) or rebase the fork onto it")
     m = re.search(r"^patch-sha256: ([0-9a-f]{64})$", _message(got[BASE_REF]) or "", re.MULTILINE)
     known = src_commit is not None and (got.get(src_commit) or ("", "", b""))[1] == "commit"
-    td = re.search(r"^tree-digest: (sha256:[0-9a-f]{64})$", message or "", re.MULTILINE)
+    td = re.search(r"^tree-digest: (\S+)$", message or "", re.MULTILINE)
+    tree = Digest.parse(td.group(1), f"{o.spec}: the pristine commit's tree-digest",
+                        ExportError) if td else None
     base_obj = got[BASE_REF]
     base = base_obj[0] if base_obj is not None else None
-    return _Refs(pristine, td.group(1) if td else None, m.group(1) if m else None, base,
+    return _Refs(pristine, tree, m.group(1) if m else None, base,
                  known)
 
 
@@ -264,7 +267,7 @@ def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
     files_bytes = render(entries, generator=f"patchbake {__version__}", upstream=pin,
                          patch_name=lineage.patch.name, patch_sha256=sha)
     record: dict[str, Any] = {
-        "lineage": lineage.key, "upstream": pin, "tree_digest": fetched.tree_digest,
+        "lineage": lineage.key, "upstream": pin, "tree_digest": str(fetched.tree_digest),
         "patch": lineage.patch.name, "patch_sha256": sha,
         "files_sha256": hashlib.sha256(files_bytes).hexdigest(),
         "source": {"kind": o.kind, "repo": o.spec.rsplit("@", 1)[0] if o.kind == "repo"

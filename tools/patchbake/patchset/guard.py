@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..digest import Digest
 from ..errors import ApplyError, GuardError, PatchbakeError, PatchError
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
@@ -312,7 +313,7 @@ def _reexport(patch: Patch, rx: Reexport, run: _Run) -> None:
 def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "patch",
           pristine_root: Path | None = None, pin: str | None = None,
           source_patch_sha256: str | None = None, reexport: bool = True,
-          source_tree_digest: str | None = None, tree_digest: str | None = None) -> Report:
+          source_tree_digest: str | None = None, tree_digest: Digest | None = None) -> Report:
     """Run every check; the report's ``ok`` is False when any problem was found."""
     run = _Run()
     sha = hashlib.sha256(patch_bytes).hexdigest()
@@ -338,7 +339,7 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
     if source_patch_sha256 and source_patch_sha256 != sha:
         run.add("source", None, f"SOURCE records patch sha256 {source_patch_sha256[:16]}..., "
                 f"the patch is {sha[:16]}...: it was changed without `patchbake patch export`")
-    if source_tree_digest and tree_digest and source_tree_digest != tree_digest:
+    if source_tree_digest and tree_digest and source_tree_digest != str(tree_digest):
         run.add("upstream", None, f"SOURCE was exported against the tree {source_tree_digest}, "
                 f"the pinned upstream is {tree_digest}; regenerate the patch for this pin")
     applied = False
@@ -368,7 +369,7 @@ def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "p
 
 
 def check_lineage(lineage: Any, *, pristine_root: Path | None = None,
-                  tree_digest: str | None = None, reexport: bool = True) -> Report:
+                  tree_digest: Digest | None = None, reexport: bool = True) -> Report:
     """:func:`check` on a lineage's committed files (patch, FILES.txt, SOURCE).
 
     ``pristine_root`` and ``tree_digest`` come from fetching the lineage's pin (the

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ApplyError, GuardError
+from ..digest import Digest
+from ..errors import ApplyError, GuardError, PatchbakeError
 from ..fsutil import atomic_write, pretty_json, sha256_bytes
 from ..store import Store
 from .diffparse import Patch, parse_patch
@@ -33,8 +34,8 @@ class PatchedTree:
     deleted: frozenset[str]
     patch_sha256: str
     files_sha256: str
-    tree_digest: str  # "sha256:<hex>" of the patched tree
-    pristine_digest: str  # "sha256:<hex>" of the upstream tree it was built from
+    tree_digest: Digest  # of the patched tree
+    pristine_digest: Digest  # of the upstream tree it was built from
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,13 @@ def _meta_path(store: Store, key: str) -> Path:
 
 
 def _load(store: Store, key: str, lp: LineagePatch) -> PatchedTree | None:
-    root = store.tree_path(key)
+    root = store.tree_path(Digest.from_hex(key))
     try:
         meta: dict[str, Any] = json.loads(_meta_path(store, key).read_bytes())
-    except (OSError, ValueError):
-        return None
+        tree = Digest.parse(meta["tree_digest"])
+        pristine = Digest.parse(meta["pristine_digest"])
+    except (OSError, ValueError, KeyError, TypeError, PatchbakeError):
+        return None  # a damaged record is rebuilt, not trusted
     if meta.get("version") != CACHE_VERSION or not root.is_dir():
         return None
     files: dict[str, str] = meta["files"]
@@ -91,7 +94,7 @@ def _load(store: Store, key: str, lp: LineagePatch) -> PatchedTree | None:
         raise ApplyError(f"cached patched tree {root} was modified after it was built",
                          hint=f"delete {root} and {_meta_path(store, key)}, then retry")
     return PatchedTree(root, files, deleted, lp.patch_sha256, lp.files_sha256,
-                       meta["tree_digest"], meta["pristine_digest"])
+                       tree, pristine)
 
 
 def patched_tree(lineage: Any, store: Store) -> PatchedTree:
@@ -119,12 +122,12 @@ def patched_tree(lineage: Any, store: Store) -> PatchedTree:
             applied = build_tree(lp.patch, fetched.root, tree, filelist=lp.filelist,
                                  link=True)
             digest = tree_digest(tree)
-            root = store.publish_tree(tree, key)
+            root = store.publish_tree(tree, Digest.from_hex(key))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         meta = {"version": CACHE_VERSION, "files": applied.files,
-                "deleted": sorted(applied.deleted), "tree_digest": digest,
-                "pristine_digest": fetched.tree_digest, "patch_sha256": lp.patch_sha256,
+                "deleted": sorted(applied.deleted), "tree_digest": str(digest),
+                "pristine_digest": str(fetched.tree_digest), "patch_sha256": lp.patch_sha256,
                 "files_sha256": lp.files_sha256}
         atomic_write(_meta_path(store, key), pretty_json(meta))
     return PatchedTree(root, applied.files, applied.deleted, lp.patch_sha256,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..digest import Digest
 from ..errors import PortError
 from ..fsutil import atomic_write
 from ..store import Store
@@ -45,8 +46,8 @@ class PortReport:
     new_key: str
     old_pin: str
     new_pin: str
-    old_tree_digest: str
-    new_tree_digest: str
+    old_tree_digest: Digest
+    new_tree_digest: Digest
     patch: str
     patch_sha256: str
     workspace: Path
@@ -65,9 +66,9 @@ class PortReport:
 
     def as_json(self) -> dict[str, Any]:
         return {"version": REPORT_VERSION, "from": {"lineage": self.old_key, "pin": self.old_pin,
-                                                    "tree_digest": self.old_tree_digest},
+                                                    "tree_digest": str(self.old_tree_digest)},
                 "to": {"lineage": self.new_key, "pin": self.new_pin,
-                       "tree_digest": self.new_tree_digest},
+                       "tree_digest": str(self.new_tree_digest)},
                 "patch": self.patch, "patch_sha256": self.patch_sha256,
                 "workspace": str(self.workspace), "committed": self.committed,
                 "counts": self.counts, "unresolved": self.unresolved,

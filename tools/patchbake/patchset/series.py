@@ -87,7 +87,7 @@ def _digest_with(pristine: Path, state: State) -> str:
         else:
             mode = MODE_EXEC if v[1] == "100755" else MODE_FILE
             entries[key] = Entry(key, mode, hashlib.sha256(v[0]).hexdigest())
-    return digest_entries([entries[k] for k in sorted(entries)])
+    return str(digest_entries([entries[k] for k in sorted(entries)]))
 
 
 def verify_series(lineage: Any, store: Store) -> SeriesResult:

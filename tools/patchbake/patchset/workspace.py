@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..digest import Digest
 from ..errors import ExportError
 from ..store import Store
 from .gitcmd import ATTRIBUTES, git
@@ -36,7 +37,7 @@ class Workspace:
     files: int
 
 
-def pristine_message(pin: str, tree_digest: str) -> str:
+def pristine_message(pin: str, tree_digest: Digest) -> str:
     return f"{PRISTINE_SUBJECT}{pin}\n\ntree-digest: {tree_digest}\n"
 
 

@@ -29,7 +29,6 @@ from ..evidence.failures import fail
 from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
-from ..evidence.records import _digest_hex  # one digest check for all evidence files
 from ..fsutil import pretty_json, sha256_bytes, write_once
 
 BENCHMARK_TYPE = "urn:patchbake:predicate:benchmark:v1"
@@ -46,19 +45,18 @@ class Signed:
     envelope_sha256: str
 
 
-def benchmark_path(evidence_dir: Path, digest: str, name: str) -> Path:
+def benchmark_path(evidence_dir: Path, digest: Digest, name: str) -> Path:
     if not _NAME.match(name):
         raise EvidenceError(f"benchmark name {name!r} cannot name an evidence file")
-    return evidence_dir / _digest_hex(digest) / f"benchmark-{name}.dsse.json"
+    return evidence_dir / digest.hex / f"benchmark-{name}.dsse.json"
 
 
-def approval_dir(evidence_dir: Path, digest: str) -> Path:
-    return evidence_dir / _digest_hex(digest)
+def approval_dir(evidence_dir: Path, digest: Digest) -> Path:
+    return evidence_dir / digest.hex
 
 
-def _statement(name: str, digest: str, ptype: str, predicate: dict[str, Any]) -> bytes:
-    subject = Digest.parse(digest, "image manifest digest", EvidenceError)
-    return Statement(name, subject, ptype, predicate).dump()
+def _statement(name: str, digest: Digest, ptype: str, predicate: dict[str, Any]) -> bytes:
+    return Statement(name, digest, ptype, predicate).dump()
 
 
 def _write(path: Path, payload: bytes, key: Ed25519PrivateKey) -> Path:
@@ -83,7 +81,7 @@ def check_figures(figures: Any, where: str) -> dict[str, dict[str, Any]]:
     return dict(figures)
 
 
-def sign_benchmark(evidence_dir: Path, name: str, image: str, digest: str,
+def sign_benchmark(evidence_dir: Path, name: str, image: str, digest: Digest,
                    figures: dict[str, Any], environment: dict[str, Any],
                    key: Ed25519PrivateKey) -> Path:
     """Sign benchmark ``figures`` measured on ``image``@``digest``."""
@@ -93,7 +91,7 @@ def sign_benchmark(evidence_dir: Path, name: str, image: str, digest: str,
     return _write(benchmark_path(evidence_dir, digest, name), payload, key)
 
 
-def sign_approval(evidence_dir: Path, channel: str, image: str, digest: str, approver: str,
+def sign_approval(evidence_dir: Path, channel: str, image: str, digest: Digest, approver: str,
                   note: str, key: Ed25519PrivateKey) -> Path:
     payload = _statement(image, digest, APPROVAL_TYPE, {
         "channel": channel, "approver": approver, "note": note})
@@ -102,7 +100,7 @@ def sign_approval(evidence_dir: Path, channel: str, image: str, digest: str, app
     return _write(path, payload, key)
 
 
-def _open(path: Path, digest: str, ptype: str, trusted: dict[str, Any]
+def _open(path: Path, digest: Digest, ptype: str, trusted: dict[str, Any]
           ) -> tuple[str, Mapping[str, Any], bytes]:
     try:
         data = path.read_bytes()
@@ -119,7 +117,7 @@ def _open(path: Path, digest: str, ptype: str, trusted: dict[str, Any]
     return keyid, st.predicate, data
 
 
-def verify_benchmark(path: Path, digest: str, policy: Policy, name: str) -> Signed:
+def verify_benchmark(path: Path, digest: Digest, policy: Policy, name: str) -> Signed:
     keyid, pred, data = _open(path, digest, BENCHMARK_TYPE, policy.public_keys())
     if pred.get("name") != name:
         fail("bad-predicate", f"{path}: the figures are for benchmark {pred.get('name')!r}, "
@@ -129,7 +127,7 @@ def verify_benchmark(path: Path, digest: str, policy: Policy, name: str) -> Sign
     return Signed(path, keyid, policy.keys[keyid].name, pred, sha256_bytes(data))
 
 
-def verify_approvals(evidence_dir: Path, digest: str, policy: Policy, channel: str
+def verify_approvals(evidence_dir: Path, digest: Digest, policy: Policy, channel: str
                      ) -> tuple[list[Signed], list[str]]:
     """(approvals that verify for ``channel``, reasons the others do not)."""
     good: list[Signed] = []

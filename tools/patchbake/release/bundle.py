@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..digest import Digest
 from ..errors import EvidenceError, LedgerError, PatchbakeError, ReleaseError
 from ..fsutil import atomic_write, pretty_json, sha256_bytes
 from . import ledger, manifest, vsa
@@ -32,12 +33,12 @@ POLICY = Path("manifests") / "trust-policy.yaml"
 @dataclass
 class Verdict:
     release: str
-    digest: str
+    digest: Digest
     channel: str
     checks: list[tuple[str, str]] = field(default_factory=list)  # (check, detail)
 
     def to_json(self) -> dict[str, Any]:
-        return {"release": self.release, "digest": self.digest, "channel": self.channel,
+        return {"release": self.release, "digest": str(self.digest), "channel": self.channel,
                 "ok": True, "checks": [{"check": c, "detail": d} for c, d in self.checks]}
 
 
@@ -77,7 +78,7 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
         lpath.write_bytes(b"".join(e.line + b"\n" for e in entries[:last + 1]))
         listing[lpath.relative_to(staging).as_posix()] = sha256_bytes(lpath.read_bytes())
         atomic_write(staging / BUNDLE, pretty_json({
-            "format": BUNDLE_FORMAT, "release": rel.id, "digest": rel.digest,
+            "format": BUNDLE_FORMAT, "release": rel.id, "digest": str(rel.digest),
             "channel": rel.channel, "files": listing, "tool": f"patchbake {__version__}"}))
         if dest.exists():
             dest.rmdir()
@@ -88,12 +89,15 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
     return dest
 
 
-def resolve(root: Path, text: str) -> str:
-    """A release id, or an image digest: the latest release of it in the ledger."""
-    if text.startswith("sha256:") or "@sha256:" in text:
-        digest = "sha256:" + text.rsplit("sha256:", 1)[1]
+def release_of(root: Path, text: str) -> str:
+    """A release id, or an image reference carrying its digest (``sha256:<hex>``,
+    ``name@sha256:<hex>``, parsed by images.refs): the latest release of that image."""
+    if text.startswith("sha256:") or "@" in text:
+        from ..images.refs import ImageRef
+
+        digest = ImageRef.parse(text).digest
         found = [e for e in ledger.read(manifest.releases_dir(root))
-                 if e.data.get("kind") == "release" and e.data.get("digest") == digest]
+                 if e.data.get("kind") == "release" and e.data.get("digest") == str(digest)]
         if not found:
             raise ReleaseError(f"no release in the ledger names image {digest}")
         return str(found[-1].data["release"])
@@ -133,16 +137,16 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
     if (rdir / "promotion.pending.json").exists():
         raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
                           hint="re-run `patchbake release promote` to complete or drop it")
-    rid = resolve(root, text)
+    rid = release_of(root, text)
     rel = manifest.load_from(rdir, rid)
     out = Verdict(rel.id, rel.digest, rel.channel)
     out.checks.append(("ledger", f"{len(entries)} entries, chain and signatures intact"))
     out.checks.append(("release manifest", f"release.json hashes to its id {rel.id[:16]}…"))
     mine = ledger.find(entries, "release", release=rel.id)
-    if not mine or mine[0].data.get("digest") != rel.digest:
+    if not mine or mine[0].data.get("digest") != str(rel.digest):
         raise ReleaseError(f"release {rel.id[:16]} has no ledger entry naming {rel.digest}")
     out.checks.append(("ledger entry", f"line {int(mine[0].data['seq']) + 1} records it"))
-    if digest and digest != rel.digest:
+    if digest and digest != str(rel.digest):
         raise ReleaseError(f"the release is about {rel.digest}, not {digest}")
     out.checks.append(("digest", f"{rel.image} {rel.digest}"))
     vpath = rel.path.parent / manifest.VSA_NAME
@@ -162,7 +166,7 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
         except OSError:
             raise ReleaseError(f"the image record {image['record']} is missing") from None
         if sha256_bytes(data) != image.get("record_sha256") or \
-                json.loads(data).get("manifest_digest") != rel.digest:
+                json.loads(data).get("manifest_digest") != str(rel.digest):
             raise ReleaseError(f"the image record {image['record']} is not the one recorded")
         out.checks.append(("image record", image["record"]))
     failed = [g for g in rel.data.get("gates") or [] if g.get("status") != "pass"]

@@ -54,7 +54,7 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
     if resolved is None:
         if store is None:
             raise ReleaseError(f"'{ref}' names no digest and there is no store to resolve it")
-        resolved = imagemod.resolve(store, ref, pipeline)
+        resolved = imagemod.identify(store, ref, pipeline)
     rec = imagemod.find_record(pipeline.root, resolved.digest)
     name = rec.definition if rec and resolved.name.startswith("sha256:") \
         else resolved.name
@@ -117,6 +117,6 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
         atomic_write(vsa_path, vsa.sign(rel, key))
         entry = ledger.make_entry(entries, {
             "kind": "release", "release": rel.id, "channel": rel.channel,
-            "image": rel.image, "digest": rel.digest}, key)
+            "image": rel.image, "digest": str(rel.digest)}, key)
         ledger.append(rdir, entry)
     return Created(rel, table, True, entry)

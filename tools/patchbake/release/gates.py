@@ -47,7 +47,7 @@ class Decision:
 class Table:
     channel: str
     image: str
-    digest: str
+    digest: Digest
     decisions: list[Decision]
 
     @property
@@ -66,7 +66,7 @@ class Table:
                 f"do not pass; first: {first.gate}: {first.reason}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"channel": self.channel, "image": self.image, "digest": self.digest,
+        return {"channel": self.channel, "image": self.image, "digest": str(self.digest),
                 "passed": self.passed, "decisions": [d.to_json() for d in self.decisions]}
 
 
@@ -78,7 +78,7 @@ class Evaluation:
     store: Store | None
     lineage: Lineage
     image: str
-    digest: str
+    digest: Digest
     evidence_dir: Path
     policy_path: Path
     previous_figures: Callable[[str, str], dict[str, Any] | None] = lambda c, n: None
@@ -147,8 +147,10 @@ def gate_guard(ev: Evaluation, g: Gate) -> Outcome:
 
     f = ev.fetched()
     rep = check_lineage(ev.lineage, pristine_root=f.root, tree_digest=f.tree_digest)
-    ev.facts["upstream"] = {"pin": ev.lineage.upstream.pin, "archive_sha256": f.archive_sha256,
-                            "tree_digest": f.tree_digest}
+    ev.facts["upstream"] = {"pin": ev.lineage.upstream.pin,
+                            "archive_sha256": None if f.archive_sha256 is None
+                            else f.archive_sha256.hex,
+                            "tree_digest": str(f.tree_digest)}
     if not rep.ok:
         return "fail", (f"the lost-line guard found {len(rep.problems)} problem(s); first: "
                         f"{rep.problems[0].message}")
@@ -158,7 +160,7 @@ def gate_guard(ev: Evaluation, g: Gate) -> Outcome:
 
 def gate_record(ev: Evaluation, g: Gate) -> Outcome:
     rec = ev.record()
-    hexd = Digest(ev.digest).hex
+    hexd = ev.digest.hex
     if rec is None:
         return "fail", (f"no committed image record names {ev.digest} "
                         f"(manifests/images/*/{hexd[:12]}….json): bake and commit it")
@@ -170,7 +172,7 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
                           "config_digest": rec.get("config_digest"),
                           "sha256": sha256_bytes((ev.pipeline.root / path).read_bytes())}
     ev.facts["patch"] = {"path": _rel(ev, lin.patch), "sha256": patch, "files_sha256": files}
-    if rec.get("manifest_digest") != ev.digest:
+    if rec.get("manifest_digest") != str(ev.digest):
         return "fail", f"{path} records {rec.get('manifest_digest')}, not {ev.digest}"
     baked = (rec.get("patch") or {}).get("sha256")
     if baked != patch:
@@ -186,11 +188,11 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
 def gate_verify(ev: Evaluation, g: Gate) -> Outcome:
     from .. import identity
 
-    res = ev.memo("verify", lambda: identity.verify_image(ev.pipeline, ev.digest,
+    res = ev.memo("verify", lambda: identity.verify_image(ev.pipeline, str(ev.digest),
                                                           ev.need_store(), ev.lineage))
     drift = res.base_drift.get("counts", {})
     ev.facts["verify"] = {"matched": res.matched, "total": res.total,
-                          "config_digest": res.config_digest, "base_drift": drift}
+                          "config_digest": str(res.config_digest), "base_drift": drift}
     if not res.ok:
         try:
             identity.raise_on_failure(res)
@@ -210,9 +212,10 @@ def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
     if rec.get("backend") != "embedded":
         return "fail", (f"the image was built by the {rec.get('backend')} backend, whose "
                         "builds are not reproducible")
-    base = (rec.get("base") or {}).get("manifest_digest")
+    base = Digest.parse((rec.get("base") or {}).get("manifest_digest"),
+                        "the image record's base.manifest_digest")
     again = rebake(ev.pipeline, str(rec["definition"]), ev.lineage, ev.need_store(),
-                   str(base), int(rec.get("source_date_epoch") or 0))
+                   base, int(rec.get("source_date_epoch") or 0))
     if again.digest != ev.digest:
         return "fail", f"a second bake in a fresh store gave {again.digest}, not {ev.digest}"
     return "pass", "a second bake in a fresh store gave the same manifest digest"

@@ -171,7 +171,7 @@ def verify(releases_dir: Path, policy: Policy, *, check_releases: bool = True) -
                 rel = manifest.load_from(releases_dir, rid)
             except ReleaseError as exc:
                 raise LedgerError(f"{where}: {exc.message}") from None
-            if rel.digest != d.get("digest") or rel.channel != d.get("channel"):
+            if str(rel.digest) != d.get("digest") or rel.channel != d.get("channel"):
                 raise LedgerError(f"{where}: names {d.get('digest')} in '{d.get('channel')}', "
                                   f"its release manifest says {rel.digest} in '{rel.channel}'")
         released.add(rid)

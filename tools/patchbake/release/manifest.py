@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..digest import Digest
 from ..errors import ReleaseError
 from ..fsutil import canonical_json, sha256_bytes, write_once
 from .gates import Table
@@ -51,8 +52,9 @@ class Release:
         return str(self.data["channel"])
 
     @property
-    def digest(self) -> str:
-        return str(self.data["images"][0]["manifest_digest"])
+    def digest(self) -> Digest:
+        return Digest.parse(self.data["images"][0]["manifest_digest"],
+                            f"{self.path}: images[0].manifest_digest", ReleaseError)
 
     @property
     def image(self) -> str:
@@ -84,7 +86,7 @@ def build(table: Table, facts: dict[str, Any], pipeline_name: str, lineage: str,
         "upstream": facts.get("upstream"),
         "patch": facts.get("patch"),
         "images": [{"name": table.image, "definition": rec.get("definition"),
-                    "manifest_digest": table.digest, "config_digest": rec.get("config_digest"),
+                    "manifest_digest": str(table.digest), "config_digest": rec.get("config_digest"),
                     "record": rec.get("path"), "record_sha256": rec.get("sha256")}],
         "verify": facts.get("verify"),
         "evidence": [facts["evidence"][k] for k in sorted(facts.get("evidence") or {})],

@@ -40,18 +40,18 @@ JOURNAL = "promotion.pending.json"
 class Promoted:
     release: str
     to: str
-    digest: str
+    digest: Digest
     already: bool
     attached: dict[str, Any]
     recovered: str | None  # what an interrupted earlier promotion came to, if any
 
     def to_json(self) -> dict[str, Any]:
-        return {"release": self.release, "to": self.to, "digest": self.digest,
+        return {"release": self.release, "to": self.to, "digest": str(self.digest),
                 "already": self.already, "attached": self.attached,
                 "recovered": self.recovered}
 
 
-def _tag_digest(client: RegistryClient, ref: RegistryRef) -> str | None:
+def _tag_digest(client: RegistryClient, ref: RegistryRef) -> Digest | None:
     assert ref.tag
     got = client.fetch_manifest(ref, ref.tag, push_scope=True, missing_ok=True)
     return None if got is None else Digest.of(got[0])
@@ -84,7 +84,7 @@ def recover(rdir: Path, policy: Any) -> str | None:
                           "remove it", hint=hint) from None
     outcome = "dropped"
     if entry.data.get("prev") == ledger.head(ledger.read(rdir)) and \
-            _tag_digest(RegistryClient.for_ref(ref), ref) == entry.data.get("digest"):
+            str(_tag_digest(RegistryClient.for_ref(ref), ref)) == entry.data.get("digest"):
         ledger.append(rdir, entry)
         outcome = "rolled-forward"
     p.unlink()
@@ -176,7 +176,7 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
         if done and _tag_digest(client, dest) == rel.digest:
             return Promoted(rel.id, str(dest), rel.digest, True,
                             dict(done[-1].data.get("attached") or {}), recovered)
-        table, _ = create.gates(pipeline, store, rel.channel, rel.digest)
+        table, _ = create.gates(pipeline, store, rel.channel, str(rel.digest))
         create.require_pass(table)
         check_recorded_inputs(root, rel, pol)
         current = _tag_digest(client, dest)
@@ -193,7 +193,7 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
         attached = referrers.attach(client, store, dest.repo, subject, statements(root, rel))
         entry = ledger.make_entry(entries, {
             "kind": "promotion", "release": rel.id, "channel": rel.channel,
-            "image": rel.image, "digest": rel.digest, "to": str(dest),
+            "image": rel.image, "digest": str(rel.digest), "to": str(dest),
             "attached": attached.to_json()}, key)
         atomic_write(rdir / JOURNAL, json.dumps({"entry": entry.line.decode(),
                                                  "to": str(dest)}).encode())

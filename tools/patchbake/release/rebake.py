@@ -18,29 +18,31 @@ import shutil
 from dataclasses import dataclass
 
 from ..config import Lineage, Pipeline
+from ..digest import Digest
 from ..errors import ImageError
 from ..store import Store
 
 
 @dataclass(frozen=True)
 class Rebake:
-    digest: str  # the manifest digest the second bake produced
+    digest: Digest  # the manifest digest the second bake produced
     seconds: float
 
 
-def _link_blob(warm: Store, fresh: Store, digest: str) -> None:
+def _link_blob(warm: Store, fresh: Store, digest: Digest) -> None:
     src, dst = warm.blob_path(digest), fresh.blob_path(digest)
     if not dst.exists():
         os.link(src, dst)
 
 
-def _seed(warm: Store, fresh: Store, base_digest: str) -> None:
+def _seed(warm: Store, fresh: Store, base_digest: Digest) -> None:
     # the base image: manifest, config and layers, as the bake would find them pulled
     _link_blob(warm, fresh, base_digest)
     manifest = json.loads(warm.read_blob(base_digest))
     for desc in [manifest.get("config"), *manifest.get("layers", [])]:
-        if isinstance(desc, dict) and isinstance(desc.get("digest"), str):
-            _link_blob(warm, fresh, desc["digest"])
+        if isinstance(desc, dict):
+            _link_blob(warm, fresh, Digest.parse(desc.get("digest"), f"base {base_digest}: "
+                                                 "a descriptor's digest", ImageError))
     # the pinned source and the patched tree: fetch records, trees, patched-tree records
     for sub in ("sources", "trees", "patched"):
         if (fresh.root / sub).is_dir():
@@ -53,7 +55,7 @@ def _seed(warm: Store, fresh: Store, base_digest: str) -> None:
 
 
 def rebake(pipeline: Pipeline, definition: str, lineage: Lineage, warm: Store,
-           base_digest: str, epoch: int) -> Rebake:
+           base_digest: Digest, epoch: int) -> Rebake:
     """Bake ``definition`` again in a fresh store; return the manifest digest it gives."""
     import time
 

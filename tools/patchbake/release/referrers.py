@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..digest import Digest, hex_of
+from ..digest import Digest
 from ..errors import RegistryError
 from ..oci import registry_blobs as blobs
 from ..oci.registry import RegistryClient
@@ -46,17 +46,14 @@ class Statement:
 @dataclass(frozen=True)
 class Attached:
     mode: str  # "referrers" or "tag-fallback"
-    manifests: tuple[str, ...]  # artifact manifest digests (OCI 1.1, with subject)
+    manifests: tuple[Digest, ...]  # artifact manifest digests (OCI 1.1, with subject)
     att_tag: str | None  # the cosign tag when the fallback was used
-    att_digest: str | None
+    att_digest: Digest | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "manifests": list(self.manifests), "att_tag": self.att_tag,
-                "att_digest": self.att_digest}
-
-
-def _sha(data: bytes) -> str:
-    return Digest.of(data)
+        return {"mode": self.mode, "manifests": [str(d) for d in self.manifests],
+                "att_tag": self.att_tag,
+                "att_digest": None if self.att_digest is None else str(self.att_digest)}
 
 
 def _canon(obj: Any) -> bytes:
@@ -65,17 +62,16 @@ def _canon(obj: Any) -> bytes:
 
 def _push_blob(client: RegistryClient, store: Store, repo: str, data: bytes,
                media: str) -> dict[str, Any]:
-    digest = Digest.from_hex(hex_of(store.put_bytes(data)))
-    desc = Descriptor(media, digest, len(data))
+    desc = Descriptor(media, store.put_bytes(data), len(data))
     if not blobs.blob_present(client.http, repo, desc):
         blobs.upload_blob(client.http, store, repo, desc, None, None)
-    return {"mediaType": media, "digest": digest, "size": len(data)}
+    return {"mediaType": media, "digest": str(desc.digest), "size": len(data)}
 
 
 def put_manifest(client: RegistryClient, repo: str, data: bytes, media: str,
-                 tag: str | None = None) -> str:
+                 tag: str | None = None) -> Digest:
     """PUT by digest (or tag), then read back by digest and compare the bytes."""
-    digest = _sha(data)
+    digest = Digest.of(data)
     resp = client.http.request("PUT", f"/v2/{repo}/manifests/{tag or digest}",
                                body=lambda: data, headers={"Content-Type": media}, ok=(201,),
                                scopes=[blobs.push_scope(repo)])
@@ -86,7 +82,7 @@ def put_manifest(client: RegistryClient, repo: str, data: bytes, media: str,
     return digest
 
 
-def supports_referrers(client: RegistryClient, repo: str, digest: str) -> bool:
+def supports_referrers(client: RegistryClient, repo: str, digest: Digest) -> bool:
     resp = client.http.request("GET", f"/v2/{repo}/referrers/{digest}", ok=(200, 404),
                                headers={"Accept": OCI_INDEX},
                                scopes=[blobs.pull_scope(repo)])
@@ -109,12 +105,12 @@ def artifact_manifest(client: RegistryClient, store: Store, repo: str, subject: 
                             "org.opencontainers.image.title": st.title}
     return _canon({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                    "artifactType": ARTIFACT_TYPE, "config": config, "layers": [layer],
-                   "subject": {"mediaType": subject.media_type, "digest": subject.digest,
+                   "subject": {"mediaType": subject.media_type, "digest": str(subject.digest),
                                "size": subject.size}})
 
 
-def att_tag(digest: str) -> str:
-    return digest.replace(":", "-") + ".att"
+def att_tag(digest: Digest) -> str:
+    return f"{digest.algorithm}-{digest.hex}.att"
 
 
 def _att_manifest(client: RegistryClient, store: Store, repo: str,
@@ -162,10 +158,10 @@ def attach(client: RegistryClient, store: Store, repo: str, subject: Descriptor,
     data = _att_manifest(client, store, repo, layers)
     put_manifest(client, repo, data, OCI_MANIFEST)
     put_manifest(client, repo, data, OCI_MANIFEST, tag=tag)
-    return Attached("tag-fallback", tuple(digests), tag, _sha(data))
+    return Attached("tag-fallback", tuple(digests), tag, Digest.of(data))
 
 
-def find_attached(client: RegistryClient, repo: str, digest: str) -> list[str]:
+def find_attached(client: RegistryClient, repo: str, digest: Digest) -> list[str]:
     """Predicate types attached to ``digest``: via referrers, else via the .att tag."""
     r = RegistryRef(client.host, repo, None, digest)
     if supports_referrers(client, repo, digest):
@@ -176,7 +172,8 @@ def find_attached(client: RegistryClient, repo: str, digest: str) -> list[str]:
         resp.close()
         out: list[str] = []
         for d in found:
-            m = json.loads(client.get_manifest(r.with_digest(d["digest"]))[0])
+            child = Digest.parse(d.get("digest"), f"{repo}: a referrer's digest", RegistryError)
+            m = json.loads(client.get_manifest(r.with_digest(child))[0])
             out.extend(x.get("annotations", {}).get(PREDICATE_ANNOTATION, "")
                        for x in m.get("layers", []))
         return out

@@ -47,7 +47,7 @@ def identity_chain(rel: manifest.Release, record: dict[str, Any] | None) -> list
         ("patched tree digest", str(rec.get("patched_tree_digest", "-"))),
         ("overlay layer diff_id", str(layers[-1].get("diff_id", "-"))),
         ("config digest", str(image.get("config_digest") or "-")),
-        ("manifest digest", rel.digest),
+        ("manifest digest", str(rel.digest)),
     ]
 
 

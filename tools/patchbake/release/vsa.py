@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
-from ..digest import Digest
 from ..errors import EvidenceError, ReleaseError
 from ..evidence import dsse
 from ..evidence.intoto import Statement
@@ -53,7 +52,7 @@ def level(channel: str) -> str:
 def build(release: Release, when: float | None = None) -> Statement:
     inputs = [{"uri": e["path"], "digest": {"sha256": e["envelope_sha256"]}}
               for e in release.envelopes()]
-    return Statement(release.image, Digest(release.digest), PREDICATE_TYPE, {
+    return Statement(release.image, release.digest, PREDICATE_TYPE, {
         "verifier": {"id": VERIFIER_ID, "version": {"patchbake": __version__}},
         "timeVerified": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                       time.gmtime(time.time() if when is None else when)),

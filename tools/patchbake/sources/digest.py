@@ -99,13 +99,13 @@ def tree_entries(root: Path, *, on_item: Callable[[int], None] | None = None,
     return out
 
 
-def digest_entries(entries: list[Entry]) -> str:
+def digest_entries(entries: list[Entry]) -> Digest:
     h = hashlib.sha256(FORMAT)
     for e in entries:
         h.update(b"%s %s %s\0" % (e.mode.encode(), e.sha256.encode(), e.path))
     return Digest.from_hex(h.hexdigest())
 
 
-def tree_digest(root: Path) -> str:
-    """``sha256:<hex>`` over the sorted (path, mode, content hash) list of ``root``."""
+def tree_digest(root: Path) -> Digest:
+    """The digest of the sorted (path, mode, content hash) list of ``root``."""
     return digest_entries(tree_entries(Path(root)))

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import requests
 
+from ..digest import Digest
 from ..errors import FetchError
 from ..fsutil import CHUNK
 from ..netpolicy import (
@@ -129,10 +130,10 @@ def _file_path(url: str) -> Path:
     return Path(unquote(parts.path))
 
 
-def download(url: str, store: Store, expected: str, *, what: str,
+def download(url: str, store: Store, expected: Digest | None, *, what: str,
              progress: ProgressFactory | None = None,
-             session: requests.Session | None = None) -> str:
-    """Fetch ``url`` into the store as the blob ``expected`` (hex); return its digest.
+             session: requests.Session | None = None) -> Digest:
+    """Fetch ``url`` into the store as the blob ``expected``; return its digest.
 
     The bytes go to a temp file in the store, are hashed as they arrive, and become
     visible only if they match; every failure leaves nothing behind.
@@ -152,7 +153,7 @@ def download(url: str, store: Store, expected: str, *, what: str,
     budget = budget_of(sess)
     name = Path(urlsplit(url).path).name or "download"
 
-    def attempt() -> str:
+    def attempt() -> Digest:
         resp = _get_once(sess, url, what=what, stream=True, headers=None)
         length = str(resp.headers.get("Content-Length", ""))
         total = int(length) if length.isdigit() else None

@@ -154,7 +154,7 @@ def _project_files(session: requests.Session, page: str, what: str) -> tuple[lis
                      hint="configure pip with a PEP 691 or PEP 503 package index")
 
 
-def resolve(package: str, filename: str, sha256: str, *,
+def find_file(package: str, filename: str, sha256: str, *,
             session: requests.Session, index: str | None = None) -> str:
     """The download URL of ``filename``, after checking the index's hash against the pin."""
     base, origin = (index, "given") if index else configured_index()

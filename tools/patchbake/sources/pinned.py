@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
-from ..errors import FetchError, IntegrityError
+from ..digest import Digest, is_hex
+from ..errors import FetchError, IntegrityError, PatchbakeError
 from ..fsutil import CHUNK, atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
 from ..store import Store
 from .digest import digest_entries, tree_entries
@@ -40,8 +41,8 @@ RECORD_VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class Fetched:
-    archive_sha256: str | None  # hex; None for a directory or git source
-    tree_digest: str  # "sha256:<hex>"
+    archive_sha256: Digest | None  # None for a directory or git source
+    tree_digest: Digest
     root: Path  # the pristine tree in the store: treat as read-only
     pin: str  # lineage.upstream.pin
     files: int = 0  # files and symlinks in the tree
@@ -49,14 +50,23 @@ class Fetched:
     record: Path | None = None
 
 
-def _record_key(up: config.Upstream, archive: str | None, tree: str | None) -> str:
+def _record_key(up: config.Upstream, archive: Digest | None, tree: Digest | None) -> str:
     if up.kind == "git":
         basis: dict[str, Any] = {"git": up.commit, "strip": up.strip}
     elif archive:
-        basis = {"archive": archive, "strip": up.strip}
+        basis = {"archive": archive.hex, "strip": up.strip}
     else:
-        basis = {"tree": tree, "strip": up.strip}
+        basis = {"tree": None if tree is None else str(tree), "strip": up.strip}
     return sha256_bytes(canonical_json(basis))
+
+
+def _pinned(up: config.Upstream) -> Digest | None:
+    """``upstream.sha256`` (bare hex, as pipeline.yaml writes it) as a Digest."""
+    if not up.sha256:
+        return None
+    if not is_hex(up.sha256.lower()):
+        raise FetchError(f"upstream.sha256 {up.sha256!r} is not 64 hex digits")
+    return Digest.from_hex(up.sha256.lower())
 
 
 def _record_path(store: Store, key: str) -> Path:
@@ -74,20 +84,23 @@ def _load(store: Store, key: str, up: config.Upstream) -> Fetched | None:
     try:
         if rec.get("version") != RECORD_VERSION:
             return None
-        root = store.tree_path(rec["tree_digest"])
-    except (AttributeError, KeyError, TypeError, IntegrityError):
-        return None
+        tree = Digest.parse(rec["tree_digest"])
+        archive = rec.get("archive_sha256")
+        archive = None if archive is None else Digest.from_hex(archive)
+    except (AttributeError, KeyError, TypeError, ValueError, PatchbakeError):
+        return None  # a damaged record is rebuilt, not trusted
+    root = store.tree_path(tree)
     if not root.is_dir():
         return None
-    return Fetched(rec.get("archive_sha256"), rec["tree_digest"], root, up.pin,
+    return Fetched(archive, tree, root, up.pin,
                    int(rec.get("files", 0)), up.kind, p)
 
 
-def _save(store: Store, key: str, up: config.Upstream, archive: str | None, digest: str,
+def _save(store: Store, key: str, up: config.Upstream, archive: Digest | None, digest: Digest,
           files: int, strip: str | None, origin: str) -> Path:
     rec = {"version": RECORD_VERSION, "kind": up.kind, "package": up.package,
-           "upstream_version": up.version, "pin": up.pin, "archive_sha256": archive,
-           "tree_digest": digest, "files": files, "strip": strip, "origin": origin,
+           "upstream_version": up.version, "pin": up.pin,
+           "archive_sha256": None if archive is None else archive.hex, "tree_digest": str(digest), "files": files, "strip": strip, "origin": origin,
            "commit": up.commit, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     p = _record_path(store, key)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +118,8 @@ def _resolve_local(spec: str, base: Path | None) -> Path:
     return (base or config.find_pipeline().parent) / p
 
 
-def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None) -> tuple[str, int]:
+def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None
+             ) -> tuple[Digest, int]:
     from . import http
 
     with http.bar(progress, "tree digest", None, unit_bytes=False) as b:
@@ -116,7 +130,7 @@ def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None) ->
 
 
 def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bool,
-             progress: ProgressFactory | None) -> tuple[str, int, str | None]:
+             progress: ProgressFactory | None) -> tuple[Digest, int, str | None]:
     """Extract into a staging dir under the store's tmp/, digest, publish atomically.
     On any failure the staging dir goes and nothing is published."""
     from . import extract as ex
@@ -134,32 +148,33 @@ def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bo
 
 
 def _archive_source(up: config.Upstream, store: Store, base: Path | None,
-                    progress: ProgressFactory | None) -> tuple[str, str]:
-    """Ensure the pinned archive is a blob in the store; (sha256 hex, origin)."""
+                    progress: ProgressFactory | None) -> tuple[Digest, str]:
+    """Ensure the pinned archive is a blob in the store; (its digest, origin)."""
     from . import http, index
 
+    pinned = _pinned(up)
     if up.kind == "path":
         src = _resolve_local(up.path or "", base)
         if not src.is_file():
             raise FetchError(f"path source: {src} does not exist",
                              hint="upstream.path must name a local tarball or directory")
-        if up.sha256 and store.has(up.sha256):
-            return up.sha256.lower(), str(src)
+        if pinned is not None and store.has(pinned):
+            return pinned, str(src)
         with http.bar(progress, f"store {src.name}", src.stat().st_size) as b, \
                 open(src, "rb") as f:
-            got = store.put_stream(http.counted(iter(lambda: f.read(CHUNK), b""), b), up.sha256)
+            got = store.put_stream(http.counted(iter(lambda: f.read(CHUNK), b""), b), pinned)
         return got, str(src)
-    assert up.sha256  # config requires it for index and url
-    if store.has(up.sha256):  # e.g. a record was lost but the bytes are here
-        return up.sha256, "store"
+    assert up.sha256 and pinned  # config requires it for index and url
+    if store.has(pinned):  # e.g. a record was lost but the bytes are here
+        return pinned, "store"
     session = http.new_session()
     if up.kind == "index":
         assert up.filename
-        url = index.resolve(up.package, up.filename, up.sha256, session=session)
+        url = index.find_file(up.package, up.filename, up.sha256, session=session)
     else:
         url = up.url or ""
     what = f"download of {up.package} {up.version}"
-    return http.download(url, store, up.sha256, what=what, progress=progress,
+    return http.download(url, store, pinned, what=what, progress=progress,
                          session=session), http.redact(url)
 
 
@@ -186,9 +201,9 @@ def fetch(lineage: config.Lineage, store: Store, *, progress: ProgressFactory | 
         if not src.is_file():
             raise FetchError(f"path source: {src} does not exist",
                              hint="upstream.path must name a local tarball or directory")
-        key = _record_key(up, sha256_file(src), None)
+        key = _record_key(up, Digest.from_hex(sha256_file(src)), None)
     else:
-        key = _record_key(up, (up.sha256 or "").lower(), None)
+        key = _record_key(up, _pinned(up), None)
     cached = _load(store, key, up)
     if cached is None:
         with store.lock(f"source-{key}"):
@@ -228,9 +243,10 @@ def _fetch_dir(up: config.Upstream, src: Path, store: Store,
                progress: ProgressFactory | None) -> Fetched:
     """A directory is its own pin: hashed by tree digest (``sha256`` pins that digest)."""
     digest = digest_entries(tree_entries(src, skip_top=frozenset({b".git"})))
-    if up.sha256 and digest != f"sha256:{up.sha256.lower()}":
+    pinned = _pinned(up)
+    if pinned is not None and digest != pinned:
         raise IntegrityError(f"path source {src}: tree digest is {digest}, but the pin is "
-                             f"sha256:{up.sha256}", hint="the directory changed since it "
+                             f"{pinned}", hint="the directory changed since it "
                              "was pinned; re-pin deliberately or restore it")
     key = _record_key(up, None, digest)
     cached = _load(store, key, up)

@@ -24,7 +24,7 @@ from typing import Any
 from ..digest import Digest, is_digest, is_hex
 from ..evidence.failures import fail
 from ..fsutil import pretty_json
-from .image import ImageRef
+from .image import SuiteImage
 
 RESULT_FORMAT = "patchbake-suite-result/v1"
 COUNT_KEYS = ("tests", "passed", "failed", "skipped", "errors")
@@ -50,7 +50,7 @@ class SuiteResult:
     """One run of a declared suite against one exact image."""
 
     suite: Mapping[str, Any]  # the declaration it ran under, with its content_sha256
-    image: ImageRef  # digest and config_digest are Digests
+    image: SuiteImage  # digest and config_digest are Digests
     runner: str  # host | docker
     result: str  # PASSED | FAILED (the run; probes are judged when it is signed)
     problems: tuple[str, ...]
@@ -120,8 +120,9 @@ class SuiteResult:
         return {
             "format": RESULT_FORMAT,
             "suite": dict(self.suite),
-            "image": {"name": self.image.name, "digest": self.image.digest,
-                      "config_digest": self.image.config_digest},
+            "image": {"name": self.image.name, "digest": str(self.image.digest),
+                      "config_digest": None if self.image.config_digest is None
+                      else str(self.image.config_digest)},
             "runner": self.runner,
             "result": self.result,
             "problems": list(self.problems),
@@ -159,7 +160,7 @@ def _check_fields(doc: dict[str, Any], where: str) -> None:
                  f"{type(doc[key]).__name__}", hint=_HINT)
 
 
-def _image(image: dict[str, Any], where: str) -> ImageRef:
+def _image(image: dict[str, Any], where: str) -> SuiteImage:
     if not isinstance(image.get("name"), str):
         fail("malformed", f"{where}: 'image.name' must be a string")
     for key in ("digest", "config_digest"):
@@ -171,8 +172,8 @@ def _image(image: dict[str, Any], where: str) -> ImageRef:
         fail("malformed", f"{where}: 'image' must hold exactly name, digest and "
              "config_digest")
     config = image["config_digest"]
-    return ImageRef(image["name"], Digest(image["digest"]),
-                    None if config is None else Digest(config))
+    return SuiteImage(image["name"], Digest.parse(image["digest"]),
+                      None if config is None else Digest.parse(config))
 
 
 def _check_values(doc: dict[str, Any], where: str) -> None:
