@@ -244,12 +244,6 @@ class Store:
         with self.open_blob(digest) as f:
             return f.read()
 
-    def fsck(self) -> list[str]:
-        """Return the digests of blobs whose content no longer matches their name."""
-        from .storecheck import bad_blobs
-
-        return bad_blobs(self)
-
     # -- trees -------------------------------------------------------------------------
     def tree_path(self, key: Digest) -> Path:
         return self.root / "trees" / key.hex
