@@ -119,11 +119,11 @@ def test_signing_refuses_a_probe_on_a_foreign_pristine_tree(
     assert rc == 0, err
     result = json.loads((root / "r.json").read_text())
     sens = result["probes"]["patch_sensitivity"]
-    assert sens["vllm_tree_digest"] == tree_digest(SUITES / "trees" / "pristine" / "vllm")
+    assert sens["vllm_tree_digest"] == str(tree_digest(SUITES / "trees" / "pristine" / "vllm"))
     rc, out, err = cli(capsys, "--json", "keys", "generate", "--out", str(root / "keys"))
     assert rc == 0, err
     (root / "policy.yaml").write_text("version: 1\nkeys:\n" + json.loads(out)["policy_entry"])
-    sens["vllm_tree_digest"] = tree_digest(SUITES / "trees" / "patched" / "vllm")
+    sens["vllm_tree_digest"] = str(tree_digest(SUITES / "trees" / "patched" / "vllm"))
     (root / "r.json").write_text(json.dumps(result))
     rc, _, err = cli(capsys, "evidence", "sign", str(root / "r.json"))
     assert rc == 50 and "not the pinned upstream's" in err

@@ -73,7 +73,7 @@ def test_suite_runs_inside_the_exact_image(toy: dict[str, Any]) -> None:
                        lambda: (SUITES / "trees" / "pristine", "toy pristine tree"))
     assert result.result == "PASSED", result.problems
     env = result.environment
-    assert env["runner"] == "docker" and env["image_config_digest"] == toy["ref"].config_digest
+    assert env["runner"] == "docker" and env["image_config_digest"] == str(toy["ref"].config_digest)
     assert env["torch"].startswith("2.") and env["cuda_available"] is False
     assert result.probes["patch_sensitivity"]["status"] == "ok"
     assert result.probes["determinism"]["status"] == "ok"

@@ -63,7 +63,7 @@ def test_passing_suite_fails_on_pristine_and_repeats_identically(
     det = result.probes["determinism"]
     assert det["status"] == "ok" and det["repeats"] == 2 and det["digests"] == 1
     env = result.environment
-    assert env["runner"] == "host" and env["python"] and env["image_digest"] == REF.digest
+    assert env["runner"] == "host" and env["python"] and env["image_digest"] == str(REF.digest)
     # sign it and verify it like CI would
     k = keys.generate(tmp_path / "keys")
     (tmp_path / "policy.yaml").write_text(

@@ -53,7 +53,7 @@ def baked(tmp_path_factory: pytest.TempPathFactory, shared_home: Path) -> dict[s
     config = json.loads(store.read_blob(Digest.parse(manifest["config"]["digest"])))
     evil = layer([(TARGET, EVIL)])
     return {"root": root, "good": good, "digest": res["digest"], "manifest": manifest,
-            "config": config, "store": store, "evil": evil, "evil_digest": Digest.of(evil)}
+            "config": config, "store": store, "evil": evil, "evil_digest": str(Digest.of(evil))}
 
 
 @pytest.fixture
@@ -194,7 +194,7 @@ def _case_keyed(b: dict[str, Any], key_layers: str, key_rootfs: str) -> tuple[by
         "type": "layers", "diff_ids": [*cfg["rootfs"]["diff_ids"], b["evil_digest"]]})]))
     m = b["manifest"]
     mbytes = dumps(Pairs([
-        *{**m, "config": {**m["config"], "digest": Digest.of(cbytes),
+        *{**m, "config": {**m["config"], "digest": str(Digest.of(cbytes)),
                           "size": len(cbytes)}}.items(),
         (key_layers, [*m["layers"], {**m["layers"][-1], "digest": b["evil_digest"],
                                      "size": len(b["evil"])}])]))
@@ -204,14 +204,14 @@ def _case_keyed(b: dict[str, Any], key_layers: str, key_rootfs: str) -> tuple[by
 def _layout(b: dict[str, Any], dest: Path, mbytes: bytes, cbytes: bytes) -> Path:
     blobs = dest / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    for d in [x["digest"] for x in b["manifest"]["layers"]]:
-        shutil.copy(b["store"].blob_path(d), blobs / d[7:])
+    for d in [Digest.parse(x["digest"]) for x in b["manifest"]["layers"]]:
+        shutil.copy(b["store"].blob_path(d), blobs / d.hex)
     for data in (mbytes, cbytes, b["evil"]):
         (blobs / Digest.of(data).hex).write_bytes(data)
     (dest / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
     (dest / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [{
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "digest": Digest.of(mbytes), "size": len(mbytes),
+        "digest": str(Digest.of(mbytes)), "size": len(mbytes),
         "annotations": {"org.opencontainers.image.ref.name": "crafted"}}]}))
     return dest
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ..config import Lineage, Upstream, parse
+from ..digest import is_hex
 from ..errors import ConfigError, FetchError, PortError
 from ..fsutil import atomic_write
 
@@ -47,7 +48,7 @@ def index_sha256(package: str, filename: str) -> str:
     for f in files:
         if isinstance(f, dict) and f.get("filename") == filename:
             sha = str((f.get("hashes") or {}).get("sha256") or "").lower()
-            if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            if not is_hex(sha):
                 raise FetchError(f"{what}: the index states no sha256 for {filename}, so it "
                                  "cannot be pinned by hash",
                                  hint="pass --sha256 HEX with the hash of the sdist")

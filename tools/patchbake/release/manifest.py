@@ -23,13 +23,12 @@ Format ``patchbake-release/1``::
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..digest import Digest
+from ..digest import Digest, is_hex
 from ..errors import ReleaseError
 from ..fsutil import canonical_json, sha256_bytes, write_once
 from .gates import Table
@@ -38,7 +37,6 @@ FORMAT = "patchbake-release/1"
 RELEASES_DIR = Path("manifests") / "releases"
 MANIFEST_NAME = "release.json"
 VSA_NAME = "vsa.dsse.json"
-_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -113,7 +111,7 @@ def write(root: Path, data: dict[str, Any]) -> tuple[Release, bool]:
 
 def parse_id(text: str) -> str:
     rid = text.removeprefix("sha256:")
-    if not _ID.match(rid):
+    if not is_hex(rid):
         raise ReleaseError(f"'{text}' is not a release id (the 64-hex sha256 of release.json)",
                            hint="`patchbake ledger verify` lists the releases")
     return rid
