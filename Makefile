@@ -13,6 +13,7 @@ PY ?= $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.made
 endif
 PIP ?= $(PY) -m pip
+VENV_BIN = $(dir $(PY))
 APT_GET = DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 export PATCHBAKE_NO_PROGRESS ?=
 
@@ -108,6 +109,7 @@ lint: $(VENV_STAMP)
 	$(PIP) install -q -e '.[lint]'
 	$(PY) -m ruff check tools tests bench
 	$(PY) -m mypy  # files and strictness: [tool.mypy] in pyproject.toml (package and tests)
+	$(VENV_BIN)lint-imports  # the layers: [tool.importlinter] in pyproject.toml
 
 # sdist + wheel with the standard builder, checked with twine (as CI does).
 dist: $(VENV_STAMP)

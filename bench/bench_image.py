@@ -36,8 +36,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tools"))
 
 from patchbake import config
-from patchbake.bake import bake_image, checked_base_tree
-from patchbake.identity import verify_image
+from patchbake.images.bake import bake_image, checked_base_tree
+from patchbake.verify.baked import verify_image
 from patchbake.images import definition
 from patchbake.images.base import resolve_base
 from patchbake.images.overlay import build_overlay

@@ -43,7 +43,7 @@ from bench_patch import synth_edits  # noqa: E402
 from patchbake import config  # noqa: E402
 from patchbake.patchset.diffparse import parse_patch  # noqa: E402
 from patchbake.patchset.export import export  # noqa: E402
-from patchbake.patchset.port import compute_port  # noqa: E402
+from patchbake.port.replay import compute_port  # noqa: E402
 from patchbake.patchset.workspace import create_workspace  # noqa: E402
 from patchbake.sources import fetch  # noqa: E402
 from patchbake.store import Store  # noqa: E402

@@ -15,8 +15,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("argv", [["ruff", "check", "tools", "tests", "bench"], ["mypy"]],
-                         ids=["ruff", "mypy"])
+@pytest.mark.parametrize("argv", [["ruff", "check", "tools", "tests", "bench"], ["mypy"],
+                                  ["lint-imports"]],
+                         ids=["ruff", "mypy", "import-linter"])
 def test_lint_passes(argv: list[str]) -> None:
     if shutil.which(argv[0]) is None:
         pytest.skip(f"{argv[0]} is not installed (make lint installs it)")

@@ -28,7 +28,7 @@ import requests
 import yaml
 from patchbake.digest import Digest
 from patchbake import config
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.entry import main
 from patchbake.release import ledger, manifest, referrers
 from patchbake.release.rebake import _seed

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from images_support import make_repo
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.entry import main
 from patchbake.store import Store
 from patchbake.storecheck import fsck
@@ -123,7 +123,7 @@ def test_bake_into_a_full_store(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_verify_on_a_full_store_skips_its_memos(tmp_path: Path) -> None:
     """Memos only save time: a full store still verifies (the memo writes are skipped,
     nothing half-written is left) and the next verify reads every layer again."""
-    from patchbake.identity import verify_image
+    from patchbake.verify.baked import verify_image
 
     with tmpfs(tmp_path / "fs", "64m") as fs:
         repo = make_repo(tmp_path, store_dir=fs / "store")

@@ -19,7 +19,6 @@ import pytest
 from patchbake.digest import Digest
 from patchbake.errors import EvidenceError
 from patchbake.evidence import statement
-from patchbake.evidence.failures import reason_of
 from patchbake.evidence.intoto import STATEMENT_TYPE, Statement
 from patchbake.evidence.statement import PREDICATE_TYPE, SuiteStatement
 from patchbake.fsutil import canonical_json
@@ -47,7 +46,7 @@ def refused(reason: str, message: str, fn: Callable[..., object], *a: Any) -> No
     with pytest.raises(EvidenceError) as info:
         fn(*a)
     line = info.value.one_line()
-    assert reason_of(info.value) == reason and message in line, line
+    assert info.value.reason == reason and message in line, line
     assert "\n" not in info.value.message and info.value.exit_code == 50
 
 

@@ -13,7 +13,6 @@ import pytest
 from patchbake.digest import Digest
 from patchbake.errors import ConfigError, EvidenceError, UsageError
 from patchbake.evidence import dsse, keys, policy, records, statement
-from patchbake.evidence.failures import reason_of
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
 
 DIGEST = "sha256:" + "ab" * 32
@@ -79,7 +78,7 @@ def signed(signer: dict[str, Any], **over: Any) -> Path:
 def expect(reason: str, fragment: str, fn: Any, *a: Any, **k: Any) -> EvidenceError:
     with pytest.raises(EvidenceError) as info:
         fn(*a, **k)
-    assert reason_of(info.value) == reason, info.value.one_line()
+    assert info.value.reason == reason, info.value.one_line()
     assert fragment in info.value.one_line()
     assert info.value.exit_code == 50
     return info.value
@@ -260,7 +259,7 @@ def test_verify_suites_reports_each_reason(signer: dict[str, Any]) -> None:
                                   ["toy-gpu", "toy-cpu"])
     assert isinstance(found["toy-gpu"], records.Verified)
     assert isinstance(found["toy-cpu"], EvidenceError)
-    assert reason_of(found["toy-cpu"]) == "missing"
+    assert found["toy-cpu"].reason == "missing"
 
 
 @pytest.mark.parametrize("probes, flag", [

@@ -21,8 +21,7 @@ def _verified(tmp_path: Path, **over: Any) -> records.Verified:
 
 def test_paragraph_from_verified_evidence(tmp_path: Path) -> None:
     facts = summary.ImageFacts("sm89-serving-offline", SUBJECT, "f" * 64, 70, 70, "sm89")
-    missing = EvidenceError("evidence x does not exist")
-    missing.reason = "missing"  # type: ignore[attr-defined]
+    missing = EvidenceError("evidence x does not exist", reason="missing")
     text = summary.paragraph(facts, {"toy-gpu": _verified(tmp_path), "toy-cpu": missing})
     assert text.startswith(f"This exact patch is SHA-256 `{'f' * 64}` and was baked into image "
                            f"`sm89-serving-offline` `{SUBJECT}`.")
@@ -46,14 +45,14 @@ def test_warned_evidence_is_not_a_pass(tmp_path: Path) -> None:
 
 def test_verification_problems_are_not_summarised_as_all_matched(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchbake import identity
+    from patchbake.verify import baked
     from patchbake.errors import VerifyError
     from patchbake.evidence import facts
     from patchbake.suites.image import SuiteImage
 
     def fake(problems: list[str], mismatched: list[dict[str, Any]], matched: int
-             ) -> identity.VerifyResult:
-        return identity.VerifyResult(
+             ) -> baked.VerifyResult:
+        return baked.VerifyResult(
             ref=str(SUBJECT), kind="store", digest=SUBJECT, config_digest=SUBJECT, matched=matched,
             total=70, mismatched=mismatched, base_drift={}, problems=problems, layers=[],
             identity=None, bytes_read=0, seconds=0.0)
@@ -61,14 +60,14 @@ def test_verification_problems_are_not_summarised_as_all_matched(
     unused: Any = None  # verify_image is replaced: pipeline, store and lineage are not read
     ref = SuiteImage("img", SUBJECT, None)
     bad_record = fake(["/opt/patchbake/verify.py does not match the identity record"], [], 70)
-    monkeypatch.setattr(identity, "verify_image", lambda *a, **k: bad_record)
+    monkeypatch.setattr(baked, "verify_image", lambda *a, **k: bad_record)
     with pytest.raises(VerifyError, match="verify.py does not match") as info:
         facts.match_counts(unused, unused, unused, ref)
     assert info.value.exit_code == VerifyError("x").exit_code
     one_off = fake([], [{"path": "vllm/x.py", "expected": "a", "found": "b"}], 69)
-    monkeypatch.setattr(identity, "verify_image", lambda *a, **k: one_off)
+    monkeypatch.setattr(baked, "verify_image", lambda *a, **k: one_off)
     assert facts.match_counts(unused, unused, unused, ref) == (69, 70)  # the paragraph says "Only 69 of 70"
-    monkeypatch.setattr(identity, "verify_image", lambda *a, **k: fake([], [], 70))
+    monkeypatch.setattr(baked, "verify_image", lambda *a, **k: fake([], [], 70))
     assert facts.match_counts(unused, unused, unused, ref) == (70, 70)
 
 

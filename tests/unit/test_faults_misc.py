@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from images_support import make_repo
-from patchbake.bake import bake_image, latest_digest
+from patchbake.images.bake import bake_image, latest_digest
 from patchbake.errors import RegistryError
 from patchbake.oci import layout
 from patchbake.oci.registry_ref import check_url_allowed

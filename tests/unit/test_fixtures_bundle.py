@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from images_support import make_repo
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.digest import Digest
 from patchbake.errors import IntegrityError, StoreError
 from patchbake.suites.bundle import bundle
 from patchbake.suites.image import SuiteImage
-from patchbake.identity import materialise
+from patchbake.verify.baked import materialise
 from patchbake.store import Store
 
 PIPELINE = None

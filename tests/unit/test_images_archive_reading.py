@@ -15,7 +15,7 @@ import pytest
 from images_craft import add_member
 from images_support import make_repo
 from patchbake.digest import Digest
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.errors import ImageError, UnsafeArchiveError
 from patchbake.oci.archive import import_docker_archive
 from patchbake.oci.archive_tar import ArchiveTar

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from images_support import SP, make_repo
-from patchbake.bake import bake_image, latest_digest
+from patchbake.images.bake import bake_image, latest_digest
 from patchbake.entry import main
 from patchbake.errors import ConfigError, ImageError, IntegrityError
 from patchbake.oci import layout

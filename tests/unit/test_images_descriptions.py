@@ -13,9 +13,9 @@ import pytest
 from images_craft import add_member, entry, layer, layout_dir, two_description_archive, with_layer
 from images_support import SP, Repo, make_repo
 from patchbake.digest import Digest
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.errors import ImageError
-from patchbake.identity import verify_image
+from patchbake.verify.baked import verify_image
 from patchbake.oci.archive import import_docker_archive
 from patchbake.oci.media import OCI_INDEX
 from patchbake.store import Store

@@ -15,9 +15,9 @@ import pytest
 from images_craft import Pairs, add_member, dumps, layer, layout_dir
 from images_support import SP, Repo, make_repo
 from patchbake.digest import Digest
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.errors import ImageError, RegistryError, StoreError
-from patchbake.identity import verify_image
+from patchbake.verify.baked import verify_image
 from patchbake.oci import gojson, layout
 from patchbake.oci.archive import import_docker_archive
 from patchbake.oci.image import StoreBlobs, load_image, parse_json

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from images_support import SP, UPSTREAM, Repo, make_repo, write_tree
 from patchbake.digest import Digest
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.images.recipe import revision
 from patchbake.entry import main
 from patchbake.errors import LineageError

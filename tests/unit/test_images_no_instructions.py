@@ -13,10 +13,10 @@ import pytest
 from images_craft import layer, with_config, with_layer
 from images_support import SP, Repo, make_repo
 from patchbake.digest import Digest
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.entry import main
 from patchbake.errors import ConfigError, ImageError, VerifyError
-from patchbake.identity import raise_on_failure, verify_image
+from patchbake.verify.baked import raise_on_failure, verify_image
 
 sp = SP.strip("/")
 EVIL = b"import os; os.system('id')\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from images_support import SP, make_repo
 from patchbake.digest import Digest
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.errors import ImageError, IntegrityError
 from patchbake.fsutil import canonical_json
 from patchbake.images import definition

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from images_support import SP, Repo, make_repo
 from patchbake.digest import Digest
-from patchbake.bake import bake_image
+from patchbake.images.bake import bake_image
 from patchbake.entry import main
 from patchbake.errors import ImageError, IntegrityError, UnsafeArchiveError, VerifyError
 from patchbake.fsutil import canonical_json
-from patchbake.identity import materialise, raise_on_failure, verify_image
+from patchbake.verify.baked import materialise, raise_on_failure, verify_image
 from patchbake.oci import layout
 from patchbake.oci.media import Descriptor
 from patchbake.store import Store

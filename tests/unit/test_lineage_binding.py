@@ -8,7 +8,7 @@ import pytest
 from patchbake.digest import Digest
 from patchbake import config
 from patchbake.errors import LineageError
-from patchbake.expected import image_definition
+from patchbake.verify.expected import image_definition
 from patchbake.images import record
 
 REPO = Path(__file__).resolve().parents[2]

@@ -91,7 +91,7 @@ def _index(tmp_path: Path, anchor: str) -> str:
 
 
 def test_pin_comes_from_the_index_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchbake.patchset.portpin import index_sha256
+    from patchbake.port.pin import index_sha256
 
     url = _index(tmp_path, f'<a href="../files/pkg-2.0.tar.gz#sha256={"c" * 64}">'
                            "pkg-2.0.tar.gz</a>")

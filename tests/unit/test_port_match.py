@@ -9,11 +9,11 @@ import pytest
 from patchbake.config import load
 from patchbake.errors import ConfigError
 from patchbake.patchset.diffparse import Hunk
-from patchbake.patchset.hunkmatch import (apply_at, find_all, first_difference, match_hunk,
+from patchbake.port.hunkmatch import (apply_at, find_all, first_difference, match_hunk,
                                           non_overlapping)
-from patchbake.patchset.merge3 import already_upstream, resolve_absorbed
-from patchbake.patchset.portfile import HunkVerdict
-from patchbake.patchset.portpin import new_lineage, plan_lineage_edit
+from patchbake.port.merge3 import already_upstream, resolve_absorbed
+from patchbake.port.file import HunkVerdict
+from patchbake.port.pin import new_lineage, plan_lineage_edit
 
 
 def L(*xs: str) -> list[bytes]:

@@ -109,7 +109,7 @@ def test_bake_cache_key_follows_the_revision_label() -> None:
     cached under a key without it differed from a fresh bake of the same patch."""
     from types import SimpleNamespace
 
-    from patchbake.bake import bake_key
+    from patchbake.images.bake import bake_key
 
     defn = SimpleNamespace(fingerprint="f", lineage="v0.25.1", name="d")
     base = SimpleNamespace(manifest_digest="sha256:" + "1" * 64)

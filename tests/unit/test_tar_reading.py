@@ -179,7 +179,7 @@ def test_cli_verify_refuses_an_ambiguous_layer_with_exit_35(
     import json
 
     from images_support import SP, make_repo
-    from patchbake.bake import bake_image
+    from patchbake.images.bake import bake_image
     from patchbake.entry import main
     from patchbake.oci import layout
     from patchbake.oci.media import Descriptor

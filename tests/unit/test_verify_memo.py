@@ -14,10 +14,10 @@ import pytest
 from images_craft import with_layer
 from images_support import SP, Repo, make_repo
 from patchbake.digest import Digest
-from patchbake import verify_memo
-from patchbake.bake import bake_image
+from patchbake.verify import memo as verify_memo
+from patchbake.images.bake import bake_image
 from patchbake.errors import IntegrityError
-from patchbake.identity import VerifyResult, verify_image
+from patchbake.verify.baked import VerifyResult, verify_image
 from patchbake.oci import scan
 
 SP_REL = SP.strip("/")
@@ -59,7 +59,7 @@ def _memos(repo: Repo) -> list[Path]:
 
 def test_memoised_findings_are_those_of_a_fresh_verify(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from patchbake import identity
+    from patchbake.verify import baked
 
     repo, ref = _image_with_findings(tmp_path)
     fresh = _verify(repo, ref, use_cache=False)
@@ -68,7 +68,7 @@ def test_memoised_findings_are_those_of_a_fresh_verify(tmp_path: Path,
     first = _verify(repo, ref)  # parses the layers, writes the memos
     (memo,) = _memos(repo)
     with monkeypatch.context() as m:
-        m.setattr(identity, "scan_image", None)  # the findings come from the memo
+        m.setattr(baked, "scan_image", None)  # the findings come from the memo
         second = _verify(repo, ref)
     assert _same(fresh) == _same(first) == _same(second)
     assert second.bytes_read == fresh.bytes_read and len(second.layers) == 4
@@ -136,11 +136,11 @@ def test_code_digest_covers_every_file_of_the_package(tmp_path: Path,
     import shutil
 
     copy = tmp_path / "patchbake"
-    shutil.copytree(Path(verify_memo.__file__).parent, copy,
+    shutil.copytree(Path(verify_memo.__file__).parent.parent, copy,
                     ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(verify_memo, "_PACKAGE", copy)
     digests = []
-    for edit in (None, "data/verify.py", "startup.py"):
+    for edit in (None, "data/verify.py", "verify/startup_hooks.py"):
         if edit is not None:
             with open(copy / edit, "ab") as f:
                 f.write(b"\n")

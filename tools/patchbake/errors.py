@@ -7,6 +7,8 @@ Messages say what failed, why, and what to do next.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 
 class PatchbakeError(Exception):
     """Base class. ``exit_code`` is stable and documented in docs/errors.md."""
@@ -130,10 +132,15 @@ class GuardError(PatchbakeError):
 
 
 class ApplyError(PatchbakeError):
-    """Strict apply refused the patch (fuzz, offset, already applied, reversed, path)."""
+    """Strict apply refused the patch; ``reason`` names the check that refused it (offset,
+    fuzz, already-applied, reversed, path, hash, ...)."""
 
     exit_code = 22
     kind = "apply"
+
+    def __init__(self, message: str, *, reason: str = "apply", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reason = reason
 
 
 class ExportError(PatchbakeError):
@@ -227,11 +234,32 @@ class RequirementError(SuiteError):
     kind = "requirement"
 
 
+# Why evidence does not count, machine-readable in --json output; the exit code stays
+# EvidenceError's (50), so scripts need one code for "this evidence does not count".
+EVIDENCE_REASONS = ("evidence", "missing", "unreadable", "malformed", "payload-type",
+                    "unsigned", "bad-signature", "untrusted-key", "not-allowed",
+                    "wrong-subject", "bad-predicate", "exists", "policy", "flagged",
+                    "foreign-pristine", "junit-mismatch", "wrong-suite")
+
+
 class EvidenceError(PatchbakeError):
-    """Evidence is missing, unsigned, untrusted or bound to another digest."""
+    """Evidence is missing, unsigned, untrusted or bound to another digest; ``reason`` says
+    which (one of EVIDENCE_REASONS)."""
 
     exit_code = 50
     kind = "evidence"
+
+    def __init__(self, message: str, *, reason: str = "evidence",
+                 hint: str | None = None) -> None:
+        if reason not in EVIDENCE_REASONS:
+            raise ValueError(f"unknown evidence failure reason {reason!r}")
+        super().__init__(message, hint=hint)
+        self.reason = reason
+
+
+def refuse_evidence(reason: str, message: str, *, hint: str | None = None) -> NoReturn:
+    """Fail closed: raise the EvidenceError saying why this evidence does not count."""
+    raise EvidenceError(message, reason=reason, hint=hint)
 
 
 class GateError(PatchbakeError):

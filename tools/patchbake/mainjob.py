@@ -34,8 +34,8 @@ class JobResult:
 def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None,
                  image: str | None = None, on_step: Callable[[str], None] | None = None,
                  progress: Any = None) -> JobResult:
-    from .bake import bake_image
-    from .identity import verify_image
+    from .images.bake import bake_image
+    from .verify.baked import verify_image
     from .patchset import patched_tree
     from .patchset.guard import check_lineage
     from .sources import fetch

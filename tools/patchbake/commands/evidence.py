@@ -13,7 +13,6 @@ from ..cli import Ctx, pass_ctx
 from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError, UsageError
 from ..config.signing import default_key_dir
-from ..evidence.failures import reason_of
 from ..suites import image as imagemod
 from .names import did_you_mean
 
@@ -102,7 +101,7 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
 
     def pinned_vllm_digest(image_digest: Digest) -> Digest:
         # the pin of the image's own lineage (its definition's), never just the default
-        from ..expected import image_definition
+        from ..verify.expected import image_definition
 
         lin = ctx.pipeline.lineage_for(
             image_definition(ctx.pipeline, manifest_digest=image_digest), ctx.lineage_key)
@@ -218,7 +217,7 @@ def evidence_summary(ctx: Ctx, image_ref: str, markdown: bool, no_verify_files: 
         ui.say(text)
     else:
         ui.table(f"evidence for {ref.name} {ref.digest}", ["suite", "status", "detail"],
-                 [(k, v.statement.result if isinstance(v, records.Verified) else reason_of(v),
+                 [(k, v.statement.result if isinstance(v, records.Verified) else v.reason,
                    v.standing if isinstance(v, records.Verified)
                    else (v.message if isinstance(v, PatchbakeError) else "does not count"))
                   for k, v in found.items()])

@@ -11,10 +11,10 @@ from typing import Any
 import click
 
 from .. import ui
-from ..bake import bake_image
+from ..images.bake import bake_image
 from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
-from ..identity import materialise, raise_on_failure, verify_image
+from ..verify.baked import materialise, raise_on_failure, verify_image
 from ..images import definition as definitions
 from ..images import record
 from ..images.refs import resolve

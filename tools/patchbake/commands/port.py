@@ -13,8 +13,8 @@ from ..cli import Ctx, pass_ctx
 from ..config.pipeline import version_key
 from ..errors import PortError, PortUnresolvedError
 from ..fsutil import atomic_write
-from ..patchset.port import port
-from ..patchset.portpin import (
+from ..port.replay import port
+from ..port.pin import (
     check_names,
     index_sha256,
     new_lineage,

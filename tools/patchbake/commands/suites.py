@@ -11,11 +11,12 @@ from typing import Any
 
 import click
 
-from .. import identity, ui
+from .. import ui
+from ..verify import baked
 from ..cli import Ctx, pass_ctx
 from ..config import suites as suitesmod
 from ..errors import SuiteError
-from ..expected import image_definition
+from ..verify.expected import image_definition
 from ..fsutil import atomic_write
 from ..oci import image as oci_image
 from ..sources import fetch
@@ -60,7 +61,7 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
             tmp = Path(tempfile.mkdtemp(prefix="patchbake-pristine."))
             atexit.register(shutil.rmtree, tmp, True)
             dest = tmp / "tree"
-            identity.materialise(ctx.store, ref.digest, dest, pipeline=ctx.pipeline,
+            baked.materialise(ctx.store, ref.digest, dest, pipeline=ctx.pipeline,
                                  site_packages=site_packages)
             return dest, (f"the unpatched base image {ref.digest} (its vllm/ tree "
                           f"{tree_digest(dest / 'vllm')})")

@@ -17,7 +17,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .failures import fail
+from ..errors import refuse_evidence
 from .keys import keyid_of
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -63,18 +63,18 @@ def _b64(value: Any, what: str, where: str) -> bytes:
     """DSSE allows standard or URL-safe base64, padded or not (we write standard, padded);
     one alphabet per value, nothing else tolerated."""
     if not isinstance(value, str):
-        fail("malformed", f"{where}: {what} must be a base64 string")
+        refuse_evidence("malformed", f"{where}: {what} must be a base64 string")
     if _STD_B64.fullmatch(value):
         altchars = None
     elif _URL_B64.fullmatch(value):
         altchars = b"-_"
     else:
-        fail("malformed", f"{where}: {what} is not valid base64")
+        refuse_evidence("malformed", f"{where}: {what} is not valid base64")
     bare = value.rstrip("=")
     try:
         return base64.b64decode(bare + "=" * (-len(bare) % 4), altchars, validate=True)
     except (binascii.Error, ValueError):
-        fail("malformed", f"{where}: {what} is not valid base64")
+        refuse_evidence("malformed", f"{where}: {what} is not valid base64")
 
 
 def parse(data: bytes, where: str) -> Envelope:
@@ -82,33 +82,33 @@ def parse(data: bytes, where: str) -> Envelope:
     try:
         obj = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        fail("malformed", f"{where}: not a JSON document ({exc})")
+        refuse_evidence("malformed", f"{where}: not a JSON document ({exc})")
     except RecursionError:
-        fail("malformed", f"{where}: a JSON document nested too deeply to read")
+        refuse_evidence("malformed", f"{where}: a JSON document nested too deeply to read")
     if not isinstance(obj, dict):
-        fail("malformed", f"{where}: a DSSE envelope must be a JSON object")
+        refuse_evidence("malformed", f"{where}: a DSSE envelope must be a JSON object")
     extra = set(obj) - {"payloadType", "payload", "signatures"}
     if extra:
-        fail("malformed", f"{where}: unknown envelope field(s) {', '.join(sorted(extra))}")
+        refuse_evidence("malformed", f"{where}: unknown envelope field(s) {', '.join(sorted(extra))}")
     ptype = obj.get("payloadType")
     if not isinstance(ptype, str):
-        fail("malformed", f"{where}: payloadType is missing")
+        refuse_evidence("malformed", f"{where}: payloadType is missing")
     if ptype != PAYLOAD_TYPE:
-        fail("payload-type", f"{where}: payloadType is {ptype!r}, expected {PAYLOAD_TYPE!r}")
+        refuse_evidence("payload-type", f"{where}: payloadType is {ptype!r}, expected {PAYLOAD_TYPE!r}")
     payload = _b64(obj.get("payload"), "payload", where)
     sigs = obj.get("signatures")
     if not sigs:
-        fail("unsigned", f"{where}: the envelope carries no signature",
+        refuse_evidence("unsigned", f"{where}: the envelope carries no signature",
              hint="sign it with `patchbake evidence sign`")
     if not isinstance(sigs, list):
-        fail("malformed", f"{where}: signatures must be a list")
+        refuse_evidence("malformed", f"{where}: signatures must be a list")
     parsed = []
     for i, s in enumerate(sigs):
         if not isinstance(s, dict):
-            fail("malformed", f"{where}: signature {i} is not an object")
+            refuse_evidence("malformed", f"{where}: signature {i} is not an object")
         keyid = s.get("keyid")
         if keyid is not None and not isinstance(keyid, str):
-            fail("malformed", f"{where}: signature {i}'s keyid must be a string")
+            refuse_evidence("malformed", f"{where}: signature {i}'s keyid must be a string")
         parsed.append(Signature(keyid or None, _b64(s.get("sig"), f"signature {i}", where)))
     return Envelope(ptype, payload, tuple(parsed))
 
@@ -138,11 +138,11 @@ def verify(env: Envelope, trusted: dict[str, Ed25519PublicKey], where: str) -> s
         try:
             key.verify(s.sig, message)
         except InvalidSignature:
-            fail("bad-signature", f"{where}: the signature by key {s.keyid[:16]} does not "
+            refuse_evidence("bad-signature", f"{where}: the signature by key {s.keyid[:16]} does not "
                  "verify: the payload or the signature was altered after signing")
         return s.keyid
     ids = ", ".join((s.keyid or "(no keyid)")[:16] for s in env.signatures)
-    fail("untrusted-key", f"{where}: signed by key(s) {ids}, none of which the trust "
+    refuse_evidence("untrusted-key", f"{where}: signed by key(s) {ids}, none of which the trust "
          "policy allows (a signature without keyid verified with none of its keys)"
          if any(s.keyid is None for s in env.signatures) else
          f"{where}: signed by key(s) {ids}, none of which the trust policy allows",

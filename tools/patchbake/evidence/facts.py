@@ -35,14 +35,14 @@ def match_counts(pipeline: Pipeline, store: Store, lineage: Lineage, ref: SuiteI
     """(matched, total) from a fresh `patchbake verify` of the image; (None, None) if it
     cannot run here (the summary then says the files were not re-verified)."""
     try:
-        from .. import identity
+        from ..verify import baked
     except ImportError:
         return None, None
-    report = identity.verify_image(pipeline, str(ref.digest), store, lineage)
+    report = baked.verify_image(pipeline, str(ref.digest), store, lineage)
     if not report.mismatched:
         # mismatches are the paragraph's to state ("Only M of N"); any other failure (an
         # identity record that lies, nothing baked) must not read as "All N matched"
-        identity.raise_on_failure(report)
+        baked.raise_on_failure(report)
     return int(report.matched), int(report.total)
 
 

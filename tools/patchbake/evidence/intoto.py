@@ -20,7 +20,7 @@ from typing import Any
 
 from ..digest import Digest, is_hex
 from ..fsutil import canonical_json
-from .failures import fail
+from ..errors import refuse_evidence
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 _FIELDS = {"_type", "subject", "predicateType", "predicate"}
@@ -39,20 +39,20 @@ class Statement:
     def from_json(cls, obj: object, where: str, predicate_type: str) -> Statement:
         """The edge: a decoded payload checked once against the expected predicate type."""
         if not isinstance(obj, dict):
-            fail("bad-predicate", f"{where}: the payload is not a JSON object")
+            refuse_evidence("bad-predicate", f"{where}: the payload is not a JSON object")
         if obj.get("_type") != STATEMENT_TYPE:
-            fail("bad-predicate", f"{where}: _type is {obj.get('_type')!r}, expected "
+            refuse_evidence("bad-predicate", f"{where}: _type is {obj.get('_type')!r}, expected "
                  f"{STATEMENT_TYPE!r}")
         if obj.get("predicateType") != predicate_type:
-            fail("bad-predicate", f"{where}: predicateType is {obj.get('predicateType')!r}, "
+            refuse_evidence("bad-predicate", f"{where}: predicateType is {obj.get('predicateType')!r}, "
                  f"expected {predicate_type!r}")
         unknown = sorted(set(obj) - _FIELDS)
         if unknown:
-            fail("bad-predicate", f"{where}: unknown statement field(s) {', '.join(unknown)}")
+            refuse_evidence("bad-predicate", f"{where}: unknown statement field(s) {', '.join(unknown)}")
         name, digest = _subject(obj.get("subject"), where)
         predicate = obj.get("predicate")
         if not isinstance(predicate, dict):
-            fail("bad-predicate", f"{where}: 'predicate' is missing or not an object")
+            refuse_evidence("bad-predicate", f"{where}: 'predicate' is missing or not an object")
         return cls(name, digest, predicate_type, predicate)
 
     @classmethod
@@ -60,9 +60,9 @@ class Statement:
         try:
             obj = json.loads(payload)
         except (UnicodeDecodeError, ValueError) as exc:
-            fail("bad-predicate", f"{where}: the signed payload is not JSON ({exc})")
+            refuse_evidence("bad-predicate", f"{where}: the signed payload is not JSON ({exc})")
         except RecursionError:
-            fail("bad-predicate", f"{where}: the signed payload is nested too deeply to read")
+            refuse_evidence("bad-predicate", f"{where}: the signed payload is nested too deeply to read")
         return cls.from_json(obj, where, predicate_type)
 
     def to_json(self) -> dict[str, Any]:
@@ -80,17 +80,17 @@ class Statement:
 def _subject(subjects: object, where: str) -> tuple[str, Digest]:
     if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0],
                                                                               dict):
-        fail("bad-predicate", f"{where}: subject must list exactly one image")
+        refuse_evidence("bad-predicate", f"{where}: subject must list exactly one image")
     subject = subjects[0]
     digest = subject.get("digest")
     if not isinstance(digest, dict) or not is_hex(digest.get("sha256")):
-        fail("bad-predicate", f"{where}: subject digest is not a sha256")
+        refuse_evidence("bad-predicate", f"{where}: subject digest is not a sha256")
     if set(digest) != {"sha256"}:
-        fail("bad-predicate", f"{where}: subject digest names algorithms besides sha256")
+        refuse_evidence("bad-predicate", f"{where}: subject digest names algorithms besides sha256")
     if not isinstance(subject.get("name"), str):
-        fail("bad-predicate", f"{where} subject: 'name' is missing or not a str")
+        refuse_evidence("bad-predicate", f"{where} subject: 'name' is missing or not a str")
     if set(subject) != {"name", "digest"}:
-        fail("bad-predicate", f"{where}: the subject holds more than a name and a digest")
+        refuse_evidence("bad-predicate", f"{where}: the subject holds more than a name and a digest")
     return subject["name"], Digest.from_hex(digest["sha256"])
 
 

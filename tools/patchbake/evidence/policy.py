@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import ConfigError, EvidenceError
 from ..config.schema import Field, Schema, sha256_check, suggest, validate
-from .failures import fail
+from ..errors import refuse_evidence
 from .keys import keyid_of, parse_public
 
 VERSIONS = (1, 2)
@@ -103,7 +103,7 @@ class Policy:
     def check_allowed(self, keyid: str, predicate_type: str, suite: str, where: str) -> TrustedKey:
         trusted = self.keys[keyid]
         if not any(g.covers(predicate_type, suite) for g in trusted.grants):
-            fail("not-allowed", f"{where}: key '{trusted.name}' ({keyid[:16]}) is trusted but "
+            refuse_evidence("not-allowed", f"{where}: key '{trusted.name}' ({keyid[:16]}) is trusted but "
                  f"not allowed to sign suite '{suite}' ({predicate_type})",
                  hint=f"extend its 'allow' list in {self.path.name} if that is intended")
         return trusted
@@ -159,10 +159,10 @@ def load(path: Path) -> Policy:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        fail("policy", f"trust policy {path} does not exist: nothing can be verified",
+        refuse_evidence("policy", f"trust policy {path} does not exist: nothing can be verified",
              hint="commit a trust policy listing the public keys that sign evidence")
     except OSError as exc:
-        fail("policy", f"trust policy {path} is unreadable: {exc.strerror}")
+        refuse_evidence("policy", f"trust policy {path} is unreadable: {exc.strerror}")
     from ..config.yamlread import parse_text
 
     return parse(parse_text(data, path.name), path)

@@ -22,7 +22,7 @@ from ..fsutil import pretty_json, sha256_bytes, write_once
 from ..suites.machine import platform_line
 from ..suites.result import SuiteResult
 from . import dsse, statement
-from .failures import fail, reason_of
+from ..errors import refuse_evidence
 from .policy import Policy
 from .statement import SuiteStatement
 
@@ -81,11 +81,11 @@ def check_pristine_probe(result: SuiteResult, pinned_vllm_digest: Digest) -> Non
     suite = result.suite_name
     got = result.probes["patch_sensitivity"].get("vllm_tree_digest")
     if not got:
-        fail("foreign-pristine", f"suite '{suite}': the result does not record which vLLM tree "
+        refuse_evidence("foreign-pristine", f"suite '{suite}': the result does not record which vLLM tree "
              "its patch-sensitivity probe ran on, so it cannot show the suite fails on the "
              "pinned upstream", hint="re-run `patchbake suites run` with this version")
     if got != str(pinned_vllm_digest):
-        fail("foreign-pristine", f"suite '{suite}': the patch-sensitivity probe ran on a vLLM "
+        refuse_evidence("foreign-pristine", f"suite '{suite}': the patch-sensitivity probe ran on a vLLM "
              f"tree {got}, not the pinned upstream's {pinned_vllm_digest}",
              hint="probe on the pinned upstream (default) or on the unpatched base image")
 
@@ -105,14 +105,14 @@ def sign_result(result: SuiteResult, key: Ed25519PrivateKey, evidence_dir: Path,
     junit = _junit_bytes(result)
     jp = junit_path(path)
     if junit is not None and jp.exists() and jp.read_bytes() != junit:
-        fail("exists", f"{jp} already holds another JUnit report for this image and suite; "
+        refuse_evidence("exists", f"{jp} already holds another JUnit report for this image and suite; "
              "evidence is never overwritten")
     try:
         written = write_once(path, data)
         if junit is not None:
             write_once(jp, junit)
     except FileExistsError:
-        fail("exists", f"{path} already holds different evidence for this image and suite; "
+        refuse_evidence("exists", f"{path} already holds different evidence for this image and suite; "
              "evidence is never overwritten", hint="a new run of the suite needs a new image "
              "or the old file removed deliberately in review")
     return path, written, stmt
@@ -129,9 +129,9 @@ def _junit_bytes(result: SuiteResult) -> bytes | None:
     try:
         data = base64.b64decode(result.junit_b64, validate=True)
     except ValueError:
-        fail("malformed", "the suite result's junit_b64 is not base64")
+        refuse_evidence("malformed", "the suite result's junit_b64 is not base64")
     if sha256_bytes(data) != result.junit_sha256:
-        fail("junit-mismatch", f"the suite result's JUnit XML hashes to {sha256_bytes(data)}, "
+        refuse_evidence("junit-mismatch", f"the suite result's JUnit XML hashes to {sha256_bytes(data)}, "
              f"its junit_sha256 says {result.junit_sha256}")
     return data
 
@@ -144,10 +144,10 @@ def _check_junit(path: Path, stmt: SuiteStatement) -> str:
     except FileNotFoundError:
         return "not committed"
     except OSError as exc:
-        fail("unreadable", f"{jp} is unreadable: {exc.strerror}")
+        refuse_evidence("unreadable", f"{jp} is unreadable: {exc.strerror}")
     want = stmt.junit_sha256
     if sha256_bytes(data) != want:
-        fail("junit-mismatch", f"{jp} hashes to {sha256_bytes(data)}; the signed statement "
+        refuse_evidence("junit-mismatch", f"{jp} hashes to {sha256_bytes(data)}; the signed statement "
              f"names JUnit sha256 {want}: it is not the report of the signed run")
     return "matches"
 
@@ -159,10 +159,10 @@ def verify_bytes(data: bytes, where: str, image_digest: Digest, policy: Policy,
     stmt = SuiteStatement.load(env.payload, where)
     policy.check_allowed(keyid, statement.PREDICATE_TYPE, stmt.suite, where)
     if stmt.subject_digest != image_digest:
-        fail("wrong-subject", f"{where}: evidence is about image {stmt.subject_digest}, not "
+        refuse_evidence("wrong-subject", f"{where}: evidence is about image {stmt.subject_digest}, not "
              f"{image_digest}: it does not carry over to another image")
     if suite is not None and stmt.suite != suite:
-        fail("wrong-suite", f"{where}: the statement is about suite '{stmt.suite}', but "
+        refuse_evidence("wrong-suite", f"{where}: the statement is about suite '{stmt.suite}', but "
              f"the file is stored as suite '{suite}'")
     return keyid, stmt
 
@@ -176,15 +176,15 @@ def verify_file(path: Path, image_digest: Digest, policy: Policy,
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        fail("missing", f"evidence {path} does not exist",
+        refuse_evidence("missing", f"evidence {path} does not exist",
              hint="run the suite and sign its result (`patchbake evidence sign`)")
     except IsADirectoryError:
-        fail("unreadable", f"evidence {path} is a directory, not an envelope")
+        refuse_evidence("unreadable", f"evidence {path} is a directory, not an envelope")
     except OSError as exc:
-        fail("unreadable", f"evidence {path} is unreadable: {exc.strerror}")
+        refuse_evidence("unreadable", f"evidence {path} is unreadable: {exc.strerror}")
     if suite is None:
         if not path.name.endswith(SUFFIX) or not _SUITE_NAME.match(path.name[:-len(SUFFIX)]):
-            fail("wrong-suite", f"evidence {path} is not named <suite>{SUFFIX}: which suite "
+            refuse_evidence("wrong-suite", f"evidence {path} is not named <suite>{SUFFIX}: which suite "
                  "it stands for cannot be told")
         suite = path.name[:-len(SUFFIX)]
     keyid, stmt = verify_bytes(data, str(path), image_digest, policy, suite)
@@ -206,4 +206,4 @@ def verify_suites(evidence_dir: Path, image_digest: Digest, policy: Policy,
 
 
 def describe_failure(exc: EvidenceError) -> dict[str, str]:
-    return {"reason": reason_of(exc), "message": exc.one_line()}
+    return {"reason": exc.reason, "message": exc.one_line()}

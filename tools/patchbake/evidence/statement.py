@@ -21,7 +21,7 @@ from typing import Any
 
 from ..digest import Digest, is_hex
 from ..suites.result import COUNT_KEYS, SuiteResult
-from .failures import fail
+from ..errors import refuse_evidence
 from .intoto import Statement
 
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
@@ -74,32 +74,32 @@ class SuiteStatement:
         """Shape-check a statement's test-result predicate; anything unexpected is
         ``bad-predicate``."""
         if st.predicate_type != PREDICATE_TYPE:
-            fail("bad-predicate", f"{where}: predicateType is {st.predicate_type!r}, "
+            refuse_evidence("bad-predicate", f"{where}: predicateType is {st.predicate_type!r}, "
                  f"expected {PREDICATE_TYPE!r}")
         pred = st.predicate
         result = _need(pred, "result", str, where)
         if result not in RESULTS:
-            fail("bad-predicate", f"{where}: result {result!r} is not one of "
+            refuse_evidence("bad-predicate", f"{where}: result {result!r} is not one of "
                  f"{', '.join(RESULTS)}")
         for key in ("passedTests", "failedTests", "configuration"):
             _need(pred, key, list, where)
         suite = _need(pred, "suite", str, where)
         content = _need(pred, "suiteContentSha256", str, where)
         if not is_hex(content):
-            fail("bad-predicate", f"{where}: suiteContentSha256 is not a sha256")
+            refuse_evidence("bad-predicate", f"{where}: suiteContentSha256 is not a sha256")
         counts = _counts(pred, result, where)
         env = _need(pred, "environment", dict, where)
         runner = _need(pred, "runner", str, where)
         if runner not in RUNNERS:
-            fail("bad-predicate", f"{where}: runner {runner!r} is not host or docker")
+            refuse_evidence("bad-predicate", f"{where}: runner {runner!r} is not host or docker")
         probes = _probes(pred, where)
         decl = _need(pred, "suiteDeclaration", dict, where)
         flags = probe_flags(probes, decl)
         if result == "PASSED" and flags:
-            fail("bad-predicate", f"{where}: result PASSED although {flags[0]}")
+            refuse_evidence("bad-predicate", f"{where}: result PASSED although {flags[0]}")
         junit = _need(pred, "junitSha256", str, where)
         if not is_hex(junit):
-            fail("bad-predicate", f"{where}: junitSha256 is not a sha256")
+            refuse_evidence("bad-predicate", f"{where}: junitSha256 is not a sha256")
         return cls(st, suite, result, counts, env, runner, probes, decl,
                    _configuration(pred, content, where), content, junit)
 
@@ -170,7 +170,7 @@ def build(result: SuiteResult, steps: list[dict[str, Any]]) -> Statement:
 def _need(obj: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
     value = obj.get(key)
     if not isinstance(value, types) or isinstance(value, bool) and types is int:
-        fail("bad-predicate", f"{where}: '{key}' is missing or not a {getattr(types, '__name__', types)}")
+        refuse_evidence("bad-predicate", f"{where}: '{key}' is missing or not a {getattr(types, '__name__', types)}")
     return value
 
 
@@ -180,9 +180,9 @@ def _counts(pred: Mapping[str, Any], result: str, where: str) -> dict[str, int]:
         _need(counts, key, int, where + " counts")
     if counts["passed"] != len(pred["passedTests"]) or counts["tests"] != sum(
             counts[k] for k in COUNT_KEYS[1:]):
-        fail("bad-predicate", f"{where}: counts do not add up with the listed tests")
+        refuse_evidence("bad-predicate", f"{where}: counts do not add up with the listed tests")
     if result == "PASSED" and (counts["failed"] or counts["errors"] or not counts["passed"]):
-        fail("bad-predicate", f"{where}: result PASSED with {counts['failed']} failed, "
+        refuse_evidence("bad-predicate", f"{where}: result PASSED with {counts['failed']} failed, "
              f"{counts['errors']} errors and {counts['passed']} passed tests")
     return {k: int(counts[k]) for k in COUNT_KEYS}
 
@@ -191,7 +191,7 @@ def _probes(pred: Mapping[str, Any], where: str) -> dict[str, Any]:
     probes = _need(pred, "probes", dict, where)
     for name, probe in probes.items():
         if not isinstance(probe, dict):
-            fail("bad-predicate", f"{where}: probe {name!r} is not an object")
+            refuse_evidence("bad-predicate", f"{where}: probe {name!r} is not an object")
     return dict(probes)
 
 
@@ -200,7 +200,7 @@ def _configuration(pred: Mapping[str, Any], content: str, where: str) -> str:
     conf = pred["configuration"]
     entry = conf[0] if len(conf) == 1 and isinstance(conf[0], dict) else {}
     if not isinstance(entry.get("name"), str) or entry.get("digest") != {"sha256": content}:
-        fail("bad-predicate", f"{where}: configuration must be the one suite directory, "
+        refuse_evidence("bad-predicate", f"{where}: configuration must be the one suite directory, "
              "with the suite's content sha256")
     return str(entry["name"])
 

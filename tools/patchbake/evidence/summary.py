@@ -14,7 +14,6 @@ from typing import Any
 
 from ..digest import Digest
 from ..errors import EvidenceError
-from .failures import reason_of
 from .records import NOT_SHOWN, Verified
 
 
@@ -90,10 +89,10 @@ def paragraph(facts: ImageFacts, evidence: dict[str, Verified | EvidenceError]) 
     not_run = []
     gpu_sms = set()
     for suite, v in sorted(evidence.items()):
-        if isinstance(v, EvidenceError) and reason_of(v) == "missing":
+        if isinstance(v, EvidenceError) and v.reason == "missing":
             not_run.append(f"`{suite}` (no signed evidence for this image)")
         elif isinstance(v, EvidenceError):
-            not_run.append(f"`{suite}` ({reason_of(v)}: {v.message})")
+            not_run.append(f"`{suite}` ({v.reason}: {v.message})")
         elif v.statement.result == "PASSED" and not v.patch_shown:
             not_run.append(f"`{suite}` (passed {v.statement.counts['passed']} tests, but "
                            f"{NOT_SHOWN}: it never failed on the pristine upstream tree, so "

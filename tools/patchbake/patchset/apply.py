@@ -47,9 +47,7 @@ class _AlreadyThere(Exception):
 
 
 def _err(reason: str, msg: str, hint: str | None = None) -> ApplyError:
-    exc = ApplyError(msg, hint=hint)
-    exc.reason = reason  # type: ignore[attr-defined]
-    return exc
+    return ApplyError(msg, reason=reason, hint=hint)
 
 
 def _show(line: bytes) -> str:

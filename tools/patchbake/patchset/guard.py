@@ -239,7 +239,7 @@ def _apply(patch: Patch, root: Path, run: _Run,
                     "upstream already holds its post-image")
         except ApplyError as exc:
             sink = None
-            kind = "hash" if getattr(exc, "reason", "") == "hash" else "apply"
+            kind = "hash" if exc.reason == "hash" else "apply"
             prefix = "" if kind == "hash" else "does not apply strictly: "
             run.add(kind, fp.path, prefix + exc.one_line())
         else:

@@ -29,9 +29,7 @@ class Applied:
 
 
 def _err(reason: str, msg: str, hint: str | None = None) -> ApplyError:
-    exc = ApplyError(msg, hint=hint)
-    exc.reason = reason  # type: ignore[attr-defined]
-    return exc
+    return ApplyError(msg, reason=reason, hint=hint)
 
 
 def expected_hashes(outcomes: dict[str, Outcome]) -> dict[str, str | None]:

@@ -20,9 +20,7 @@ from .paths import to_bytes
 
 
 def _refuse(msg: str) -> ApplyError:
-    exc = ApplyError(msg, hint="a patch may only touch regular files inside the tree")
-    exc.reason = "path"  # type: ignore[attr-defined]
-    return exc
+    return ApplyError(msg, reason="path", hint="a patch may only touch regular files inside the tree")
 
 
 def git_mode(st_mode: int) -> str:

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ..digest import Digest
 from ..errors import EvidenceError
 from ..evidence import dsse
-from ..evidence.failures import fail
+from ..errors import refuse_evidence
 from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
@@ -64,19 +64,19 @@ def _write(path: Path, payload: bytes, key: Ed25519PrivateKey) -> Path:
     try:
         write_once(path, data)
     except FileExistsError:
-        fail("exists", f"{path} already holds a different statement; it is never overwritten")
+        refuse_evidence("exists", f"{path} already holds a different statement; it is never overwritten")
     return path
 
 
 def check_figures(figures: Any, where: str) -> dict[str, dict[str, Any]]:
     if not isinstance(figures, dict) or not figures:
-        fail("bad-predicate", f"{where}: 'figures' must map metric names to figures")
+        refuse_evidence("bad-predicate", f"{where}: 'figures' must map metric names to figures")
     for metric, f in figures.items():
         ok = isinstance(f, dict) and isinstance(f.get("value"), (int, float)) \
             and not isinstance(f.get("value"), bool) and math.isfinite(f["value"]) \
             and f["value"] > 0 and f.get("better") in ("lower", "higher")
         if not ok:
-            fail("bad-predicate", f"{where}: figure '{metric}' needs a positive finite "
+            refuse_evidence("bad-predicate", f"{where}: figure '{metric}' needs a positive finite "
                  "'value' and 'better': lower|higher")
     return dict(figures)
 
@@ -105,14 +105,14 @@ def _open(path: Path, digest: Digest, ptype: str, trusted: dict[str, Any]
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        fail("missing", f"{path} does not exist")
+        refuse_evidence("missing", f"{path} does not exist")
     except OSError as exc:
-        fail("unreadable", f"{path} is unreadable: {exc.strerror}")
+        refuse_evidence("unreadable", f"{path} is unreadable: {exc.strerror}")
     env = dsse.parse(data, str(path))
     keyid = dsse.verify(env, trusted, str(path))
     st = Statement.load(env.payload, str(path), ptype)
     if st.subject_digest != digest:
-        fail("wrong-subject", f"{path}: the statement is about {st.subject_digest}, not "
+        refuse_evidence("wrong-subject", f"{path}: the statement is about {st.subject_digest}, not "
              f"{digest}")
     return keyid, st.predicate, data
 
@@ -120,7 +120,7 @@ def _open(path: Path, digest: Digest, ptype: str, trusted: dict[str, Any]
 def verify_benchmark(path: Path, digest: Digest, policy: Policy, name: str) -> Signed:
     keyid, pred, data = _open(path, digest, BENCHMARK_TYPE, policy.public_keys())
     if pred.get("name") != name:
-        fail("bad-predicate", f"{path}: the figures are for benchmark {pred.get('name')!r}, "
+        refuse_evidence("bad-predicate", f"{path}: the figures are for benchmark {pred.get('name')!r}, "
              f"not {name!r}")
     policy.check_allowed(keyid, BENCHMARK_TYPE, name, str(path))
     check_figures(pred.get("figures"), str(path))
@@ -137,7 +137,7 @@ def verify_approvals(evidence_dir: Path, digest: Digest, policy: Policy, channel
         try:
             keyid, pred, data = _open(path, digest, APPROVAL_TYPE, approvers)
             if pred.get("channel") != channel:
-                fail("bad-predicate", f"{path}: approves channel {pred.get('channel')!r}, not "
+                refuse_evidence("bad-predicate", f"{path}: approves channel {pred.get('channel')!r}, not "
                      f"{channel!r}")
         except EvidenceError as exc:
             bad.append(exc.one_line())

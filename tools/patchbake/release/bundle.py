@@ -179,14 +179,14 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
 
 def verify_image(pipeline: Any, store: Any, verdict: Verdict, ref: str) -> str:
     """The image itself (registry ref, OCI layout, archive, store name): it must be the
-    release's digest and its files a fresh apply of the patch (identity.verify_image)."""
-    from .. import identity
+    release's digest and its files a fresh apply of the patch (baked.verify_image)."""
+    from ..verify import baked
 
-    res = identity.verify_image(pipeline, ref, store)
+    res = baked.verify_image(pipeline, ref, store)
     if res.digest != verdict.digest:
         raise ReleaseError(f"{ref} is {res.digest}, the release is about {verdict.digest}")
     try:
-        identity.raise_on_failure(res)
+        baked.raise_on_failure(res)
     except PatchbakeError as exc:
         raise ReleaseError(exc.message) from None
     verdict.checks.append(("image", f"{ref}: {res.summary()}"))

@@ -186,16 +186,16 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
 
 
 def gate_verify(ev: Evaluation, g: Gate) -> Outcome:
-    from .. import identity
+    from ..verify import baked
 
-    res = ev.memo("verify", lambda: identity.verify_image(ev.pipeline, str(ev.digest),
+    res = ev.memo("verify", lambda: baked.verify_image(ev.pipeline, str(ev.digest),
                                                           ev.need_store(), ev.lineage))
     drift = res.base_drift.get("counts", {})
     ev.facts["verify"] = {"matched": res.matched, "total": res.total,
                           "config_digest": str(res.config_digest), "base_drift": drift}
     if not res.ok:
         try:
-            identity.raise_on_failure(res)
+            baked.raise_on_failure(res)
         except PatchbakeError as exc:
             return "fail", exc.message
         return "fail", f"{res.summary()}: nothing was verified"
@@ -265,9 +265,8 @@ def gate_evidence(ev: Evaluation, g: Gate) -> Outcome:
         try:
             v = ev.evidence(name)
         except EvidenceError as exc:
-            from ..evidence.failures import reason_of
 
-            return "fail", f"suite '{name}': {reason_of(exc)}: {exc.message}"
+            return "fail", f"suite '{name}': {exc.reason}: {exc.message}"
         problem = _suite_problem(ev, name, v)
         if problem:
             return "fail", f"suite '{name}': {problem}"
@@ -332,9 +331,8 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
         b = verify_benchmark(benchmark_path(ev.evidence_dir, ev.digest, name), ev.digest,
                              ev.policy(), name)
     except EvidenceError as exc:
-        from ..evidence.failures import reason_of
 
-        return "fail", f"benchmark '{name}': {reason_of(exc)}: {exc.message}"
+        return "fail", f"benchmark '{name}': {exc.reason}: {exc.message}"
     figures = b.predicate["figures"]
     ev.facts["benchmark"] = {"name": name, "path": _rel(ev, b.path), "keyid": b.keyid,
                              "envelope_sha256": b.envelope_sha256, "figures": figures}

@@ -59,7 +59,7 @@ def rebake(pipeline: Pipeline, definition: str, lineage: Lineage, warm: Store,
     """Bake ``definition`` again in a fresh store; return the manifest digest it gives."""
     import time
 
-    from ..bake import bake_image
+    from ..images.bake import bake_image
 
     t0 = time.monotonic()
     if not warm.has(base_digest):

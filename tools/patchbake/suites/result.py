@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import Digest, is_digest, is_hex
-from ..evidence.failures import fail
+from ..errors import refuse_evidence
 from ..fsutil import pretty_json
 from .image import SuiteImage
 
@@ -88,9 +88,9 @@ class SuiteResult:
     def from_json(cls, doc: object, where: str) -> SuiteResult:
         """The edge: a parsed document checked once, or ``malformed`` naming the field."""
         if not isinstance(doc, dict):
-            fail("malformed", f"{where} is not a JSON object", hint=_HINT)
+            refuse_evidence("malformed", f"{where} is not a JSON object", hint=_HINT)
         if doc.get("format") != RESULT_FORMAT:
-            fail("malformed", f"{where} is not a suite result of format {RESULT_FORMAT} "
+            refuse_evidence("malformed", f"{where} is not a suite result of format {RESULT_FORMAT} "
                  f"(found {doc.get('format')!r})", hint=_HINT)
         _check_fields(doc, where)
         image = _image(doc["image"], where)
@@ -109,11 +109,11 @@ class SuiteResult:
         try:
             doc = json.loads(path.read_bytes())
         except FileNotFoundError:
-            fail("missing", f"suite result {path} does not exist", hint=_HINT)
+            refuse_evidence("missing", f"suite result {path} does not exist", hint=_HINT)
         except OSError as exc:
-            fail("unreadable", f"suite result {path} is unreadable: {exc.strerror}")
+            refuse_evidence("unreadable", f"suite result {path} is unreadable: {exc.strerror}")
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            fail("malformed", f"suite result {path} is not JSON: {exc}")
+            refuse_evidence("malformed", f"suite result {path} is not JSON: {exc}")
         return cls.from_json(doc, f"suite result {path}")
 
     def to_json(self) -> dict[str, Any]:
@@ -151,25 +151,25 @@ def _kind(value: object, types: tuple[type, ...]) -> bool:
 def _check_fields(doc: dict[str, Any], where: str) -> None:
     unknown = sorted(set(doc) - set(_FIELDS))
     if unknown:
-        fail("malformed", f"{where}: unknown field(s) {', '.join(unknown)}", hint=_HINT)
+        refuse_evidence("malformed", f"{where}: unknown field(s) {', '.join(unknown)}", hint=_HINT)
     for key, types in _FIELDS.items():
         if key not in doc and key not in _OPTIONAL:
-            fail("malformed", f"{where}: '{key}' is missing", hint=_HINT)
+            refuse_evidence("malformed", f"{where}: '{key}' is missing", hint=_HINT)
         if key in doc and not _kind(doc[key], types):
-            fail("malformed", f"{where}: '{key}' must be {_TYPE_NAMES[types[0]]}, got "
+            refuse_evidence("malformed", f"{where}: '{key}' must be {_TYPE_NAMES[types[0]]}, got "
                  f"{type(doc[key]).__name__}", hint=_HINT)
 
 
 def _image(image: dict[str, Any], where: str) -> SuiteImage:
     if not isinstance(image.get("name"), str):
-        fail("malformed", f"{where}: 'image.name' must be a string")
+        refuse_evidence("malformed", f"{where}: 'image.name' must be a string")
     for key in ("digest", "config_digest"):
         value = image.get(key)
         if not is_digest(value) and not (key == "config_digest" and value is None):
-            fail("malformed", f"{where}: 'image.{key}' {value!r} is not sha256:<64 hex>")
+            refuse_evidence("malformed", f"{where}: 'image.{key}' {value!r} is not sha256:<64 hex>")
     extra = sorted(set(image) - {"name", "digest", "config_digest"})
     if extra or "config_digest" not in image:
-        fail("malformed", f"{where}: 'image' must hold exactly name, digest and "
+        refuse_evidence("malformed", f"{where}: 'image' must hold exactly name, digest and "
              "config_digest")
     config = image["config_digest"]
     return SuiteImage(image["name"], Digest.parse(image["digest"]),
@@ -180,22 +180,22 @@ def _check_values(doc: dict[str, Any], where: str) -> None:
     suite = doc["suite"]
     if not isinstance(suite.get("name"), str) or not isinstance(suite.get("path"), str) \
             or not is_hex(suite.get("content_sha256")):
-        fail("malformed", f"{where}: 'suite' must name the suite, its path and its "
+        refuse_evidence("malformed", f"{where}: 'suite' must name the suite, its path and its "
              "content_sha256 (64 hex digits)")
     if doc["runner"] not in RUNNERS or doc["result"] not in OUTCOMES:
-        fail("malformed", f"{where}: runner {doc['runner']!r} / result {doc['result']!r} is "
+        refuse_evidence("malformed", f"{where}: runner {doc['runner']!r} / result {doc['result']!r} is "
              f"not one of {', '.join(RUNNERS)} / {', '.join(OUTCOMES)}")
     counts = doc["counts"]
     if set(counts) != set(COUNT_KEYS) or not all(_kind(v, (int,)) for v in counts.values()):
-        fail("malformed", f"{where}: 'counts' must hold the integers {', '.join(COUNT_KEYS)}")
+        refuse_evidence("malformed", f"{where}: 'counts' must hold the integers {', '.join(COUNT_KEYS)}")
     for key in ("problems", "passed_tests", "failed_tests", "skipped_tests"):
         if not all(isinstance(x, str) for x in doc[key]):
-            fail("malformed", f"{where}: '{key}' must list strings")
+            refuse_evidence("malformed", f"{where}: '{key}' must list strings")
     if not is_hex(doc["junit_sha256"]):
-        fail("malformed", f"{where}: 'junit_sha256' is not 64 hex digits")
+        refuse_evidence("malformed", f"{where}: 'junit_sha256' is not 64 hex digits")
     if not all(isinstance(v, dict) for v in doc["probes"].values()) \
             or not all(isinstance(s, dict) for s in doc["steps"]):
-        fail("malformed", f"{where}: every probe and every step must be an object")
+        refuse_evidence("malformed", f"{where}: every probe and every step must be an object")
 
 
 __all__ = ["COUNT_KEYS", "RESULT_FORMAT", "SuiteResult"]

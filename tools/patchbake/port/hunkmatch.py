@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .diffparse import Hunk
+from ..patchset.diffparse import Hunk
 
 CLEAN, MOVED, ABSORBED, MERGED, CONFLICT, GONE = (
     "clean", "moved", "absorbed", "merged", "conflict", "target-gone")

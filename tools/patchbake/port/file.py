@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .apply import Base, apply_file
-from .diffparse import FilePatch, Hunk, split_lines
+from ..patchset.apply import Base, apply_file
+from ..patchset.diffparse import FilePatch, Hunk, split_lines
 from .hunkmatch import (ABSORBED, CLEAN, CONFLICT, GONE, MERGED, MOVED, apply_at,
                         first_difference, match_hunk, non_overlapping, recorded_pos)
 from .merge3 import merge_file as _merge

@@ -27,14 +27,14 @@ from ..digest import Digest
 from ..errors import PortError
 from ..fsutil import atomic_write
 from ..store import Store
-from .diffparse import Patch
+from ..patchset.diffparse import Patch
 from .hunkmatch import CONFLICT, GONE, VERDICTS
-from .paths import to_bytes
-from .patched import read_lineage_patch
-from .portfile import KEEP, FileResult, HunkVerdict, port_file
-from .renames import list_files, rename_candidates
-from .treeio import TreeReader
-from .workspace import commit_all, create_workspace
+from ..patchset.paths import to_bytes
+from ..patchset.patched import read_lineage_patch
+from .file import KEEP, FileResult, HunkVerdict, port_file
+from ..patchset.renames import list_files, rename_candidates
+from ..patchset.treeio import TreeReader
+from ..patchset.workspace import commit_all, create_workspace
 
 REPORT_DIR = "patchbake-port"
 REPORT_VERSION = 1
@@ -168,7 +168,7 @@ def port(old: Any, new: Any, store: Store, workspace: Path) -> PortReport:
     rows = tuple(h for r in results for h in r.rows)
     committed = None
     if not any(h.verdict in (CONFLICT, GONE) for h in rows):
-        from .gitcmd import git
+        from ..patchset.gitcmd import git
 
         msg = (f"patchbake: port {old.patch.name} to {new.upstream.pin}\n\n"
                f"from: {old.upstream.pin}\nfrom-patch-sha256: {lp.patch_sha256}\n")

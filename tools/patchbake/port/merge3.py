@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ProcessError
-from .diffparse import split_lines
-from .gitcmd import git
+from ..patchset.diffparse import split_lines
+from ..patchset.gitcmd import git
 
 Labels = tuple[str, str, str]
 

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from .expected import Expected
-from .images.overlay import ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH, Patched
-from .images.tree import TREE_PATH
-from .images.refs import Resolved
-from .oci.scan import LayerDigests, View, layer_ops
+from ..images.overlay import ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH, Patched
+from ..images.tree import TREE_PATH
+from ..images.refs import Resolved
+from ..oci.scan import LayerDigests, View, layer_ops
 
 PACKAGE = "vllm/"
 KEEP_DIR = "opt/patchbake/"

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .oci.scan import View
+from ..oci.scan import View
 
 _VERSION = re.compile(r"(?:^|/)python(3\.\d+)(?:/|$)")
 HOOK_MODULES = ("sitecustomize", "usercustomize")

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import startup, verify_memo
+from . import memo, startup_hooks
 from .above_base import after_base, drift_before_overlay, stale_bytecode
-from .config import Lineage, Pipeline
-from .digest import Digest
-from .errors import ImageError, IntegrityError, VerifyError
+from ..config import Lineage, Pipeline
+from ..digest import Digest
+from ..errors import ImageError, IntegrityError, VerifyError
 from .expected import (
     Expected,
     expected_for,
@@ -34,18 +34,18 @@ from .expected import (
     wrapped,
     wrapper_checks,
 )
-from .fsutil import cache_write, canonical_json
-from .images.overlay import (
+from ..fsutil import cache_write, canonical_json
+from ..images.overlay import (
     ENTRYPOINT_PATH,
     IDENTITY_PATH,
     VERIFIER_PATH,
     Patched,
     verifier_bytes,
 )
-from .images.tree import TREE_PATH
-from .images.refs import Resolved, resolve
-from .oci.scan import LayerDigests, View, memoised, scan_image
-from .store import Store
+from ..images.tree import TREE_PATH
+from ..images.refs import Resolved, resolve
+from ..oci.scan import LayerDigests, View, memoised, scan_image
+from ..store import Store
 
 PACKAGE = "vllm/"
 _IGNORED_DRIFT = ("__pycache__/",)
@@ -92,7 +92,7 @@ def _pristine_hashes(root: Path, tree_digest: Digest, store: Store) -> dict[str,
     ``tree_digest``, so it holds the pinned upstream's hashes even if the extracted tree
     in the store were edited later; a damaged cache file is ignored and rebuilt.
     """
-    from .sources.digest import MODE_LINK, digest_entries, tree_entries
+    from ..sources.digest import MODE_LINK, digest_entries, tree_entries
 
     cache = store.root / "bakes" / f"pristine-{tree_digest.hex}.json"
     try:
@@ -202,17 +202,17 @@ def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: s
             exp.definition, lineage.key if isinstance(lineage, Lineage) else lineage)
         patched, pristine_root, pristine_digest = _fresh_inputs(
             pipeline, lin, store, patched, pristine_root)
-        memo_key = verify_memo.key(res, exp, lin, patched, pristine_digest) if use_cache \
+        memo_key = memo.key(res, exp, lin, patched, pristine_digest) if use_cache \
             else None
-        memo = verify_memo.load(store, memo_key, len(res.image.layers)) if memo_key else None
-        env = startup.env_of(res.image.config)
-        where = startup.places(exp.definition.site_packages, env)
+        recalled = memo.load(store, memo_key, len(res.image.layers)) if memo_key else None
+        env = startup_hooks.env_of(res.image.config)
+        where = startup_hooks.places(exp.definition.site_packages, env)
         tracked = (f"{exp.sp}/{PACKAGE}", "opt/patchbake/", *where.tracked())
         cache_dir = store.root / "bakes" / "layer-ops" if use_cache else None
-        digests = _keep_hashing(early, res, exp, tracked, cache_dir, memo is not None)
-        if memo is not None and digests is not None:
-            view, found = View(), memo
-            digests.entries = list(memo["entries"])
+        digests = _keep_hashing(early, res, exp, tracked, cache_dir, recalled is not None)
+        if recalled is not None and digests is not None:
+            view, found = View(), recalled
+            digests.entries = list(recalled["entries"])
         else:
             view = scan_image(res.image, res.blobs, tracked, progress=progress,
                               cache_dir=cache_dir, digests=digests)
@@ -221,8 +221,8 @@ def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: s
                               digests)
         # every layer's digest, size and diff_id: nothing above may be returned before
         layers = digests.settle(view, progress) if digests is not None else view.layers
-        if memo_key is not None and memo is None:
-            verify_memo.save(store, memo_key, {**found, "entries": [x.entries for x in layers]})
+        if memo_key is not None and recalled is None:
+            memo.save(store, memo_key, {**found, "entries": [x.entries for x in layers]})
         return VerifyResult(
             ref=ref, kind=res.kind, digest=res.image.manifest_digest,
             config_digest=res.image.config_desc.digest, matched=found["matched"],
@@ -237,7 +237,7 @@ def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: s
 
 
 def _findings(view: View, res: Resolved, exp: Expected, lin: Lineage, patched: Patched,
-              pristine: dict[str, str], where: startup.Places, env: dict[str, str],
+              pristine: dict[str, str], where: startup_hooks.Places, env: dict[str, str],
               cache_dir: Path | None, digests: LayerDigests | None) -> dict[str, Any]:
     """What verify finds in a scanned image: the fields ``verify_memo`` keeps."""
     sp = exp.sp
@@ -246,7 +246,7 @@ def _findings(view: View, res: Resolved, exp: Expected, lin: Lineage, patched: P
     after = after_base(res, exp, patched, pristine, cache_dir, digests)
     after += stale_bytecode(view, sp, patched)
     problems += record_checks(view, exp)
-    problems += startup.findings(view, where, sp, startup.allow_list(
+    problems += startup_hooks.findings(view, where, sp, startup_hooks.allow_list(
         exp.definition.startup_allow), env, exp.base_config, res.image.config,
         wrapped(exp.base_config), {"TORCH_CUDA_ARCH_LIST":
                                    exp.definition.torch_cuda_arch_list}
@@ -294,15 +294,15 @@ def _fresh_inputs(pipeline: Pipeline, lin: Lineage, store: Store, patched: Patch
                   pristine_root: Path | None) -> tuple[Patched, Path, Digest]:
     """The fresh apply and the pristine tree (with its digest) an image is held to."""
     if patched is None:
-        from .patchset import patched_tree
+        from ..patchset import patched_tree
 
         patched = patched_tree(lin, store)
     if pristine_root is None:
-        from .sources import fetch
+        from ..sources import fetch
 
         fetched = fetch(lin, store, base=pipeline.root)
         return patched, fetched.root, fetched.tree_digest
-    from .sources import tree_digest as compute_digest
+    from ..sources import tree_digest as compute_digest
 
     return patched, pristine_root, compute_digest(pristine_root)
 
@@ -395,7 +395,7 @@ def tree_manifest_checks(view: View, identity: dict[str, Any], site_packages: st
     """``/opt/patchbake/tree.json`` (what the in-image self-check compares the installed tree
     with) must be the identity record's and list exactly the ``vllm/`` tree the engine
     unpacks: a manifest edited to match other code would let the image pass its own check."""
-    from .images.tree import TreeFile, manifest_bytes
+    from ..images.tree import TreeFile, manifest_bytes
 
     info = view.files.get(TREE_PATH.lstrip("/"))
     named = (identity.get("tree") or {}).get("sha256") if isinstance(identity.get("tree"),

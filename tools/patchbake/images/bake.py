@@ -15,21 +15,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import Lineage, Pipeline
-from .digest import Digest
-from .errors import ConfigError
-from .images import definition as definitions
-from .images import recipe
-from .images import record as records
-from .images.base import resolve_base
-from .config.images import Definition
-from .images.overlay import (
+from ..config import Lineage, Pipeline
+from ..digest import Digest
+from ..errors import ConfigError
+from . import definition as definitions
+from . import recipe
+from . import record as records
+from .base import resolve_base
+from ..config.images import Definition
+from .overlay import (
     Overlay,
     Patched,
     build_overlay,
     decide_mode,
 )
-from .images.recipe import (
+from .recipe import (
     BAKE_FORMAT,
     BakeResult,
     bake_key,
@@ -41,12 +41,12 @@ from .images.recipe import (
     save_cache,
     wrapped_entrypoint,
 )
-from .images.record import latest_digest
-from .oci import layout
-from .oci.image import Image
-from .oci.media import OCI_MANIFEST, Descriptor, layer_type_for
-from .oci.tarwriter import with_parents, write_layer
-from .store import Store
+from .record import latest_digest
+from ..oci import layout
+from ..oci.image import Image
+from ..oci.media import OCI_MANIFEST, Descriptor, layer_type_for
+from ..oci.tarwriter import with_parents, write_layer
+from ..store import Store
 
 
 def epoch_from_env() -> int:
@@ -109,7 +109,7 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
         return _bake_image(pipeline, name, store, lineage, patched, epoch, backend,
                            docker_archive, record)
     except OSError as exc:
-        from .store import write_failure
+        from ..store import write_failure
 
         err = write_failure(exc, store.root)  # full, read-only: one line, exit 13
         if err is None:
@@ -125,20 +125,20 @@ def _bake_image(pipeline: Pipeline, name: str | None, store: Store, lineage: str
     defn = definitions.load(pipeline, name)
     lin = pipeline.lineage_for(defn, lineage)
     if patched is None:
-        from .patchset import patched_tree
+        from ..patchset import patched_tree
 
         patched = patched_tree(lin, store)
     mode, warnings = decide_mode(defn, patched)
     epoch = epoch_from_env() if epoch is None else epoch
     if mode == "build" or backend == "engine":
-        from .images.engine_bake import bake_with_engine
+        from .engine_bake import bake_with_engine
 
         result = bake_with_engine(pipeline, defn, lin, patched, store, mode, warnings, epoch)
     else:
         result = _bake_embedded(pipeline, defn, lin, patched, store, warnings, epoch, t0,
                                 record)
     if docker_archive is not None:
-        from .oci.archive import export_docker_archive
+        from ..oci.archive import export_docker_archive
 
         export_docker_archive(store, result.digest, docker_archive,
                               [f"patchbake/{name}:{result.digest.short()}"])

@@ -19,17 +19,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import Lineage
-from .digest import Digest
+from ..config import Lineage
+from ..digest import Digest
 from .expected import Expected
-from .fsutil import cache_write
-from .images.overlay import Patched
-from .images.refs import Resolved
-from .store import Store
+from ..fsutil import cache_write
+from ..images.overlay import Patched
+from ..images.refs import Resolved
+from ..store import Store
 
 FORMAT = "patchbake-verify-memo/1"
 FIELDS = ("matched", "total", "mismatched", "base_drift", "problems", "identity", "entries")
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # the whole patchbake package
 _CODE: list[str] = []  # the package's digest, computed once per process
 
 

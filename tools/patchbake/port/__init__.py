@@ -1,0 +1,1 @@
+"""port: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""verify: see docs/architecture.md."""
