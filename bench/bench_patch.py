@@ -123,9 +123,13 @@ def timed_together(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
 NO_AUTO_GC = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "gc.auto", "GIT_CONFIG_VALUE_0": "0",
               "GIT_CONFIG_KEY_1": "maintenance.auto", "GIT_CONFIG_VALUE_1": "false"}
 SCALES = [int(x) for x in os.environ.get("BENCH_SCALES", "1,10").split(",") if x.strip()]
-GOALS = {  # (step, scale) -> ratio goal against the anchor
-    ("check", 1): 10.0, ("check", 10): 3.0, ("export", 1): 3.0, ("export", 10): 1.5,
-    ("apply", 1): 3.0, ("build", 1): 3.0,
+# The goals of issue 17 (restated when the start-up tricks went): the guard's process
+# against the floor of any Python command doing git's work (the modules it imports, read
+# from -X importtime, plus the anchor) at seed scale, against `git apply --check` at 10x.
+# The other rows are measured and reported without a goal.
+GOALS = {  # (step, scale, anchor) -> ratio goal
+    ("check", 1, "its imports + git apply --check"): 1.5,
+    ("check", 10, "git apply --check"): 4.0,
 }
 
 
@@ -264,16 +268,19 @@ def rows_of(scale: int, res: dict[str, float]) -> list[tuple[str, str, float, st
     rows = [
         ("check", "patchbake patch check (CLI)", res["check_cli"], "git apply --check",
          res["git_apply_check"]),
+        ("check", "patchbake patch check (CLI)", res["check_cli"],
+         "its imports + git apply --check", res["stdlib_check"] + res["git_apply_check"]),
         ("check", "check_patch_files.py (python3 -I)", res["check_bare"], "git apply --check",
          res["git_apply_check"]),
-        ("(ref)", "stdlib it imports + the anchor", res["stdlib_check"] + res["git_apply_check"],
-         "git apply --check", res["git_apply_check"]),
+        ("(ref)", "modules it imports + the anchor",
+         res["stdlib_check"] + res["git_apply_check"], "git apply --check",
+         res["git_apply_check"]),
         ("(ref)", "python3 -I -c pass (start-up alone)", res["python_start"],
          "git apply --check", res["git_apply_check"]),
         ("export", "patchbake patch export (CLI)", res["export_cli"], "git diff",
          res["git_diff"]),
         ("export", "export() in-process", res["export_lib"], "git diff", res["git_diff"]),
-        ("(ref)", "stdlib it imports + the anchor", res["stdlib_export"] + res["git_diff"],
+        ("(ref)", "modules it imports + the anchor", res["stdlib_export"] + res["git_diff"],
          "git diff", res["git_diff"]),
     ]
     if scale == 1:
@@ -317,14 +324,14 @@ def main() -> int:
         print(f"\nscale {scale}x: {sc['files']} files +{sc['added']} -{sc['removed']}, "
               f"{sc['bytes']} bytes; workspace made in {sc['workspace_s']:.1f}s; "
               f"median of {RUNS}")
-        print(f"{'step':7} {'ours':38} {'s':>7}  {'anchor':24} {'s':>7}  {'ratio':>6}  goal")
+        print(f"{'step':7} {'ours':38} {'s':>7}  {'anchor':32} {'s':>7}  {'ratio':>6}  goal")
         out_rows = []
         for step, ours, a, anchor, b in rows_of(scale, res):  # type: ignore[arg-type]
             ratio = a / b if b else float("inf")
-            goal = GOALS.get((step, scale))
+            goal = GOALS.get((step, scale, anchor))
             verdict = "" if goal is None else (f"<= {goal}x " +
                                                ("met" if ratio <= goal else "MISSED"))
-            print(f"{step:7} {ours:38} {a:7.3f}  {anchor:24} {b:7.3f}  {ratio:6.2f}  {verdict}")
+            print(f"{step:7} {ours:38} {a:7.3f}  {anchor:32} {b:7.3f}  {ratio:6.2f}  {verdict}")
             out_rows.append({"step": step, "ours": ours, "ours_s": round(a, 4),
                              "anchor": anchor, "anchor_s": round(b, 4),
                              "ratio": round(ratio, 2), "goal": goal,

@@ -206,10 +206,19 @@ def bench_size(work: Path, total_mb: int, layers: int, rounds: int) -> dict[str,
             sec = med[f"{op}_{who}"]
             label = {"lib": "patchbake (library call)", "cli": "patchbake (CLI process)",
                      "serial": "library, 1 blob at a time", "skopeo": "skopeo copy"}[who]
-            print(f"{op:<5} {label:<26} {sec:>9.3f} {mb / sec:>8.1f} {anchor / sec:>9.2f}x")
+            goal = GOALS.get(total_mb) if who == "cli" else None
+            verdict = "" if goal is None else \
+                f"  goal >= {goal}x: {'met' if anchor / sec >= goal else 'MISSED'}"
+            print(f"{op:<5} {label:<26} {sec:>9.3f} {mb / sec:>8.1f} {anchor / sec:>9.2f}x"
+                  f"{verdict}")
     print(f"CLI start-up alone (python3 -m patchbake --version): {med['startup_cli']:.3f} s")
     return {"image_digest": digest, "image_bytes": nbytes, "layers": layers,
             "rounds": runs, "median_s": med}
+
+
+# Issue 17's goals for the CLI process (what a user runs) against `skopeo copy`, as
+# speed ratios (skopeo's time / ours): at least this fast, by image size in MB.
+GOALS = {36: 0.8, 1024: 1.5}
 
 
 def main() -> int:
