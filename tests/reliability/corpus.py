@@ -437,7 +437,8 @@ def _ref_case(name: str, argv: list[str], code: int, match: str) -> None:
 
 _ref_case("pull ref with user info", ["pull", "user:pw@127.0.0.1:5000/r:t"], 2, "")
 _ref_case("pull ref without tag or digest", ["pull", "127.0.0.1:5000/r"], 2, "neither a tag")
-_ref_case("pull ref with a bad digest", ["pull", "127.0.0.1:5000/r@sha256:xyz"], 2, "not a sha256")
+_ref_case("pull ref with a bad digest", ["pull", "127.0.0.1:5000/r@sha256:xyz"], 2,
+          "is not sha256:<64")
 _ref_case("pull with a URL scheme", ["pull", "http://registry.test/r:t"], 2,
           "is not a host")
 _ref_case("push of an unknown image", ["push", "sha256:" + "0" * 64, "127.0.0.1:5000/r:t"],

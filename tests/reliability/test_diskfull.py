@@ -149,7 +149,7 @@ def test_push_succeeds_from_a_read_only_store_and_pull_into_it_fails_cleanly(
         remount_ro(fs)
         monkeypatch.setenv("PATCHBAKE_HOME", str(fs / "store"))
         monkeypatch.chdir(repo.root)
-        rc, _, err = run(capsys, "push", res.digest, f"{registry}/faults/ro:push")
+        rc, _, err = run(capsys, "push", str(res.digest), f"{registry}/faults/ro:push")
         assert rc == 0, err
         assert "patchbake: warning: the blob-location cache" in err and "read-only" in err
         rc, _, err = run(capsys, "pull", f"{registry}/faults/ro:push")
