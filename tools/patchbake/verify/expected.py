@@ -20,7 +20,7 @@ from ..config.images import Definition
 from ..images.overlay import IDENTITY_PATH
 from ..images.record import ImageRecord
 from ..images.refs import Resolved
-from ..oci.scan import View
+from ..oci.view import View
 from ..store import Store
 
 
