@@ -50,15 +50,10 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
     scanner = EntryReader(tracked, write_root, write_prefix)
     diff_ids = image.diff_ids
     if write_root is None and cache_dir is not None:
-        memos = [load_ops(cache_file(cache_dir, d.digest, tracked), d.digest, diff_ids[i])
-                 for i, d in enumerate(image.layers)]
-        if all(m is not None for m in memos):
-            if digests is not None:
-                return _replay_all(scanner, image, memos, digests)  # type: ignore[arg-type]
-            with LayerDigests(image, blobs) as own:
-                view = _replay_all(scanner, image, memos, own)  # type: ignore[arg-type]
-                own.settle(view, progress)
-            return view
+        replayed = _replay_memoised(scanner, image, blobs, tracked, cache_dir, digests,
+                                    progress)
+        if replayed is not None:
+            return replayed
     if digests is not None:
         digests.cancel()  # read layer by layer below, each hashed as it is parsed
     for i, desc in enumerate(image.layers):
@@ -92,6 +87,23 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
         if progress:
             progress(src.raw_size)
     return scanner.view
+
+
+def _replay_memoised(scanner: EntryReader, image: Image, blobs: Blobs,
+                     tracked: tuple[str, ...], cache_dir: Path, digests: LayerDigests | None,
+                     progress: Callable[[int], None] | None) -> View | None:
+    """``scan_image`` when every layer has a memo (else None): the ops replayed while the
+    blobs are hashed by ``digests``, or by a ``LayerDigests`` of its own settled here."""
+    memos = [load_ops(cache_file(cache_dir, d.digest, tracked), d.digest, image.diff_ids[i])
+             for i, d in enumerate(image.layers)]
+    if not all(m is not None for m in memos):
+        return None
+    if digests is not None:
+        return _replay_all(scanner, image, memos, digests)  # type: ignore[arg-type]
+    with LayerDigests(image, blobs) as own:
+        view = _replay_all(scanner, image, memos, own)  # type: ignore[arg-type]
+        own.settle(view, progress)
+    return view
 
 
 def _replay_all(scanner: EntryReader, image: Image, memos: list[dict[str, Any]],
