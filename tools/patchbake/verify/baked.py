@@ -116,9 +116,10 @@ def _pristine_hashes(root: Path, tree_digest: Digest, store: Store) -> dict[str,
     return files
 
 
-def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
-            generated: tuple[str, ...], last_layer: int | None
-            ) -> tuple[int, int, list[dict[str, Any]], dict[str, Any]]:
+def compare(  # noqa: C901 - two comparisons over one view: patched files, then base drift
+        view: View, sp: str, patched: Patched, pristine: dict[str, str],
+        generated: tuple[str, ...], last_layer: int | None
+        ) -> tuple[int, int, list[dict[str, Any]], dict[str, Any]]:
     """(matched, total, mismatched, base_drift) for a scanned image."""
     prefix = f"{sp}/"
     mismatched: list[dict[str, Any]] = []
