@@ -155,6 +155,25 @@ def _diff(a: Files, b: Files) -> str:
                      for k in keys[:4])
 
 
+def _verdict(expect: str, ours: Outcome,
+             theirs_by: tuple[tuple[str, Outcome | None], ...]) -> str:
+    """'ok', or how patchbake, the corpus and the unpackers disagree on one case."""
+    verdict = "ok"
+    if (ours[0] == "read") != (expect == "read"):
+        verdict = f"patchbake {ours[0]}, the corpus expects {expect}"
+    if ours[0] == "read":
+        assert isinstance(ours[1], dict)
+        for who, theirs in theirs_by:
+            if theirs is None:
+                continue
+            if theirs[0] != "read":
+                verdict = f"patchbake read it, {who} {theirs[0]}"
+            elif theirs[1] != ours[1]:
+                assert isinstance(theirs[1], dict)
+                verdict = f"{who} wrote other files: {_diff(ours[1], theirs[1])}"
+    return verdict
+
+
 def test_patchbake_reads_every_crafted_layer_as_the_real_unpackers_do(tmp_path: Path) -> None:
     if shutil.which("umoci") is None:
         pytest.skip("umoci is not installed (make setup installs Debian's umoci)")
@@ -174,20 +193,8 @@ def test_patchbake_reads_every_crafted_layer_as_the_real_unpackers_do(tmp_path: 
     dk = docker_unpacks([c for c in CASES if pb[c.name][0] == "read"], tmp_path) \
         if engine else {}
     for c in CASES:
-        verdict = "ok"
         ours = pb[c.name]
-        if (ours[0] == "read") != (c.expect == "read"):
-            verdict = f"patchbake {ours[0]}, the corpus expects {c.expect}"
-        if ours[0] == "read":
-            assert isinstance(ours[1], dict)
-            for who, theirs in (("umoci", um[c.name]), ("docker", dk.get(c.name))):
-                if theirs is None:
-                    continue
-                if theirs[0] != "read":
-                    verdict = f"patchbake read it, {who} {theirs[0]}"
-                elif theirs[1] != ours[1]:
-                    assert isinstance(theirs[1], dict)
-                    verdict = f"{who} wrote other files: {_diff(ours[1], theirs[1])}"
+        verdict = _verdict(c.expect, ours, (("umoci", um[c.name]), ("docker", dk.get(c.name))))
         if verdict != "ok":
             bad.append(c.name)
         rows.append((c.name, _describe(ours), _describe(um[c.name]),

@@ -17,7 +17,8 @@ from oci_build import write_oci_layout
 from patchbake.digest import Digest
 from patchbake.errors import AmbiguousLayerError, PatchbakeError
 from patchbake.oci.image import DirBlobs, load_image
-from patchbake.oci.scan import FileInfo, final_files, scan_image
+from patchbake.oci.scan import final_files, scan_image
+from patchbake.oci.view import FileInfo
 from tar_corpus import BASE, CASES, EVIL, Case, file, layer, symlink
 
 

@@ -76,8 +76,9 @@ class Channel:
     gates: tuple[Gate, ...]  # inherited ones first, in order
 
 
-def _gate(kind: str, name: str, c: dict[str, Any], where: str, source: str,
-          suites: Mapping[str, object]) -> Gate:
+def _gate(  # noqa: C901 - one branch per gate kind, each checking that kind's fields
+        kind: str, name: str, c: dict[str, Any], where: str, source: str,
+        suites: Mapping[str, object]) -> Gate:
     if kind == "evidence":
         if not c["suites"]:
             raise ConfigError(f"{source}: '{where}.suites' must list the suites whose "

@@ -44,7 +44,8 @@ def suggest(word: str, options: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def validate(data: Any, schema: Schema, where: str, source: str) -> dict[str, Any]:
+def validate(  # noqa: C901 - one pass over a mapping's keys, each branch one schema rule
+        data: Any, schema: Schema, where: str, source: str) -> dict[str, Any]:
     """Validate ``data`` (a mapping) against ``schema``. ``where`` is the dotted key path
     of this mapping; ``source`` the file it came from. Returns data with defaults."""
     label = where or "top level"

@@ -77,7 +77,7 @@ def _b64(value: Any, what: str, where: str) -> bytes:
         refuse_evidence("malformed", f"{where}: {what} is not valid base64")
 
 
-def parse(data: bytes, where: str) -> Envelope:
+def parse(data: bytes, where: str) -> Envelope:  # noqa: C901 - one check per envelope field
     """Strictly parse an envelope's JSON; every deviation is a named EvidenceError."""
     try:
         obj = json.loads(data)

@@ -73,7 +73,8 @@ def _suite_sentence(v: Verified) -> str:
     return text + "."
 
 
-def paragraph(facts: ImageFacts, evidence: dict[str, Verified | EvidenceError]) -> str:
+def paragraph(  # noqa: C901 - one sentence per fact, in reading order
+        facts: ImageFacts, evidence: dict[str, Verified | EvidenceError]) -> str:
     parts = []
     patch = f"SHA-256 `{facts.patch_sha256}`" if facts.patch_sha256 else "(unrecorded)"
     parts.append(f"This exact patch is {patch} and was baked into image `{facts.name}` "

@@ -32,7 +32,8 @@ from ..config import Lineage
 from ..errors import ImageError, LineageError
 from ..fsutil import cache_write, canonical_json
 from ..oci.image import StoreBlobs
-from ..oci.scan import View, scan_image
+from ..oci.scan import scan_image
+from ..oci.view import View
 from ..store import Store
 from .base import BaseImage
 

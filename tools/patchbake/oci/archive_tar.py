@@ -5,7 +5,7 @@
 path replacing the earlier) and then opens ``manifest.json``, the config and the layers by
 path, following symlinks inside the directory (``FollowSymlinkInScope``). So the archive
 is read here with the Go-exact reader of layers (:func:`tarstream.members`, and every
-refusal of it), names are cleaned as the engines clean them (``scan._clean_name``), and
+refusal of it), names are cleaned as the engines clean them (``entries.clean_name``), and
 only regular files and directories are accepted: a symlink, a hard link or a device would
 let the engine read other bytes under a name than the member of that name holds.
 
@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 from ..digest import Digest
 from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArchiveError
-from .scan import _clean_name
+from .entries import clean_name
 from .tarstream import LayerBytes, members
 from .tarstream import _pax as pax_records
 
@@ -115,7 +115,7 @@ class ArchiveTar:
 
     def member(self, name: str) -> Member:
         """The regular file ``name`` (a path as manifest.json gives it) names."""
-        clean = _clean_name(name, f"{self.path}: unsafe archive")
+        clean = clean_name(name, f"{self.path}: unsafe archive")
         if clean in self.files:
             return self.files[clean]
         if clean in self.dirs:
@@ -149,7 +149,7 @@ def _name_of(raw: str, typ: bytes, reads: list[bytes], files: dict[str, Member],
     not write a plain file or directory there, or where tar readers disagree on it."""
     if raw.startswith("/"):
         raise UnsafeArchiveError(f"unsafe archive entry {raw!r} is an absolute path")
-    name = _clean_name(raw, "unsafe archive")
+    name = clean_name(raw, "unsafe archive")
     if typ not in (b"0", b"5"):
         raise UnsafeArchiveError(f"unsafe archive entry {raw!r} is a "
                                  f"{_KINDS.get(typ, 'link')}: docker load would create it "

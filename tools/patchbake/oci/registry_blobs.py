@@ -101,7 +101,8 @@ def push_scope(repo: str) -> str:
     return f"repository:{repo}:pull,push"
 
 
-def _prefetch(chunks: Iterable[bytes], depth: int = PREFETCH_DEPTH) -> Iterator[bytes]:
+def _prefetch(  # noqa: C901 - a reader thread and its consumer kept together
+        chunks: Iterable[bytes], depth: int = PREFETCH_DEPTH) -> Iterator[bytes]:
     """Iterate ``chunks`` in a reader thread; exceptions there surface here, in order."""
     q: queue.Queue[bytes | BaseException | None] = queue.Queue(depth)
     stop = threading.Event()

@@ -234,9 +234,9 @@ def _parse_hunk(r: _Reader, header: bytes) -> Hunk:
 _FAST = True
 
 
-def _hunk_lines(r: _Reader, line_no: int, old_count: int,
-                new_count: int) -> tuple[tuple[bytes, ...], tuple[bytes, ...],
-                                         tuple[bytes, ...]]:
+def _hunk_lines(  # noqa: C901 - the hunk body line by line, each branch one line kind
+        r: _Reader, line_no: int, old_count: int,
+        new_count: int) -> tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[bytes, ...]]:
     """Walk the hunk body line by line: the reference rules, with every refusal."""
     old: list[bytes] = []
     new: list[bytes] = []
@@ -376,7 +376,7 @@ def _parse_header(r: _Reader, path: str) -> tuple[str, str | None, str | None, s
     return status, old_mode, new_mode, old_id, new_id
 
 
-def _parse_section(r: _Reader) -> FilePatch:
+def _parse_section(r: _Reader) -> FilePatch:  # noqa: C901 - one git file section, part by part
     start = r.i
     path = _parse_git_line(r, r.take())
     status, old_mode, new_mode, old_id, new_id = _parse_header(r, path)

@@ -196,8 +196,9 @@ def _guard_rewritten(o: _Origin, refs: _Refs, current: str | None,
                                "--reason '...'")
 
 
-def export(lineage: Any, store: Store, from_spec: str, *, force: bool = False,
-           reason: str | None = None) -> Exported:
+def export(  # noqa: C901 - the refusal threads and the diff they run beside, kept together
+        lineage: Any, store: Store, from_spec: str, *, force: bool = False,
+        reason: str | None = None) -> Exported:
     from ..sources import fetch
 
     if force and not (reason or "").strip():

@@ -98,7 +98,8 @@ def _path_of(text: str, where: str) -> str:
     return text
 
 
-def parse_filelist(data: bytes, name: str = "FILES.txt") -> FileList:
+def parse_filelist(  # noqa: C901 - one pass over FILES.txt: header, rows, order, duplicates
+        data: bytes, name: str = "FILES.txt") -> FileList:
     """Read format 2 or the legacy path-per-line form; refuse unsorted or duplicate paths."""
     text = data.decode("utf-8", "surrogateescape")
     if "\r" in text:

@@ -46,7 +46,7 @@ def _varint(delta: bytes, i: int) -> tuple[int, int]:
             return value, i
 
 
-def apply_delta(base: bytes, delta: bytes) -> bytes:
+def apply_delta(base: bytes, delta: bytes) -> bytes:  # noqa: C901 - git's pack delta opcodes
     """Apply a git pack delta (copy/insert opcodes) to ``base``; ValueError if it disagrees."""
     src_size, i = _varint(delta, 0)
     dst_size, i = _varint(delta, i)

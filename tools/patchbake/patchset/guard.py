@@ -310,10 +310,11 @@ def _reexport(patch: Patch, rx: Reexport, run: _Run) -> None:
                 "or exported with other settings); " + EXPORT)
 
 
-def check(patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "patch",
-          pristine_root: Path | None = None, pin: str | None = None,
-          source_patch_sha256: str | None = None, reexport: bool = True,
-          source_tree_digest: str | None = None, tree_digest: Digest | None = None) -> Report:
+def check(  # noqa: C901 - every guard check in order, gathered into one report
+        patch_bytes: bytes, files_bytes: bytes | None, *, patch_name: str = "patch",
+        pristine_root: Path | None = None, pin: str | None = None,
+        source_patch_sha256: str | None = None, reexport: bool = True,
+        source_tree_digest: str | None = None, tree_digest: Digest | None = None) -> Report:
     """Run every check; the report's ``ok`` is False when any problem was found."""
     run = _Run()
     sha = hashlib.sha256(patch_bytes).hexdigest()

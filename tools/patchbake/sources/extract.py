@@ -80,7 +80,7 @@ def _decompressed(raw: IO[bytes]) -> IO[bytes]:
     return raw
 
 
-def _tar_members(path: Path) -> Iterator[Member]:
+def _tar_members(path: Path) -> Iterator[Member]:  # noqa: C901 - one branch per tar member type
     try:
         # stream mode: one sequential pass, each file read before the next header
         with open(path, "rb") as raw, _decompressed(raw) as stream, \
@@ -239,8 +239,9 @@ def _write_file(dest: Path, src: IO[bytes], mode: int, member: str,
         os.fchmod(out.fileno(), 0o755 if mode & 0o111 else 0o644)
 
 
-def extract(archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = True,
-            on_member: Callable[[int], None] | None = None) -> tuple[Path, str | None]:
+def extract(  # noqa: C901 - one branch per member kind, each with its clash checks
+        archive: Path, dest: Path, *, strip: str | None, auto_strip: bool = True,
+        on_member: Callable[[int], None] | None = None) -> tuple[Path, str | None]:
     """Extract ``archive`` into the new directory ``dest``; return (tree root, strip used).
 
     With ``strip`` None and ``auto_strip``, a lone top-level directory is stripped (the

@@ -9,7 +9,9 @@ from .expected import Expected
 from ..images.overlay import ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH, Patched
 from ..images.tree import TREE_PATH
 from ..images.refs import Resolved
-from ..oci.scan import LayerDigests, View, layer_ops
+from ..oci.layerdigests import LayerDigests
+from ..oci.layerops import layer_ops
+from ..oci.view import View
 
 PACKAGE = "vllm/"
 KEEP_DIR = "opt/patchbake/"

@@ -44,7 +44,10 @@ from ..images.overlay import (
 )
 from ..images.tree import TREE_PATH
 from ..images.refs import Resolved, resolve
-from ..oci.scan import LayerDigests, View, memoised, scan_image
+from ..oci.layerdigests import LayerDigests
+from ..oci.layerops import memoised
+from ..oci.scan import scan_image
+from ..oci.view import View
 from ..store import Store
 
 PACKAGE = "vllm/"
@@ -113,9 +116,10 @@ def _pristine_hashes(root: Path, tree_digest: Digest, store: Store) -> dict[str,
     return files
 
 
-def compare(view: View, sp: str, patched: Patched, pristine: dict[str, str],
-            generated: tuple[str, ...], last_layer: int | None
-            ) -> tuple[int, int, list[dict[str, Any]], dict[str, Any]]:
+def compare(  # noqa: C901 - two comparisons over one view: patched files, then base drift
+        view: View, sp: str, patched: Patched, pristine: dict[str, str],
+        generated: tuple[str, ...], last_layer: int | None
+        ) -> tuple[int, int, list[dict[str, Any]], dict[str, Any]]:
     """(matched, total, mismatched, base_drift) for a scanned image."""
     prefix = f"{sp}/"
     mismatched: list[dict[str, Any]] = []
@@ -191,7 +195,7 @@ def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: s
     Where to look (site-packages, which layers are the base, which start-up hooks are
     allowed) comes from the image definition and record, never from the image's labels.
     With ``use_cache`` the findings and each layer's ops are memoised (``verify_memo``,
-    ``oci.scan``); every layer is still read and hashed to EOF and checked every time."""
+    ``oci.layerops``); every layer is still read and hashed to EOF and checked every time."""
     t0 = time.monotonic()
     ref = str(ref)  # a manifest digest is one of the references resolve() takes
     with resolve(store, ref, pipeline) as res, _hashing(res, use_cache) as early:

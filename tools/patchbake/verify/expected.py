@@ -20,7 +20,7 @@ from ..config.images import Definition
 from ..images.overlay import IDENTITY_PATH
 from ..images.record import ImageRecord
 from ..images.refs import Resolved
-from ..oci.scan import View
+from ..oci.view import View
 from ..store import Store
 
 
@@ -62,7 +62,7 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
         raise ImageError(f"cannot tell which image definition {res.ref} "
                          f"({res.image.manifest_digest}) is verified against: no image record "
                          "names it", hint="name it: `patchbake verify REF --definition NAME`")
-    defn = load_definition(pipeline, name)
+    defn = definitions.load(pipeline, name)
     if site_packages and site_packages.strip("/") != defn.sp_rel:
         raise ImageError(f"--site-packages {site_packages} disagrees with definition "
                          f"'{name}' ({defn.site_packages}); verify reads the definition's")
@@ -83,25 +83,6 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
                          "the layers above the base cannot be told",
                          hint=f"run `patchbake bake {name}` (it fetches the base) first")
     return Expected(defn, rec, diff_ids, base.config if base is not None else None, how)
-
-
-_DEFINITIONS: dict[tuple[str, str, int, int], Definition] = {}
-
-
-def load_definition(pipeline: Pipeline, name: str) -> Definition:
-    """``definitions.load``, memoised on the file's path, size and mtime (YAML parsing
-    costs more than hashing a small image's layers)."""
-    path = pipeline.images.get(name)
-    try:
-        st = path.stat() if path is not None else None
-    except OSError:
-        st = None
-    if st is None:
-        return definitions.load(pipeline, name)
-    key = (str(pipeline.root), name, st.st_mtime_ns, st.st_size)
-    if key not in _DEFINITIONS:
-        _DEFINITIONS[key] = definitions.load(pipeline, name)
-    return _DEFINITIONS[key]
 
 
 def base_image(store: Store, digest: Digest, name: str) -> Any:
@@ -220,4 +201,4 @@ def image_definition(pipeline: Pipeline, *, definition: str | None = None,
     the requested or default one, see Pipeline.lineage_for)."""
     name = definition or (recorded_definition(pipeline, manifest_digest)
                           if manifest_digest else None)
-    return load_definition(pipeline, name) if name and name in pipeline.images else None
+    return definitions.load(pipeline, name) if name and name in pipeline.images else None

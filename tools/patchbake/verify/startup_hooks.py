@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..oci.scan import View
+from ..oci.view import View
 
 _VERSION = re.compile(r"(?:^|/)python(3\.\d+)(?:/|$)")
 HOOK_MODULES = ("sitecustomize", "usercustomize")
@@ -50,7 +50,7 @@ class Places:
     zips: tuple[str, ...]  # pythonXY.zip: on sys.path when present
 
     def tracked(self) -> tuple[str, ...]:
-        """Scan prefixes/patterns (see ``oci.scan``) covering every start-up hook."""
+        """Scan prefixes/patterns (see ``oci.view``) covering every start-up hook."""
         out = [f"{d}/*.pth" for d in self.site_dirs]
         out += [f"{d}/{m}" for d in self.path_dirs for m in (*HOOK_MODULES, "vllm")]
         return tuple(dict.fromkeys([*out, *self.zips]))
