@@ -470,3 +470,23 @@ def test_relative_path_defaults_to_pipeline_dir(tmp_path: Path, store: Store,
     monkeypatch.delenv("PATCHBAKE_PIPELINE", raising=False)
     monkeypatch.chdir(tmp_path / "repo" / "sub")
     assert fetch(lineage(kind="path", path="demo.tar.gz"), store).archive_sha256 == ARCHIVE_DIGEST
+
+
+def test_a_blob_under_the_pins_name_is_rehashed_before_it_is_used(net: FakeHTTP,
+                                                                   store: Store) -> None:
+    """A store blob is a claim by its name: other bytes planted (or damaged) under the pin's
+    name are refused with the corruption code, never extracted as the pin's tree; the
+    intact blob is used without the network."""
+    other = sdist({"setup.py": b"planted()\n"})
+    planted = store.blob_path(ARCHIVE_DIGEST)
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_bytes(other)
+    with pytest.raises(IntegrityError, match=f"store blob sha256:{SHA} holds bytes that hash "
+                                             f"to sha256:{hashlib.sha256(other).hexdigest()}") as e:
+        fetch(lineage(), store)
+    assert e.value.exit_code == 11 and "store fsck --quarantine" in e.value.one_line()
+    assert not (store.root / "sources").exists() or not list((store.root / "sources").iterdir())
+    planted.write_bytes(ARCHIVE)
+    f = fetch(lineage(), store)
+    assert (f.root / "setup.py").read_bytes() == b"setup()\n"
+    assert FILE_URL not in net.calls

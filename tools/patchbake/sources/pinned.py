@@ -147,6 +147,21 @@ def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bo
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _held_intact(store: Store, pinned: Digest) -> bool:
+    """Whether the store holds the pinned archive: the blob of that name is re-hashed
+    first, since a name is only a claim (a blob damaged or planted under the pin's name
+    must never become the pin's tree)."""
+    if not store.has(pinned):
+        return False
+    got = sha256_file(store.blob_path(pinned))
+    if got != pinned.hex:
+        raise IntegrityError(
+            f"store blob {pinned} holds bytes that hash to sha256:{got}, not to its name: "
+            "the store is damaged", hint="run `patchbake store fsck --quarantine`, then "
+            "fetch again")
+    return True
+
+
 def _archive_source(up: config.Upstream, store: Store, base: Path | None,
                     progress: ProgressFactory | None) -> tuple[Digest, str]:
     """Ensure the pinned archive is a blob in the store; (its digest, origin)."""
@@ -158,14 +173,14 @@ def _archive_source(up: config.Upstream, store: Store, base: Path | None,
         if not src.is_file():
             raise FetchError(f"path source: {src} does not exist",
                              hint="upstream.path must name a local tarball or directory")
-        if pinned is not None and store.has(pinned):
+        if pinned is not None and _held_intact(store, pinned):
             return pinned, str(src)
         with http.bar(progress, f"store {src.name}", src.stat().st_size) as b, \
                 open(src, "rb") as f:
             got = store.put_stream(http.counted(iter(lambda: f.read(CHUNK), b""), b), pinned)
         return got, str(src)
     assert up.sha256 and pinned  # config requires it for index and url
-    if store.has(pinned):  # e.g. a record was lost but the bytes are here
+    if _held_intact(store, pinned):  # e.g. a record was lost but the bytes are here
         return pinned, "store"
     session = http.new_session()
     if up.kind == "index":
