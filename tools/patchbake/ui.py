@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from .digest import Digest
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -66,8 +68,6 @@ def versioned(obj: Any) -> dict[str, Any]:
 def _digest_text(value: object) -> str:
     """A Digest in a command's --json output is its ``sha256:<hex>`` text; any other
     object json cannot write is a bug, not something to stringify."""
-    from .digest import Digest
-
     if isinstance(value, Digest):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

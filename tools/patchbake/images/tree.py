@@ -33,6 +33,8 @@ from ..errors import ImageError, LineageError
 from ..fsutil import cache_write, canonical_json
 from ..oci.image import StoreBlobs
 from ..oci.scan import View, scan_image
+from ..sources import fetch
+from ..sources.digest import MODE_LINK, digest_entries, tree_entries
 from ..store import Store
 from .base import BaseImage
 
@@ -105,9 +107,6 @@ def _tree_of(view: View, name: str, sp_rel: str, dist: dict[str, bytes],
 
 def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, str]:
     """sha256 of every pristine ``vllm/`` file of the lineage's pin (the verified tree)."""
-    from ..sources import fetch
-    from ..sources.digest import MODE_LINK, digest_entries, tree_entries
-
     fetched = fetch(lineage, store, base=root)
     # filled only from a tree whose full digest was re-computed and matched, so it holds
     # the pinned upstream's hashes even if the extracted tree were edited later
