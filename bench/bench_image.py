@@ -47,7 +47,7 @@ from patchbake.oci.archive import export_docker_archive
 from patchbake.oci.image import StoreBlobs, load_image
 from patchbake.oci.media import OCI_LAYER_TAR, Descriptor
 from patchbake.oci.tarwriter import file_entry, with_parents, write_layer
-from patchbake.patchset import patched_tree
+from patchbake.patchset.patched import patched_tree
 from patchbake.store import Store
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

@@ -144,9 +144,9 @@ def test_cli_bake_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     repo = make_repo(tmp_path)
     monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
-    import patchbake.patchset as ps
+    import patchbake.images.bake as bake_mod
 
-    monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
+    monkeypatch.setattr(bake_mod, "patched_tree", lambda lin, store: repo.patched)
     rc = main(["--pipeline", str(repo.root / "pipeline.yaml"), "bake", "offline", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and set(out) >= {"image", "digest", "config_digest", "layers", "record"}

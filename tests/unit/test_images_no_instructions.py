@@ -225,9 +225,9 @@ def test_cli_verify_names_the_definition(tmp_path: Path, capsys: pytest.CaptureF
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     repo, digest = _baked(tmp_path)
     monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
-    import patchbake.patchset as ps
+    import patchbake.verify.baked as baked_mod
 
-    monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
+    monkeypatch.setattr(baked_mod, "patched_tree", lambda lin, store: repo.patched)
     pipe = ["--pipeline", str(repo.root / "pipeline.yaml")]
     crafted = with_layer(repo.store, digest, layer([(f"{sp}/evil.pth", EVIL)]))
     assert main([*pipe, "verify", str(crafted)]) == ImageError.exit_code

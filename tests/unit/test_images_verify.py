@@ -206,9 +206,9 @@ def test_cli_verify_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     repo, digest = baked(tmp_path)
     monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
-    import patchbake.patchset as ps
+    import patchbake.verify.baked as baked_mod
 
-    monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
+    monkeypatch.setattr(baked_mod, "patched_tree", lambda lin, store: repo.patched)
     pipe = ["--pipeline", str(repo.root / "pipeline.yaml")]
     assert main([*pipe, "verify", "offline", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "patchset"))
 import fx
 from patchbake.digest import Digest
+from patchbake.patchset import guard as guard_mod
 from patchbake.patchset import reexport as reexport_mod
 from patchbake.patchset.diffparse import parse_patch
 from patchbake.patchset.guard import Report, check
@@ -185,7 +186,7 @@ def test_reexport_difference_is_reported(monkeypatch: pytest.MonkeyPatch) -> Non
             assert len(self.added) == len(parse_patch(fx.patch_bytes()).files)  # each one
             return fx.patch_bytes().replace(b"@@ -11,7 +11,8 @@ def f2(x):", b"@@ -11,7 +11,8 @@")
 
-    monkeypatch.setattr(reexport_mod, "Reexport", NoGit)
+    monkeypatch.setattr(guard_mod, "Reexport", NoGit)
     r = check(fx.patch_bytes(), fx.files_bytes(), pristine_root=fx.PRISTINE, pin=PIN)
     assert kinds(r) == ["reexport"]
     assert "re-export from the applied tree differs from the committed patch at line 5" \

@@ -201,9 +201,9 @@ def test_cli_verify_refuses_an_ambiguous_layer_with_exit_35(
     manifest["config"] = {**manifest["config"], "digest": str(cd), "size": cs}
     crafted, _, _ = layout.put_json(repo.store, manifest)
     monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
-    import patchbake.patchset as ps
+    import patchbake.verify.baked as baked_mod
 
-    monkeypatch.setattr(ps, "patched_tree", lambda lin, store: repo.patched, raising=False)
+    monkeypatch.setattr(baked_mod, "patched_tree", lambda lin, store: repo.patched)
     rc = main(["--pipeline", str(repo.root / "pipeline.yaml"), "verify", str(crafted),
                "--definition", "offline"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -14,12 +14,10 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from .errors import PatchbakeError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import TypeGuard
 
 ALGORITHM = "sha256"
 _HEX = re.compile(r"[0-9a-f]{64}")

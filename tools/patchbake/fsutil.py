@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, BinaryIO
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, BinaryIO
 
 CHUNK = 1 << 20
 
@@ -51,8 +52,6 @@ def _syncfs(path: str | os.PathLike[str]) -> bool:
     """syncfs(2) on the file system holding ``path``: one call flushes a whole extracted
     tree (per-file fsync of a 6,000-file tree costs seconds to minutes on a busy disk)."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.syncfs
     except (OSError, AttributeError):
@@ -101,8 +100,6 @@ def staging_owner(name: str) -> int | None:
 def _sweep_siblings(target: Path) -> None:
     """Remove ``.<name>.<pid>.<r>.tmp`` left beside ``target`` by a writer that died."""
     try:
-        import glob
-
         stale = list(target.parent.glob(f".{glob.escape(target.name)}.*.tmp"))
     except OSError:
         return
@@ -121,7 +118,6 @@ def atomic_writer(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[B
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     _sweep_siblings(target)
-    import tempfile  # where used: a push or pull's start-up does without it
 
     # the pid in the name lets `patchbake store gc` tell a crash's leftovers from a live write
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",

@@ -14,13 +14,11 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from . import proc
 from .scratch import Scratch
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import IO
 
 AUTHOR = ("patchbake", "patchbake@localhost")
 FIXED_DATE = "@0 +0000"  # 1970-01-01T00:00:00Z: commits of the same trees get the same id

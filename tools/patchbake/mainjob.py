@@ -14,7 +14,12 @@ from typing import Any, TypeVar
 
 from .config import Pipeline
 from .errors import GuardError, VerifyError
+from .images.bake import bake_image
+from .patchset.guard import check_lineage
+from .patchset.patched import patched_tree
+from .sources import fetch
 from .store import Store
+from .verify.baked import verify_image
 
 T = TypeVar("T")
 
@@ -34,12 +39,6 @@ class JobResult:
 def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None,
                  image: str | None = None, on_step: Callable[[str], None] | None = None,
                  progress: Any = None) -> JobResult:
-    from .images.bake import bake_image
-    from .verify.baked import verify_image
-    from .patchset import patched_tree
-    from .patchset.guard import check_lineage
-    from .sources import fetch
-
     lin = pipeline.lineage(lineage)
     job = JobResult(lineage=lin.key)
 
@@ -96,7 +95,10 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     }
     first = next(iter(pipeline.channels), None)
     if first is not None:  # the job ends with the candidate gate table (no registry needed)
+        # imported here: the release stage needs cryptography, which the GPU box (it only
+        # runs suites) lacks, and `patchbake --help` there loads this module
         from .release.create import gates
+
 
         job.gates = step(f"{first} gates", lambda: gates(pipeline, store, first, str(baked.digest),
                                                          lin.key, verified=verified)[0])

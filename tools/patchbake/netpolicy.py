@@ -22,21 +22,19 @@ The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
 
 from __future__ import annotations
 
+import email.utils
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import requests
 
 from . import __version__, limits
 from .errors import DeadlineError, PatchbakeError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import TypeVar
-
-    T = TypeVar("T")
+T = TypeVar("T")
 
 USER_AGENT = f"patchbake/{__version__}"
 RETRY_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -85,7 +83,6 @@ def retry_after_seconds(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
-    import email.utils  # an HTTP date: rare, and the email package is slow to import
 
     try:
         when = email.utils.parsedate_to_datetime(value)

@@ -8,12 +8,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from .errors import ProcessError, ToolMissingError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import IO
 
 
 @dataclass(frozen=True, slots=True)

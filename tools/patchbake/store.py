@@ -22,19 +22,20 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from .digest import Digest
 from .errors import IntegrityError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
+from .userdirs import user_cache_dir
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import BinaryIO
 
 # errno values that mean "this store cannot take writes", as opposed to a bug
 NO_WRITE = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
@@ -69,8 +70,6 @@ def is_litter(path: Path, now: float | None = None) -> bool:
 
 def remove_entry(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        import shutil  # shutil and tempfile are imported where used: a push's start-up
-
         shutil.rmtree(path, ignore_errors=True)
     else:
         try:
@@ -87,7 +86,6 @@ def default_root() -> Path:
         except RuntimeError:  # ~user of no such user
             raise StoreError(f"PATCHBAKE_HOME={env!r}: no such user's home directory",
                              hint="set PATCHBAKE_HOME to a directory path") from None
-    from .userdirs import user_cache_dir
 
     return user_cache_dir()
 
@@ -154,8 +152,6 @@ class Store:
 
     def tmpdir(self, prefix: str = "tmp") -> Path:
         try:
-            import tempfile
-
             return Path(tempfile.mkdtemp(prefix=f"{prefix}.{os.getpid()}.",
                                          dir=self.root / "tmp"))
         except OSError as exc:
@@ -193,8 +189,6 @@ class Store:
 
     def put_stream(self, chunks: Iterable[bytes], expected: Digest | None = None) -> Digest:
         """Store a stream; verify ``expected`` before the blob becomes visible."""
-        import tempfile
-
         try:
             fd, tmp = tempfile.mkstemp(prefix=f"blob.{os.getpid()}.", dir=self.root / "tmp")
         except OSError as exc:
@@ -250,8 +244,6 @@ class Store:
 
     def publish_tree(self, staging: Path, key: Digest) -> Path:
         """Move a fully built staging directory into place under ``key`` (atomic rename)."""
-        import shutil
-
         dest = self.tree_path(key)
         if dest.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from .digest import Digest, is_digest, is_hex
 from .fsutil import CHUNK
+from .sources.digest import tree_digest
 from .store import Store, is_litter, remove_entry
 
 HEX_IN_TEXT = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
@@ -79,8 +81,6 @@ def bad_blobs(store: Store) -> list[str]:
 
 def _tree_claims(store: Store) -> dict[str, str]:
     """trees/<name> -> the tree digest a record says it has."""
-    import json
-
     claims: dict[str, str] = {}
     for kind in ("sources", "patched"):
         for rec in sorted((store.root / kind).glob("*.json")):
@@ -197,8 +197,6 @@ def fsck(store: Store, *, repo: Path | None = None, trees: bool = True,
          quarantine: bool = False) -> Report:
     """Re-hash every blob (and every recorded tree), find litter, idle locks and
     unreferenced objects. With ``quarantine``, mismatching blobs move to quarantine/."""
-    from .sources.digest import tree_digest
-
     rep = Report()
     for p in _blob_files(store):
         rep.blobs += 1

@@ -15,11 +15,13 @@ from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from .digest import Digest
+
 if TYPE_CHECKING:
     from rich.console import Console
 
-# rich is imported where it draws (colour, a bar, a boxed table on a terminal): about 70 ms
-# of start-up that output to a pipe, a CI log or --json never needs.
+# rich is imported where it draws (colour, a bar, a boxed table on a terminal): output to a
+# pipe, a CI log or --json never draws, and a short command there skips its import (~50 ms).
 
 
 # Every --json document (results on stdout, errors on stderr) carries this; bump it when a
@@ -66,8 +68,6 @@ def versioned(obj: Any) -> dict[str, Any]:
 def _digest_text(value: object) -> str:
     """A Digest in a command's --json output is its ``sha256:<hex>`` text; any other
     object json cannot write is a bug, not something to stringify."""
-    from .digest import Digest
-
     if isinstance(value, Digest):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
@@ -97,7 +97,7 @@ def warn(text: str) -> None:
 
 def _plain_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Aligned columns without box drawing: what a pipe or a CI log gets (and it needs no
-    rich import, which is most of a short command's start-up)."""
+    rich import)."""
     cells = [[str(c) for c in columns], *[[str(x) for x in r] for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = [title] if title else []

@@ -4,14 +4,14 @@ On Linux these follow the XDG base directory specification directly: ``$XDG_CACH
 (``$XDG_CONFIG_HOME``) when it is set to an absolute path, else ``~/.cache``
 (``~/.config``), then ``patchbake``; ``~`` is ``$HOME`` when absolute, else the passwd
 entry's home, and a home that is neither is a StoreError (exit 13) that says what to set.
-That is what platformdirs answers there, without its import on every short command's
-start-up (tests/unit/test_userdirs.py holds the two together). Other systems ask
-platformdirs.
+That is what platformdirs answers there (tests/unit/test_userdirs.py holds the two
+together), and the GPU suite image (the H200 box) lacks platformdirs. Other systems ask it.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 from pathlib import Path
 
@@ -28,10 +28,8 @@ def _home() -> str:
     if os.path.isabs(home):
         return home
     try:
-        import pwd
-
         home = pwd.getpwuid(os.getuid()).pw_dir
-    except (ImportError, KeyError):
+    except KeyError:
         home = ""
     if not os.path.isabs(home):
         raise StoreError("cannot tell the home directory (HOME is unset or relative and "
@@ -52,7 +50,7 @@ def _xdg(kind: str) -> Path:
 def user_cache_dir() -> Path:
     if sys.platform.startswith("linux"):
         return _xdg("cache")
-    import platformdirs
+    import platformdirs  # off Linux only: the GPU suite image lacks it
 
     return Path(platformdirs.user_cache_dir(APP))
 
@@ -60,6 +58,6 @@ def user_cache_dir() -> Path:
 def user_config_dir() -> Path:
     if sys.platform.startswith("linux"):
         return _xdg("config")
-    import platformdirs
+    import platformdirs  # off Linux only: the GPU suite image lacks it
 
     return Path(platformdirs.user_config_dir(APP))

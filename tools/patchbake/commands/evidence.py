@@ -10,17 +10,22 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
+from ..config.signing import default_key_dir
 from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError, UsageError
-from ..config.signing import default_key_dir
+from ..evidence import facts, statement
+from ..sources import fetch
+from ..sources.digest import tree_digest
 from ..suites import image as imagemod
+from ..suites.result import SuiteResult
+from ..verify.expected import image_definition
 from .names import did_you_mean
 
+# keys, policy, records and summary import cryptography: only the commands that sign or
+# verify import them, since the machines that only run suites (the GPU box) lack it and
+# `patchbake --help` loads this module there too.
 if TYPE_CHECKING:
     from ..evidence import records, summary
-
-# cryptography is imported only by the commands that sign or verify: machines that only
-# run suites (the GPU box) lack it, and `patchbake --help` loads this module there too.
 
 
 def _image(ctx: Ctx, ref: str) -> imagemod.SuiteImage:
@@ -58,7 +63,6 @@ def keys_generate(ctx: Ctx, out: Path | None, name: str, suites: str) -> None:
     """Generate an Ed25519 key pair; print the trust-policy entry for its public key."""
     from ..evidence import keys as keymod
     from ..evidence import policy as policymod
-    from ..evidence import statement
 
     made = keymod.generate(out or default_key_dir())
     entry = policymod.render_entry(name, made.keyid, made.public_pem, "", suites.split(","),
@@ -91,7 +95,6 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
     """Sign suite results (from `suites run --results-out`) into manifests/evidence/."""
     from ..evidence import keys as keymod
     from ..evidence import records
-    from ..suites.result import SuiteResult
 
     sig = ctx.pipeline.signing
     key = keymod.load_private(key_path or sig.private_key())
@@ -101,14 +104,9 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
 
     def pinned_vllm_digest(image_digest: Digest) -> Digest:
         # the pin of the image's own lineage (its definition's), never just the default
-        from ..verify.expected import image_definition
-
         lin = ctx.pipeline.lineage_for(
             image_definition(ctx.pipeline, manifest_digest=image_digest), ctx.lineage_key)
         if lin.key not in pinned:
-            from ..sources import fetch
-            from ..sources.digest import tree_digest
-
             f = fetch(lin, ctx.store, base=ctx.pipeline.root)
             pinned[lin.key] = tree_digest(f.root / "vllm")
         return pinned[lin.key]
@@ -176,7 +174,7 @@ def evidence_verify(ctx: Ctx, file: Path | None, image_ref: str, suite_name: str
 
 
 def _facts(ctx: Ctx, ref: imagemod.SuiteImage, verify_files: bool) -> summary.ImageFacts:
-    from ..evidence import facts, summary
+    from ..evidence import summary
 
     patch, matched, total = facts.patch_and_match(ctx.pipeline, ctx.store, ctx.lineage(), ref,
                                                  verify_files)

@@ -13,13 +13,11 @@ import re
 from dataclasses import dataclass
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import ConfigError
 from .schema import Field, Schema, suggest, validate
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 # What each gate kind checks (docs/releases.md has the full table).
 GATE_KINDS = {

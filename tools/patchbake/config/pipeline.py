@@ -13,22 +13,18 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import ConfigError, LineageError
 from . import channels as channels_section
 from . import signing as signing_section
 from . import suites as suites_section
 from .channels import Channel
+from .images import Definition
 from .schema import Field, Schema, one_of, sha256_check, suggest, validate
 from .signing import Signing
 from .suites import Suite
 from .yamlread import load_file
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    from .images import Definition  # its module imports dataclasses: not on the guard's path
 
 PIPELINE_FILE = "pipeline.yaml"
 SOURCE_KINDS = ("index", "url", "path", "git")

@@ -3,14 +3,13 @@ one-line ConfigErrors naming the key and the file, with "did you mean" for typos
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from ..digest import is_hex
 from ..errors import ConfigError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +37,6 @@ def _type_name(t: type | tuple[type, ...]) -> str:
 
 
 def suggest(word: str, options: list[str]) -> str:
-    import difflib  # only for a name that is wrong: a valid pipeline.yaml never needs it
-
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
 
@@ -94,8 +91,6 @@ def validate(  # noqa: C901 - one pass over a mapping's keys, each branch one sc
 
 
 def sha256_check(value: Any) -> str | None:
-    from ..digest import is_hex
-
     if not is_hex(value):
         return "must be 64 lowercase hex digits (a sha256)"
     return None

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ..userdirs import user_config_dir
 from .schema import Field, Schema, validate
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 ENV_KEY = "PATCHBAKE_SIGNING_KEY"
 PRIVATE_NAME = "signing.key"
@@ -29,8 +28,6 @@ SIGNING_SCHEMA = Schema({
 
 
 def default_key_dir() -> Path:
-    from ..userdirs import user_config_dir
-
     return user_config_dir() / "keys"
 
 

@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from .. import limits
 from ..errors import ConfigError, InputLimitError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
-_yaml: _Impl | None = None  # the PyYAML pieces, imported on the first parse (see _impl)
+try:  # the C parser when PyYAML has it; the constructor (duplicate check) stays Python
+    _Base: type = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _Base = yaml.SafeLoader
+_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+         yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
+_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 
 class _DuplicateKey(Exception):
@@ -29,52 +35,32 @@ class _DuplicateKey(Exception):
         self.key, self.line = key, line
 
 
-class _Impl:
-    """PyYAML, the loader that refuses duplicate keys, and the nesting tokens."""
+class _Loader(_Base):  # type: ignore[misc]  # a base chosen at import
+    """The safe loader, refusing a key that appears twice in one mapping."""
 
-    def __init__(self) -> None:
-        import yaml
-
-        try:  # the C parser when PyYAML has it; the constructor (duplicate check) stays Python
-            base: type = yaml.CSafeLoader
-        except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-            base = yaml.SafeLoader
-
-        class Loader(base):  # type: ignore[misc]
-            def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-                seen: set[Any] = set()
-                for key_node, _value in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":
-                        continue
-                    key = self.construct_object(key_node, deep=deep)
-                    try:
-                        dup = key in seen
-                    except TypeError:  # an unhashable key: the base class reports it
-                        break
-                    if dup:
-                        raise _DuplicateKey(key, key_node.start_mark.line + 1)
-                    seen.add(key)
-                return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
-
-        Loader.add_constructor("tag:yaml.org,2002:map", Loader.construct_yaml_map)
-        self.yaml, self.base, self.loader = yaml, base, Loader
-        self.open = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
-                     yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
-        self.close = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if dup:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
-def _impl() -> _Impl:
-    global _yaml
-    if _yaml is None:
-        _yaml = _Impl()
-    return _yaml
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 
 
 def _tokens(text: str, cap: int) -> Any:
-    y = _impl()
     depth = 0
-    for tok in y.yaml.scan(text, Loader=y.base):
-        depth += isinstance(tok, y.open) - isinstance(tok, y.close)
+    for tok in yaml.scan(text, Loader=_Base):
+        depth += isinstance(tok, _OPEN) - isinstance(tok, _CLOSE)
         yield tok
         if depth > cap:
             return
@@ -82,23 +68,22 @@ def _tokens(text: str, cap: int) -> Any:
 
 def _depth(text: str, cap: int) -> int:
     """The deepest nesting, or the first depth past ``cap`` (the scan stops there)."""
-    y = _impl()
     deepest = depth = 0
     try:
         tokens = list(_tokens(text, cap))
-    except y.yaml.YAMLError as exc:
+    except yaml.YAMLError as exc:
         # PyYAML 6.0.4 and later stop deep nesting in the scanner themselves: that is the
         # same refusal as ours, not a syntax error
         if "nesting depth" in str(getattr(exc, "problem", "") or exc):
             return cap + 1
         raise
     for tok in tokens:
-        if isinstance(tok, y.open):
+        if isinstance(tok, _OPEN):
             depth += 1
             deepest = max(deepest, depth)
             if deepest > cap:
                 return deepest
-        elif isinstance(tok, y.close):
+        elif isinstance(tok, _CLOSE):
             depth -= 1
     return deepest
 
@@ -115,19 +100,18 @@ def parse_text(data: bytes, name: str) -> Any:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{name}: not UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
                           hint="save the file as UTF-8") from None
-    y = _impl()
     try:
         deep = _depth(text, lim.yaml_depth)
         if deep > lim.yaml_depth:
             raise InputLimitError(f"{name}: nesting deeper than {lim.yaml_depth}, the cap; "
                                   "refusing it", hint=f"raise {limits.ENV['yaml_depth']} "
                                                             "if the file is genuine")
-        return y.yaml.load(text, Loader=y.loader)
+        return yaml.load(text, Loader=_Loader)
     except _DuplicateKey as exc:
         raise ConfigError(f"{name}: key {exc.key!r} appears twice in one mapping (line "
                           f"{exc.line}); YAML would silently keep the last",
                           hint="remove one of them") from None
-    except y.yaml.YAMLError as exc:
+    except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{name}: not valid YAML{at}: "

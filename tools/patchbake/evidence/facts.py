@@ -10,8 +10,10 @@ from __future__ import annotations
 from ..config import Lineage, Pipeline
 from ..digest import is_hex
 from ..errors import PatchbakeError
+from ..oci import image as oci_image
 from ..store import Store
 from ..suites.image import SuiteImage, find_record
+from ..verify import baked
 
 
 def patch_sha256(pipeline: Pipeline, store: Store, ref: SuiteImage) -> str | None:
@@ -19,8 +21,6 @@ def patch_sha256(pipeline: Pipeline, store: Store, ref: SuiteImage) -> str | Non
     if rec is not None:
         return rec.patch_sha256
     try:
-        from ..oci import image as oci_image
-
         img = oci_image.load_image(oci_image.StoreBlobs(store), ref.digest)
     except PatchbakeError:
         return None
@@ -31,13 +31,8 @@ def patch_sha256(pipeline: Pipeline, store: Store, ref: SuiteImage) -> str | Non
 
 
 def match_counts(pipeline: Pipeline, store: Store, lineage: Lineage, ref: SuiteImage
-                 ) -> tuple[int | None, int | None]:
-    """(matched, total) from a fresh `patchbake verify` of the image; (None, None) if it
-    cannot run here (the summary then says the files were not re-verified)."""
-    try:
-        from ..verify import baked
-    except ImportError:
-        return None, None
+                 ) -> tuple[int, int]:
+    """(matched, total) from a fresh `patchbake verify` of the image."""
     report = baked.verify_image(pipeline, str(ref.digest), store, lineage)
     if not report.mismatched:
         # mismatches are the paragraph's to state ("Only M of N"); any other failure (an

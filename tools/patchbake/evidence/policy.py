@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import ConfigError, EvidenceError
 from ..config.schema import Field, Schema, sha256_check, suggest, validate
+from ..config.yamlread import parse_text
 from ..errors import refuse_evidence
 from .keys import keyid_of, parse_public
 
@@ -163,7 +164,6 @@ def load(path: Path) -> Policy:
              hint="commit a trust policy listing the public keys that sign evidence")
     except OSError as exc:
         refuse_evidence("policy", f"trust policy {path} is unreadable: {exc.strerror}")
-    from ..config.yamlread import parse_text
 
     return parse(parse_text(data, path.name), path)
 

@@ -16,13 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Lineage, Pipeline
+from ..config.images import Definition
 from ..digest import Digest
 from ..errors import ConfigError
+from ..oci import layout
+from ..oci.archive import export_docker_archive
+from ..oci.image import Image
+from ..oci.media import OCI_MANIFEST, Descriptor, layer_type_for
+from ..oci.tarwriter import with_parents, write_layer
+from ..patchset.patched import patched_tree
+from ..store import Store, write_failure
 from . import definition as definitions
 from . import recipe
 from . import record as records
 from .base import resolve_base
-from ..config.images import Definition
+from .engine_bake import bake_with_engine
 from .overlay import (
     Overlay,
     Patched,
@@ -42,11 +50,6 @@ from .recipe import (
     wrapped_entrypoint,
 )
 from .record import latest_digest
-from ..oci import layout
-from ..oci.image import Image
-from ..oci.media import OCI_MANIFEST, Descriptor, layer_type_for
-from ..oci.tarwriter import with_parents, write_layer
-from ..store import Store
 
 
 def epoch_from_env() -> int:
@@ -109,8 +112,6 @@ def bake_image(pipeline: Pipeline, name: str | None, store: Store, *,
         return _bake_image(pipeline, name, store, lineage, patched, epoch, backend,
                            docker_archive, record)
     except OSError as exc:
-        from ..store import write_failure
-
         err = write_failure(exc, store.root)  # full, read-only: one line, exit 13
         if err is None:
             raise
@@ -125,21 +126,15 @@ def _bake_image(pipeline: Pipeline, name: str | None, store: Store, lineage: str
     defn = definitions.load(pipeline, name)
     lin = pipeline.lineage_for(defn, lineage)
     if patched is None:
-        from ..patchset import patched_tree
-
         patched = patched_tree(lin, store)
     mode, warnings = decide_mode(defn, patched)
     epoch = epoch_from_env() if epoch is None else epoch
     if mode == "build" or backend == "engine":
-        from .engine_bake import bake_with_engine
-
         result = bake_with_engine(pipeline, defn, lin, patched, store, mode, warnings, epoch)
     else:
         result = _bake_embedded(pipeline, defn, lin, patched, store, warnings, epoch, t0,
                                 record)
     if docker_archive is not None:
-        from ..oci.archive import export_docker_archive
-
         export_docker_archive(store, result.digest, docker_archive,
                               [f"patchbake/{name}:{result.digest.short()}"])
         result = BakeResult(**{**result.__dict__, "docker_archive": str(docker_archive)})

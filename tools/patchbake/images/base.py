@@ -20,6 +20,10 @@ from ..oci.image import DirBlobs, Image, StoreBlobs, load_image, parse_json, rea
 from ..oci.media import INDEX_TYPES
 from ..store import Store
 from ..config.images import Definition
+from ..oci import engine
+from ..oci import registry
+from ..oci.archive import import_docker_archive
+from .standin import build_standin
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,6 @@ def _from_layout(defn: Definition, store: Store) -> BaseImage:
 
 def _from_archive(defn: Definition, store: Store, path: Path, engine_ids: tuple[Digest, ...] = ()
                   ) -> BaseImage:
-    from ..oci.archive import import_docker_archive
-
     imp = import_docker_archive(store, path)
     pinned = defn.base.digest
     if pinned not in (imp.manifest_digest, imp.config_digest, *engine_ids):
@@ -98,8 +100,6 @@ def _from_archive(defn: Definition, store: Store, path: Path, engine_ids: tuple[
 
 
 def _from_engine(defn: Definition, store: Store) -> BaseImage:
-    from ..oci import engine
-
     image_id, repo_digests = engine.inspect(defn.base.name)
     pinned = defn.base.digest
     if pinned != image_id and pinned not in repo_digests:
@@ -126,8 +126,6 @@ def registry_repo(name: str) -> str:
 
 
 def _from_registry(defn: Definition, store: Store) -> BaseImage:
-    from ..oci import registry
-
     # layers too: bake reads the base's vllm/ tree (lineage binding, full tree manifest)
     result = registry.pull(store, f"{registry_repo(defn.base.name)}@{defn.base.digest}",
                            layers=True, platform=defn.base.platform)
@@ -138,8 +136,6 @@ def _from_registry(defn: Definition, store: Store) -> BaseImage:
 
 
 def _from_standin(defn: Definition, store: Store, lineage: Lineage) -> BaseImage:
-    from .standin import build_standin
-
     built = build_standin(store, lineage, defn.site_packages, variant=defn.base.variant,
                           base=defn.repo_root)
     if built.manifest.digest != defn.base.digest:

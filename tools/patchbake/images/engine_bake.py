@@ -31,6 +31,7 @@ from . import recipe
 from . import record as records
 from .base import BaseImage, registry_repo, resolve_base
 from ..config.images import Definition
+from ..oci import registry
 from .overlay import Overlay, Patched, build_overlay
 from .recipe import (
     BakeResult,
@@ -71,8 +72,6 @@ def _engine_base(defn: Definition, base: BaseImage, store: Store) -> str:
     try:
         if defn.base.source == "registry" and not all(store.has(d.digest)
                                                       for d in base.image.layers):
-            from ..oci import registry
-
             registry.pull(store, f"{registry_repo(defn.base.name)}@{defn.base.digest}",
                           platform=defn.base.platform)
         archive = export_docker_archive(store, base.manifest_digest, tmp / "base.tar", [tag])

@@ -26,6 +26,7 @@ from ..store import Store
 from . import record as records
 from .base import BaseImage, describe
 from ..config.images import Definition
+from ..patchset.sourcerec import read_source
 from .overlay import ENTRYPOINT_PATH, Overlay, Patched, entrypoint_bytes, verifier_bytes
 from .tree import BaseTree, base_tree, check_lineage, pristine_package
 
@@ -76,8 +77,6 @@ def revision(lineage: Lineage, patched: Patched) -> str:
     """The fork commit the SOURCE record names as this patch's source (read through its
     parser: a forced export also names the previous commit), else the patch sha256. A
     SOURCE that records another patch does not describe this one: the patch sha256 then."""
-    from ..patchset.sourcerec import read_source
-
     rec = read_source(lineage.source_record)
     if rec is not None and rec.commit and rec.patch_sha256 == patched.patch_sha256:
         return rec.commit

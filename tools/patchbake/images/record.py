@@ -18,14 +18,13 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..config import Pipeline
 from ..digest import Digest, is_digest, is_hex
 from ..errors import ImageError, PatchbakeError
 from ..fsutil import atomic_write, pretty_json, write_once
 
-if TYPE_CHECKING:
-    from ..config import Pipeline
 
 RECORD_FORMAT = "patchbake-image-record/1"
 LATEST = "latest.json"

@@ -23,15 +23,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import Pipeline
 from ..digest import Digest
 from ..errors import ImageError
-from ..oci import layout
+from ..oci import engine, gojson, layout, registry
+from ..oci.archive import import_docker_archive
+from ..oci.image import Blobs, DirBlobs, Image, StoreBlobs, load_image, parse_json
 from ..store import Store
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # a push names its image through here: it reads no image or config
-    from ..config import Pipeline
-    from ..oci.image import Blobs, Image
+from . import record as records
 
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?/[a-z0-9._/-]+([:@].+)$")
 
@@ -69,9 +68,6 @@ class ImageRef:
 
 
 def _layout_manifest(root: Path, select: str | Digest | None) -> layout.Chosen:
-    from ..oci import gojson
-    from ..oci.image import DirBlobs, parse_json
-
     index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json",
                        gojson.MANIFEST)
     return layout.choose_manifest(DirBlobs(root), index, f"{root}/index.json", select=select)
@@ -95,8 +91,6 @@ def store_digest(store: Store, ref: ImageRef, pipeline: Pipeline | None = None
     name, digest = ref.name, ref.digest
     if digest is None:
         assert name is not None
-        from . import record as records
-
         recorded = records.latest_digest(pipeline, name) if pipeline is not None else None
         if recorded is not None:
             return name, recorded
@@ -128,8 +122,6 @@ def store_manifest(store: Store, text: str, pipeline: Pipeline | None = None) ->
 @contextmanager
 def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterator[Resolved]:
     """The image REF names and a way to read its blobs (see the module docstring)."""
-    from ..oci.image import DirBlobs, StoreBlobs, load_image
-
     if pipeline is not None and ref in pipeline.images:
         named = store_digest(store, ImageRef(ref, None), pipeline)
         assert named is not None
@@ -145,9 +137,6 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
         yield Resolved(ref, "store", load_image(StoreBlobs(store), digest), StoreBlobs(store))
         return
     if ref.startswith("docker:"):
-        from ..oci import engine
-        from ..oci.archive import import_docker_archive
-
         with _temp_store(store) as tmp:
             archive = engine.save(ref[len("docker:"):], tmp.root / "tmp" / "image.tar")
             imp = import_docker_archive(tmp, archive)
@@ -168,16 +157,12 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
                        chosen=chosen.why)
         return
     if path.is_file():
-        from ..oci.archive import import_docker_archive
-
         with _temp_store(store) as tmp:
             imp = import_docker_archive(tmp, path)
             yield Resolved(ref, "docker-archive",
                            load_image(StoreBlobs(tmp), imp.manifest_digest), StoreBlobs(tmp))
         return
     if _REGISTRY.match(ref):
-        from ..oci import registry
-
         with _temp_store(store) as tmp:
             pulled = registry.pull(tmp, ref)
             yield Resolved(ref, "registry", load_image(StoreBlobs(tmp), pulled.digest),

@@ -14,6 +14,7 @@ library. Its digest depends on the host, so it is never pinned in a definition.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterable
@@ -29,6 +30,7 @@ from ..oci import layout
 from ..oci.media import OCI_CONFIG, OCI_LAYER_TAR, OCI_MANIFEST, Descriptor
 from ..oci.tarwriter import FORMAT as TAR_FORMAT
 from ..oci.tarwriter import Entry, file_entry, symlink_entry, with_parents, write_layer
+from ..sources import fetch
 from ..store import Store
 
 VERSION = "patchbake-standin/1"
@@ -148,8 +150,6 @@ def build_standin(store: Store, lineage: Lineage, site_packages: str, *,
     if variant not in ("plain", "with-python"):
         raise ImageError(f"unknown stand-in variant '{variant}' (plain or with-python)")
     if pristine is None or tree_digest is None:
-        from ..sources import fetch
-
         fetched = fetch(lineage, store, base=base)
         pristine, tree_digest = fetched.root, fetched.tree_digest
     vllm = pristine / "vllm"
@@ -158,8 +158,6 @@ def build_standin(store: Store, lineage: Lineage, site_packages: str, *,
     key = _key(tree_digest, site_packages, variant)
     cache = store.root / "bakes" / f"standin-{key}.json"
     if cache.is_file():
-        import json
-
         rec = json.loads(cache.read_bytes())
         desc = Descriptor(OCI_MANIFEST, Digest.parse(rec["manifest"]), rec["size"])
         if store.has(desc.digest):

@@ -34,6 +34,8 @@ from ..fsutil import cache_write, canonical_json
 from ..oci.image import StoreBlobs
 from ..oci.scan import scan_image
 from ..oci.view import View
+from ..sources import fetch
+from ..sources.digest import MODE_LINK, digest_entries, tree_entries
 from ..store import Store
 from .base import BaseImage
 
@@ -106,9 +108,6 @@ def _tree_of(view: View, name: str, sp_rel: str, dist: dict[str, bytes],
 
 def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, str]:
     """sha256 of every pristine ``vllm/`` file of the lineage's pin (the verified tree)."""
-    from ..sources import fetch
-    from ..sources.digest import MODE_LINK, digest_entries, tree_entries
-
     fetched = fetch(lineage, store, base=root)
     # filled only from a tree whose full digest was re-computed and matched, so it holds
     # the pinned upstream's hashes even if the extracted tree were edited later

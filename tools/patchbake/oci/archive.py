@@ -30,6 +30,7 @@ from ..store import Store
 from . import gojson, layout
 from .archive_tar import ArchiveTar
 from .image import Image, StoreBlobs, image_from_bytes, load_image, parse_json, parse_manifest
+from .image import config_diff_ids
 from .media import (
     INDEX_TYPES,
     OCI_CONFIG,
@@ -219,7 +220,6 @@ def _import_classic(store: Store, ar: ArchiveTar, path: Path) -> Imported:
     if len(stem) == 64 and stem != cdigest.hex:
         raise IntegrityError(f"{path}: config {entry['Config']} hashes to {cdigest}: its "
                              "bytes were changed; nothing was stored")
-    from .image import config_diff_ids
 
     config = parse_json(cbytes, f"{path}: config {entry['Config']}", gojson.CONFIG)
     diff_ids = config_diff_ids(config, f"{path}: config {entry['Config']}")

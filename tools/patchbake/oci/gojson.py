@@ -21,12 +21,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, TypeAlias
 
 from ..errors import ImageError, PatchbakeError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, TypeAlias, Union
 
 # --- the Go types, as shapes: a struct's JSON field names, and what each field holds -----
 
@@ -56,8 +54,8 @@ class MapOf:
     value: Shape
 
 
-if TYPE_CHECKING:  # what a field holds; None: a scalar, or an empty struct
-    Shape: TypeAlias = Union[Struct, ListOf, MapOf, None]
+# what a field holds; None: a scalar, or an empty struct
+Shape: TypeAlias = Struct | ListOf | MapOf | None
 _MAP = MapOf(None)  # map[string]string, map[string]struct{}
 
 # opencontainers/image-spec specs-go/v1/descriptor.go Platform, plus distribution's
@@ -136,13 +134,7 @@ def _folded_fields(shape: Struct) -> dict[str, str]:
 # --- the loader ----------------------------------------------------------------------
 
 
-if TYPE_CHECKING:
-    _StrDict = dict[str, Any]
-else:
-    _StrDict = dict  # the parametrised base for mypy only: no typing import at run time
-
-
-class _Duplicated(_StrDict):
+class _Duplicated(dict[str, Any]):
     """An object in which a key appeared twice (marked here, refused with its path by
     ``_walk``, which knows where the object is)."""
 

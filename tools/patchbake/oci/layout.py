@@ -23,19 +23,15 @@ move live in registries and are guarded there).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError
 from ..fsutil import atomic_write, canonical_json
 from ..store import Store
 from . import gojson
+from .image import Blobs, parse_json, read_checked
 from .media import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, Descriptor
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # .image is imported where an index is walked: push/pull never do
-    from typing import Any
-
-    from .image import Blobs
 
 REF_NAME = "org.opencontainers.image.ref.name"
 LAYOUT_VERSION = b'{"imageLayoutVersion":"1.0.0"}'
@@ -171,8 +167,6 @@ def _platform_text(plat: Any) -> str | None:
 
 def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
                 inherited: str | None) -> list[_Candidate]:
-    from .image import parse_json, read_checked
-
     if not isinstance(manifests, list):
         raise ImageError(f"{where} has no 'manifests' list")
     out: list[_Candidate] = []
@@ -195,8 +189,6 @@ def _candidates(blobs: Blobs, manifests: Any, where: str, depth: int,
 
 def _config_platform(blobs: Blobs, digest: Digest) -> str:
     """os/arch[/variant] from the manifest's config, for descriptors that carry none."""
-    from .image import parse_json, read_checked
-
     mbytes = read_checked(blobs, digest, None, "manifest")
     cdesc = Descriptor.from_json(parse_json(mbytes, f"manifest {digest}", gojson.MANIFEST)
                                  .get("config"), f"manifest {digest} config")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..digest import Digest
 from ..errors import ImageError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

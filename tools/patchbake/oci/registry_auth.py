@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import proc
 from ..errors import PatchbakeError, RegistryError
 from .registry_ref import DOCKER_HUB_HOSTS, DOCKER_HUB_SERVER
 
@@ -76,8 +77,6 @@ HelperRunner = Callable[[str, str], "tuple[str, str] | None"]
 
 def run_helper(name: str, server: str) -> tuple[str, str] | None:
     """``docker-credential-<name> get`` (the Docker credential-helper protocol)."""
-    from .. import proc
-
     exe = f"docker-credential-{name}"
     try:
         r = proc.run([exe, "get"], input=server.encode(), check=False, timeout=60)

@@ -24,6 +24,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import TypeVar
 
 from ..errors import IntegrityError, RegistryError
 from ..store import Store
@@ -31,12 +32,8 @@ from .registry_http import TRANSPORT_ERRORS, FileBody, Response, RetryableError,
 from .registry_manifest import Descriptor
 from .registry_ref import resolve_location
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import TypeVar
-
-    T = TypeVar("T")
-    R = TypeVar("R")
+T = TypeVar("T")
+R = TypeVar("R")
 
 SMALL_BODY = 1 << 20  # blobs below this are sent from memory
 PREFETCH_DEPTH = 8  # chunks (of CHUNK bytes) read ahead of the hash+write side

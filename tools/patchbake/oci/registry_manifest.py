@@ -8,14 +8,12 @@ exact bytes, so they are parsed only to find what they point to.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..digest import Digest
 from ..errors import RegistryError
 from . import gojson
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

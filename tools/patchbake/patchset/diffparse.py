@@ -10,11 +10,13 @@ without data, no empty line inside a hunk, hunk bodies that match their header c
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
 
 from ..errors import PatchError
+from .gitbinary import b85_line
 from .paths import cunquote, to_bytes, validate_path
 
 HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
@@ -311,10 +313,6 @@ def _too_many(r: _Reader, line_no: int) -> PatchError:
 
 
 def _parse_binary_part(r: _Reader) -> BinaryPart:
-    import zlib
-
-    from .gitbinary import b85_line
-
     line = r.peek()
     m = re.match(rb"^(literal|delta) (\d+)\n$", line or b"")
     if not m:

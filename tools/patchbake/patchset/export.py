@@ -19,11 +19,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..digest import Digest
 from ..errors import ExportError
 from ..fsutil import atomic_write
+from ..sources import fetch
 from ..store import Store
 from .diffparse import Patch, parse_patch
 from .exportdiff import export_diff
@@ -32,9 +34,6 @@ from .gitcmd import cat_file, git, scratch_repo
 from .sourcerec import SourceRecord, read_source, render_source
 from .workspace import BASE_REF, PRISTINE_REF, PRISTINE_SUBJECT
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
@@ -199,8 +198,6 @@ def _guard_rewritten(o: _Origin, refs: _Refs, current: str | None,
 def export(  # noqa: C901 - the refusal threads and the diff they run beside, kept together
         lineage: Any, store: Store, from_spec: str, *, force: bool = False,
         reason: str | None = None) -> Exported:
-    from ..sources import fetch
-
     if force and not (reason or "").strip():
         raise ExportError("--force needs --reason '...' saying why work may be dropped")
     o = _resolve(from_spec)

@@ -15,13 +15,11 @@ import os
 import struct
 import zlib
 from pathlib import Path
+from typing import TypeAlias
 
-# No run-time alias: the bare guard pays for every import (typing) at start-up.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from .apply import Edits
+from .apply import Edits
 
-    _Node = dict[bytes, "_Node | tuple[bytes, str]"]
+_Node: TypeAlias = dict[bytes, "_Node | tuple[bytes, str]"]
 
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 _OFS_DELTA = 6

@@ -9,24 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..digest import Digest
-from ..errors import ApplyError, GuardError, PatchbakeError, PatchError
+from ..errors import ApplyError, ExportError, GuardError, PatchbakeError, PatchError
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist, sort_key
+from .paths import cunquote, to_str
+from .reexport import Reexport, first_difference
+from .sourcerec import read_source
 from .treeio import TreeReader
-
-# typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
-# for every import at start-up, and these names appear in annotations only.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
-
-    from .reexport import Reexport
 
 EXPORT = "run `patchbake patch export`"
 PRIORITY = ("crlf", "final-newline", "parse", "dropped", "unrecorded", "count", "hash", "apply",
@@ -158,8 +154,6 @@ _SECTION = re.compile(rb"^diff --git (?:a/(.+?) b/\1|(\".*?\") \".*\")$", re.MUL
 
 def _paths_of_unparsable(data: bytes) -> set[str]:
     """Paths of the sections an unparsable patch still has (to name what is missing)."""
-    from .paths import cunquote, to_str
-
     found = set()
     for m in _SECTION.finditer(data.replace(b"\r\n", b"\n")):
         if m.group(1) is not None:
@@ -282,8 +276,6 @@ def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool, or
     if not reexport:
         _content_checks(patch, fl, _apply(patch, root, run), run)
         return
-    from .reexport import Reexport
-
     with Reexport(batches=ordered) as rx:
         rx.expect(len(patch.files))
         outcomes = _apply(patch, root, run, rx.add)
@@ -296,8 +288,6 @@ def _three_way(patch: Patch, fl: FileList | None, root: Path, reexport: bool, or
 
 
 def _reexport(patch: Patch, rx: Reexport, run: _Run) -> None:
-    from .reexport import first_difference
-
     try:
         fresh = rx.result()
     except PatchbakeError as exc:
@@ -377,9 +367,6 @@ def check_lineage(lineage: Any, *, pristine_root: Path | None = None,
     caller fetches, so this module stays standard-library only); without them only the
     patch <=> FILES.txt part runs. A missing patch is an error, not a report.
     """
-    from ..errors import ExportError
-    from .sourcerec import read_source
-
     try:
         data = lineage.patch.read_bytes()
     except FileNotFoundError:

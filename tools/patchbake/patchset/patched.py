@@ -18,6 +18,7 @@ from typing import Any
 from ..digest import Digest
 from ..errors import ApplyError, GuardError, PatchbakeError
 from ..fsutil import atomic_write, pretty_json, sha256_bytes
+from ..sources import fetch, tree_digest
 from ..store import Store
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist
@@ -99,8 +100,6 @@ def _load(store: Store, key: str, lp: LineagePatch) -> PatchedTree | None:
 
 def patched_tree(lineage: Any, store: Store) -> PatchedTree:
     """Fetch the lineage's pinned upstream and return its strictly patched tree (cached)."""
-    from ..sources import fetch, tree_digest
-
     lp = read_lineage_patch(lineage.patch, lineage.files)
     fetched = fetch(lineage, store)
     basis = f"patched-tree v{CACHE_VERSION}\0{fetched.tree_digest}\0{lp.patch_sha256}\0" \

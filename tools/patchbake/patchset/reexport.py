@@ -20,23 +20,19 @@ that file after the first pair.)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from ..errors import ProcessError
 from ..gitrun import git_start
+from ..proc import Running
 from ..scratch import Scratch
 from .apply import Outcome
 from .gitcmd import DIFF_FLAGS, scratch_repo
 from .gitobjects import Pack, delta_of
 from .paths import to_bytes
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import IO
-
-    from ..proc import Running
 
 # Bytes of pre- and post-images per batch: a handful of batches for the largest patches
 # (each is a pack of its own and a lookup miss for git), one for a small patch.

@@ -18,9 +18,12 @@ from typing import Any
 
 from ..errors import ApplyError, PatchError, SeriesError
 from ..fsutil import atomic_write
+from ..sources import fetch
+from ..sources.digest import MODE_EXEC, MODE_FILE, Entry, digest_entries, tree_entries
 from ..store import Store
 from .apply import Base, apply_patch
 from .diffparse import parse_patch
+from .export import _is_ancestor, _read_refs, _resolve
 from .filelist import sort_key
 from .gitcmd import canonical_diff, git, scratch_repo
 from .paths import to_bytes
@@ -77,8 +80,6 @@ def _apply_seq(patches: list[tuple[str, bytes]], pristine: Path) -> State:
 
 def _digest_with(pristine: Path, state: State) -> str:
     """Tree digest of the pristine tree with ``state`` overlaid (same format as sources)."""
-    from ..sources.digest import MODE_EXEC, MODE_FILE, Entry, digest_entries, tree_entries
-
     entries = {e.path: e for e in tree_entries(pristine)}
     for path, v in state.items():
         key = to_bytes(path)
@@ -91,8 +92,6 @@ def _digest_with(pristine: Path, state: State) -> str:
 
 
 def verify_series(lineage: Any, store: Store) -> SeriesResult:
-    from ..sources import fetch
-
     if lineage.series is None:
         raise SeriesError(f"lineage {lineage.key} declares no series directory in pipeline.yaml")
     names = read_series(lineage.series)
@@ -123,8 +122,6 @@ def _slug(subject: str) -> str:
 
 def split_series(lineage: Any, store: Store, workspace: Path) -> list[str]:
     """One canonical patch per commit after the pristine one (first-parent, no merges)."""
-    from .export import _is_ancestor, _read_refs, _resolve
-
     if lineage.series is None:
         raise SeriesError(f"lineage {lineage.key} declares no series directory in pipeline.yaml")
     o = _resolve(str(workspace))

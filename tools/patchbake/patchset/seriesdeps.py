@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SeriesError
+from ..sources import fetch
 from ..store import Store
 from .diffparse import parse_patch
 from .series import _apply_seq, read_series, verify_series
@@ -67,8 +68,6 @@ def _needs(k: int, patches: list[tuple[str, bytes]], pristine: Any) -> tuple[str
 
 
 def verify_independent(lineage: Any, store: Store) -> IndependentResult:
-    from ..sources import fetch
-
     whole = verify_series(lineage, store)  # in order: the canonical tree digest
     assert lineage.series is not None
     names = read_series(lineage.series)

@@ -18,14 +18,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ExportError
 
-# typing is not imported at run time: the bare guard (tools/check_patch_files.py) pays
-# for every import at start-up, and these names appear in annotations only.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 FORMAT = "patchbake-source 1"
 

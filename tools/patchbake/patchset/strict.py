@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ApplyError
+from ..errors import ApplyError, OutputPathError
 from .apply import Outcome, apply_patch
 from .diffparse import Patch
 from .filelist import FileList
@@ -130,8 +130,6 @@ def apply_to_dir(patch: Patch, pristine_root: Path, dest: Path, *,
 
 
 def _unwritable(dest: Path, exc: OSError) -> Exception:
-    from ..errors import OutputPathError
-
     return OutputPathError(f"{dest} cannot be written: {exc.strerror or exc}",
                            hint="pass --to a new directory on a writable file system")
 

@@ -13,15 +13,17 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..digest import Digest
 from ..errors import ExportError
+from ..sources import fetch
 from ..store import Store
 from .gitcmd import ATTRIBUTES, git
+from .patched import read_lineage_patch
+from .strict import apply_in_memory
+from .treeio import copy_tree, write_outcomes
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 PRISTINE_REF = "refs/patchbake/pristine"
 BASE_REF = "refs/patchbake/base"
@@ -67,12 +69,6 @@ def create_workspace(lineage: Any, store: Store, dest: Path, *,
 
     ``with_patch=False``: the pristine tree only, even if the lineage has a patch (port
     writes its own result on top)."""
-    # imported here: export reads this module's ref names and needs none of these
-    from ..sources import fetch
-    from .patched import read_lineage_patch
-    from .strict import apply_in_memory
-    from .treeio import copy_tree, write_outcomes
-
     dest = Path(dest).absolute()
     _check_dest(dest)
     fetched = fetch(lineage, store)

@@ -23,6 +23,8 @@ from ..config import Lineage, Upstream, parse
 from ..digest import is_hex
 from ..errors import ConfigError, FetchError, PortError
 from ..fsutil import atomic_write
+from ..sources import http
+from ..sources.index import _project_files, configured_index, normalise_name
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+-]{0,63}$")
@@ -38,9 +40,6 @@ def check_names(version: str, key: str) -> None:
 
 def index_sha256(package: str, filename: str) -> str:
     """The sha256 the configured index states for ``filename`` (refuses when it states none)."""
-    from ..sources import http
-    from ..sources.index import _project_files, configured_index, normalise_name
-
     base, origin = configured_index()
     page = base.rstrip("/") + "/" + normalise_name(package) + "/"
     what = f"index lookup of {package} (index from {origin})"

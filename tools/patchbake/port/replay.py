@@ -28,6 +28,7 @@ from ..errors import PortError
 from ..fsutil import atomic_write
 from ..store import Store
 from ..patchset.diffparse import Patch
+from ..patchset.gitcmd import git
 from .hunkmatch import CONFLICT, GONE, VERDICTS
 from ..patchset.paths import to_bytes
 from ..patchset.patched import read_lineage_patch
@@ -35,6 +36,7 @@ from .file import KEEP, FileResult, HunkVerdict, port_file
 from ..patchset.renames import list_files, rename_candidates
 from ..patchset.treeio import TreeReader
 from ..patchset.workspace import commit_all, create_workspace
+from ..sources import fetch
 
 REPORT_DIR = "patchbake-port"
 REPORT_VERSION = 1
@@ -151,8 +153,6 @@ def _write(ws: Path, results: list[FileResult]) -> None:
 
 def port(old: Any, new: Any, store: Store, workspace: Path) -> PortReport:
     """Replay ``old``'s canonical patch onto ``new``'s pin in a new ``workspace``."""
-    from ..sources import fetch
-
     t0 = time.perf_counter()
     workspace = Path(workspace).absolute()
     if workspace.exists() and (not workspace.is_dir() or any(workspace.iterdir())):
@@ -168,8 +168,6 @@ def port(old: Any, new: Any, store: Store, workspace: Path) -> PortReport:
     rows = tuple(h for r in results for h in r.rows)
     committed = None
     if not any(h.verdict in (CONFLICT, GONE) for h in rows):
-        from ..patchset.gitcmd import git
-
         msg = (f"patchbake: port {old.patch.name} to {new.upstream.pin}\n\n"
                f"from: {old.upstream.pin}\nfrom-patch-sha256: {lp.patch_sha256}\n")
         committed = commit_all(ws.path, msg, ws.base_commit)

@@ -12,6 +12,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,8 +86,6 @@ def tree_entries(root: Path, *, on_item: Callable[[int], None] | None = None,
         raise UnsafeArchiveError(f"{root}: not a directory; cannot compute a tree digest")
     items = _scan(root, skip_top)
     items.sort(key=lambda t: t[0])
-    # imported here: `patch check` fetches a cached pin and never hashes a tree
-    from concurrent.futures import ThreadPoolExecutor
 
     # hashlib releases the GIL on large buffers and file reads block: two threads
     # overlap I/O with hashing; map() keeps the sorted order.

@@ -12,6 +12,7 @@ created only after every file is written, and then each is resolved and checked.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import lzma
 import os
@@ -67,8 +68,6 @@ def _decompressed(raw: IO[bytes]) -> IO[bytes]:
     integrity field (gzip CRC-32 and length, bzip2 and xz checks) when drained to EOF:
     tarfile's stream mode skips the gzip trailer, so a flipped byte in a stored block
     would otherwise go unnoticed."""
-    import bz2
-
     magic = raw.read(6)
     raw.seek(0)
     if magic.startswith(b"\x1f\x8b"):

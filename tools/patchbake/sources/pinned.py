@@ -18,23 +18,17 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import config
 from ..digest import Digest, is_hex
 from ..errors import FetchError, IntegrityError, PatchbakeError
 from ..fsutil import CHUNK, atomic_write, canonical_json, pretty_json, sha256_bytes, sha256_file
 from ..store import Store
+from . import extract as ex
+from . import gitsrc, http, index
 from .digest import digest_entries, tree_entries
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    from .http import ProgressFactory
-
-# http, index (requests, urllib3, certifi), extract (tarfile, zipfile, lzma) and gitsrc
-# are imported where they are used: a fetch of a pin already in the store needs none of
-# them, and `patchbake patch check` pays for every import at start-up.
+from .http import ProgressFactory
 
 RECORD_VERSION = 1
 
@@ -120,8 +114,6 @@ def _resolve_local(spec: str, base: Path | None) -> Path:
 
 def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None
              ) -> tuple[Digest, int]:
-    from . import http
-
     with http.bar(progress, "tree digest", None, unit_bytes=False) as b:
         entries = tree_entries(tree_root, on_item=b.advance)
     digest = digest_entries(entries)
@@ -133,9 +125,6 @@ def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bo
              progress: ProgressFactory | None) -> tuple[Digest, int, str | None]:
     """Extract into a staging dir under the store's tmp/, digest, publish atomically.
     On any failure the staging dir goes and nothing is published."""
-    from . import extract as ex
-    from . import http
-
     staging = store.tmpdir("extract")
     try:
         with http.bar(progress, "extract", None, unit_bytes=False) as b:
@@ -165,8 +154,6 @@ def _held_intact(store: Store, pinned: Digest) -> bool:
 def _archive_source(up: config.Upstream, store: Store, base: Path | None,
                     progress: ProgressFactory | None) -> tuple[Digest, str]:
     """Ensure the pinned archive is a blob in the store; (its digest, origin)."""
-    from . import http, index
-
     pinned = _pinned(up)
     if up.kind == "path":
         src = _resolve_local(up.path or "", base)
@@ -232,8 +219,6 @@ def fetch(lineage: config.Lineage, store: Store, *, progress: ProgressFactory | 
 
 def _fetch_locked(up: config.Upstream, key: str, store: Store, base: Path | None,
                   progress: ProgressFactory | None) -> Fetched:
-    from . import gitsrc
-
     if up.kind == "git":
         # git archive output is not canonical across git versions: it is extracted and
         # dropped, never stored as a blob; the commit id and tree digest are the identity
@@ -271,7 +256,6 @@ def _fetch_dir(up: config.Upstream, src: Path, store: Store,
         cached = _load(store, key, up)
         if cached is not None:
             return cached
-        from . import extract as ex
 
         staging = store.tmpdir("copy")
         try:

@@ -44,10 +44,15 @@ from ..images.overlay import (
 )
 from ..images.tree import TREE_PATH
 from ..images.refs import Resolved, resolve
+from ..images.tree import TreeFile, manifest_bytes
 from ..oci.layerdigests import LayerDigests
 from ..oci.layerops import memoised
 from ..oci.scan import scan_image
 from ..oci.view import View
+from ..patchset.patched import patched_tree
+from ..sources import fetch
+from ..sources import tree_digest as compute_digest
+from ..sources.digest import MODE_LINK, digest_entries, tree_entries
 from ..store import Store
 
 PACKAGE = "vllm/"
@@ -95,8 +100,6 @@ def _pristine_hashes(root: Path, tree_digest: Digest, store: Store) -> dict[str,
     ``tree_digest``, so it holds the pinned upstream's hashes even if the extracted tree
     in the store were edited later; a damaged cache file is ignored and rebuilt.
     """
-    from ..sources.digest import MODE_LINK, digest_entries, tree_entries
-
     cache = store.root / "bakes" / f"pristine-{tree_digest.hex}.json"
     try:
         data = json.loads(cache.read_bytes())
@@ -298,15 +301,10 @@ def _fresh_inputs(pipeline: Pipeline, lin: Lineage, store: Store, patched: Patch
                   pristine_root: Path | None) -> tuple[Patched, Path, Digest]:
     """The fresh apply and the pristine tree (with its digest) an image is held to."""
     if patched is None:
-        from ..patchset import patched_tree
-
         patched = patched_tree(lin, store)
     if pristine_root is None:
-        from ..sources import fetch
-
         fetched = fetch(lin, store, base=pipeline.root)
         return patched, fetched.root, fetched.tree_digest
-    from ..sources import tree_digest as compute_digest
 
     return patched, pristine_root, compute_digest(pristine_root)
 
@@ -399,8 +397,6 @@ def tree_manifest_checks(view: View, identity: dict[str, Any], site_packages: st
     """``/opt/patchbake/tree.json`` (what the in-image self-check compares the installed tree
     with) must be the identity record's and list exactly the ``vllm/`` tree the engine
     unpacks: a manifest edited to match other code would let the image pass its own check."""
-    from ..images.tree import TreeFile, manifest_bytes
-
     info = view.files.get(TREE_PATH.lstrip("/"))
     named = (identity.get("tree") or {}).get("sha256") if isinstance(identity.get("tree"),
                                                                       dict) else None

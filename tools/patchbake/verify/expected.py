@@ -17,9 +17,13 @@ from ..digest import Digest
 from ..errors import ImageError
 from ..images import definition as definitions
 from ..config.images import Definition
+from ..images import record as records
+from ..images.overlay import ENTRYPOINT_PATH, entrypoint_bytes
 from ..images.overlay import IDENTITY_PATH
+from ..images.recipe import wrapped_entrypoint
 from ..images.record import ImageRecord
 from ..images.refs import Resolved
+from ..oci.image import StoreBlobs, load_image
 from ..oci.view import View
 from ..store import Store
 
@@ -43,8 +47,6 @@ class Expected:
 def find_record(pipeline: Pipeline, image: Any) -> ImageRecord | None:
     """The image record naming this manifest digest (or, for an engine's re-export that
     keeps the config but not the manifest, this config digest)."""
-    from ..images import record as records
-
     return records.find_for_image(pipeline.root, pipeline.images, image.manifest_digest,
                                   image.config_desc.digest)
 
@@ -86,8 +88,6 @@ def expected_for(pipeline: Pipeline, store: Store, res: Resolved, definition: st
 
 
 def base_image(store: Store, digest: Digest, name: str) -> Any:
-    from ..oci.image import StoreBlobs, load_image
-
     if not store.has(digest):
         return None
     try:
@@ -151,7 +151,6 @@ def wrapped(base_config: dict[str, Any] | None) -> dict[str, Any] | None:
     """The base config with the entrypoint and cmd bake gives the image."""
     if base_config is None:
         return None
-    from ..images.recipe import wrapped_entrypoint
 
     entry, cmd = wrapped_entrypoint(base_config)
     inner = {**(base_config.get("config") or {}), "Entrypoint": entry}
@@ -161,8 +160,6 @@ def wrapped(base_config: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def wrapper_checks(view: View, res: Resolved) -> list[str]:
     """An entrypoint through the start-up wrapper runs it first: it must be this tool's."""
-    from ..images.overlay import ENTRYPOINT_PATH, entrypoint_bytes
-
     entry = (res.image.config.get("config") or {}).get("Entrypoint") or []
     if entry[:1] != [ENTRYPOINT_PATH]:
         return []
@@ -186,8 +183,6 @@ def record_checks(view: View, exp: Expected) -> list[str]:
 
 def recorded_definition(pipeline: Pipeline, manifest_digest: Digest) -> str | None:
     """The definition whose image record names this manifest digest, if any."""
-    from ..images import record as records
-
     for name in sorted(pipeline.images):
         if records.record_path(pipeline.root, name, manifest_digest).is_file():
             return name
