@@ -54,8 +54,9 @@ def each_concurrently(fn: Callable[[T], R], items: Sequence[T],
     """``[fn(i) for i in items]`` with up to ``workers`` calls at once, results in order.
 
     On the first failure nothing new starts; the calls already running finish (each
-    cleans up after itself), then that failure is raised. (Plain threads: importing
-    concurrent.futures would also import logging, on every push and pull's start-up.)
+    cleans up after itself), then that failure is raised. Daemon threads rather than a
+    ThreadPoolExecutor: on Ctrl-C or SIGTERM the caller unwinds at once, where an
+    executor's workers would hold the process until every blob in flight had moved.
     """
     n = min(workers or concurrency(), len(items))
     if n <= 1:
