@@ -20,6 +20,7 @@ from ..config import Lineage, Pipeline
 from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError
 from ..fsutil import sha256_bytes
+from ..images.record import ImageRecord
 from ..store import Store
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
@@ -28,7 +29,6 @@ from .fields import Fields
 
 if TYPE_CHECKING:  # evidence/ needs cryptography, imported by the gates that verify
     from ..evidence.records import Verified
-    from ..images.record import ImageRecord
 
 STATUSES = ("pass", "fail", "error")
 Outcome = tuple[str, str]  # (status, reason)
