@@ -135,7 +135,7 @@ def test_promotion_attaches_statements_with_the_tag_fallback(
         assert m["subject"]["digest"] == env.digest
         assert m["artifactType"] == "application/vnd.in-toto+json"
     entries = ledger.read(manifest.releases_dir(env.root))
-    assert [x.data["kind"] for x in entries][-1] == "promotion"
+    assert [x.kind for x in entries][-1] == "promotion"
     # re-running changes nothing
     before = env.ledger_bytes()
     assert main(["--json", "release", "promote", env.release, "--to",
@@ -262,7 +262,7 @@ def test_gate_mutation_matrix_refuses_and_moves_nothing(
 def _state(e: Env, tag: str) -> tuple[bool, bool, bool]:
     rdir = manifest.releases_dir(e.root)
     entries = ledger.read(rdir)
-    in_ledger = any(x.data.get("kind") == "promotion" and x.data.get("to", "").endswith(
+    in_ledger = any(x.kind == "promotion" and (x.to or "").endswith(
         f"/rel/kill:{tag}") for x in entries)
     return e.tag("rel/kill", tag) == e.digest, in_ledger, (rdir / "promotion.pending.json"
                                                            ).exists()
@@ -300,7 +300,7 @@ def test_kill_9_during_promotion_leaves_tag_and_ledger_consistent(env: Env) -> N
         assert _state(env, tag) == (True, True, False)
     assert main(["ledger", "verify"]) == 0
     promotions = [x for x in ledger.read(manifest.releases_dir(env.root))
-                  if x.data.get("kind") == "promotion" and "/rel/kill:t" in x.data["to"]]
+                  if x.kind == "promotion" and "/rel/kill:t" in (x.to or "")]
     assert len(promotions) == 20  # exactly one per tag, however often it was re-run
     print(f"kill -9 states seen (tagged, recorded, journal): {sorted(seen)}")
     shutil.rmtree(env.root / "unused", ignore_errors=True)

@@ -149,8 +149,7 @@ def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
     key = keys.load_private(k.release)
     atomic_write(rel.path.parent / manifest.VSA_NAME, vsa.sign(rel, key))
     rdir = manifest.releases_dir(root)
-    entry = ledger.make_entry(ledger.read(rdir), {"kind": "release", "release": rel.id,
-                                                  "channel": rel.channel, "image": IMAGE,
-                                                  "digest": digest}, key)
+    assert rel.image == IMAGE and str(rel.digest) == digest
+    entry = ledger.make_entry(ledger.read(rdir), "release", rel, key)
     ledger.append(rdir, entry)
     return rel

@@ -4,6 +4,7 @@ inputs verifies; each kind of tampering breaks it with its own message and exit 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,10 +16,12 @@ from patchbake.errors import LedgerError, ReleaseError
 from patchbake.evidence import dsse, keys, policy
 from patchbake.fsutil import canonical_json
 from patchbake.release import bundle, ledger, manifest, vsa
+from patchbake.release.referrers import Attached
 from release_support import Keys, make_release, make_repo, write_policy
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = "sm89-serving-offline"
+ATTACHED = Attached("referrers", (), None, None)
 
 
 @pytest.fixture
@@ -44,9 +47,11 @@ def test_release_manifest_is_canonical_and_its_hash_is_its_id(
         released: tuple[Path, Keys, manifest.Release]) -> None:
     root, _, rel = released
     again = manifest.load(root, rel.id)
-    assert again.data == rel.data and str(again.digest) == DIGEST
-    assert {e["suite"] for e in rel.data["evidence"]} == {"dsv4-topk-gpu", "dsv4-topk-cpu"}
-    assert rel.data["benchmark"]["name"] == "dsv4-topk-gpu" and rel.data["approvals"]
+    assert again.manifest == rel.manifest and str(again.digest) == DIGEST
+    assert again.path.read_bytes() == canonical_json(rel.manifest.dump())
+    assert {e.suite for e in rel.manifest.evidence} == {"dsv4-topk-gpu", "dsv4-topk-cpu"}
+    assert rel.manifest.benchmark is not None
+    assert rel.manifest.benchmark.name == "dsv4-topk-gpu" and rel.manifest.approvals
 
 
 def test_vsa_names_the_release_and_its_inputs(
@@ -107,9 +112,9 @@ def _lines(root: Path) -> list[bytes]:
 
 def _second_entry(root: Path, k: Keys, rel: manifest.Release) -> None:
     key = keys.load_private(k.release)
-    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), {
-        "kind": "promotion", "release": rel.id, "channel": rel.channel, "image": IMAGE,
-        "digest": DIGEST, "to": "127.0.0.1:5000/x:1", "attached": {}}, key))
+    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), "promotion", rel,
+                                                key, to="127.0.0.1:5000/x:1",
+                                                attached=ATTACHED))
 
 
 def test_ledger_verifies_and_cli_lists_it(released: tuple[Path, Keys, manifest.Release],
@@ -148,9 +153,9 @@ def test_tampered_ledger_is_refused(released: tuple[Path, Keys, manifest.Release
 def test_ledger_signed_by_a_key_without_release_role_is_refused(
         released: tuple[Path, Keys, manifest.Release]) -> None:
     root, k, rel = released
-    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), {
-        "kind": "promotion", "release": rel.id, "channel": rel.channel, "image": IMAGE,
-        "digest": DIGEST, "to": "h:1/r:t", "attached": {}}, keys.load_private(k.evidence)))
+    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), "promotion", rel,
+                                                keys.load_private(k.evidence), to="h:1/r:t",
+                                                attached=ATTACHED))
     with pytest.raises(LedgerError, match="has no 'release' role"):
         ledger.verify(rdir(root), pol(root))
 
@@ -165,8 +170,7 @@ def test_ledger_entry_whose_release_is_not_committed_is_refused(
 
 def test_stale_entry_cannot_be_appended(released: tuple[Path, Keys, manifest.Release]) -> None:
     root, k, rel = released
-    stale = ledger.make_entry([], {"kind": "release", "release": rel.id}, keys.load_private(
-        k.release))
+    stale = ledger.make_entry([], "release", rel, keys.load_private(k.release))
     with pytest.raises(LedgerError, match="moved on"):
         ledger.append(rdir(root), stale)
 
@@ -200,7 +204,7 @@ def test_tampered_bundle_is_refused(released: tuple[Path, Keys, manifest.Release
     out = tmp_path / "bundle"
     bundle.export(root, root / "manifests/trust-policy.yaml", rel.id, out)
     if what == "evidence":
-        p = out / rel.data["evidence"][0]["path"]
+        p = out / rel.manifest.evidence[0].path
         env = json.loads(p.read_text())
         sig = bytearray(base64.b64decode(env["signatures"][0]["sig"]))
         sig[5] ^= 1
@@ -256,8 +260,8 @@ def test_the_repositorys_committed_ledger_and_releases_verify() -> None:
     policy_path = REPO / "manifests" / "trust-policy.yaml"
     entries = ledger.verify(manifest.releases_dir(REPO), policy.load(policy_path))
     for e in ledger.find(entries, "release"):
-        verdict = bundle.verify(REPO, policy_path, str(e.data["release"]))
-        assert str(verdict.digest) == e.data["digest"]
+        verdict = bundle.verify(REPO, policy_path, e.release)
+        assert verdict.digest == e.digest
         assert [c for c, _ in verdict.checks][-1] == "gates"
 
 
@@ -296,10 +300,9 @@ def test_a_forged_promotion_journal_is_not_rolled_into_the_ledger(
     forged = {"format": ledger.FORMAT, "seq": len(entries), "prev": ledger.head(entries),
               "kind": "promotion", "release": rel.id, "channel": rel.channel,
               "image": rel.image, "digest": str(rel.digest), "time": "2026-12-01T00:00:00Z",
-              "to": "127.0.0.1:5000/x:y", "attached": {}}
-    signed = ledger.make_entry(entries, {k2: v for k2, v in forged.items()
-                                         if k2 not in ("format", "seq", "prev", "time")},
-                               keys.load_private(k.outsider))
+              "to": "127.0.0.1:5000/x:y", "attached": ATTACHED.dump()}
+    signed = ledger.make_entry(entries, "promotion", rel, keys.load_private(k.outsider),
+                               to="127.0.0.1:5000/x:y", attached=ATTACHED)
     monkeypatch.setattr(promote, "_tag_digest", lambda client, ref: rel.digest)
     from patchbake.oci.registry import RegistryClient
 
@@ -368,3 +371,96 @@ def test_a_known_head_must_stay_in_the_chain(
     assert main(["ledger", "verify", "--known-head", f"sha256:{second}"]) == 61
     assert f"the head {second[:16]}… recorded earlier is not in the ledger" in \
         capsys.readouterr().err
+
+
+def test_committed_release_manifests_and_ledger_entries_load_and_dump_to_their_bytes() -> None:
+    """The typed records reproduce what is committed byte for byte: every release id and
+    the ledger's hash chain are the sha256 of exactly these bytes."""
+    from release_support import REPO
+
+    rdir_ = manifest.releases_dir(REPO)
+    paths = sorted(rdir_.glob(f"*/{manifest.MANIFEST_NAME}"))
+    assert paths, "no committed release manifest to check"
+    for path in paths:
+        body = path.read_bytes()
+        m = manifest.Manifest.load(body, str(path))
+        assert canonical_json(m.dump()) == body
+        assert m.release_id() == path.parent.name
+    lines = ledger.path_of(rdir_).read_bytes().splitlines()
+    assert lines, "no committed ledger entry to check"
+    for n, line in enumerate(lines, 1):
+        e = ledger.Entry.load(line, f"ledger.jsonl:{n}")
+        assert e.line == line and canonical_json(e.dump()) == line
+    assert [e.hash for e in ledger.read(rdir_)] == [
+        hashlib.sha256(line).hexdigest() for line in lines]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(extra=1), "unknown field 'extra'"),
+    (lambda d: d["images"][0].update(manifest_digest="sha256:AB"),
+     "field 'images[0].manifest_digest' 'sha256:AB' is not sha256:<64 lowercase hex digits>"),
+    (lambda d: d["evidence"][0].pop("signer"), "field 'evidence[0].signer' is missing"),
+    (lambda d: d["evidence"][0]["counts"].update(passed="29"),
+     "field 'evidence[0].counts' must be an object of integers"),
+    (lambda d: d["gates"][0].update(status=None), "field 'gates[0].status' must be a string"),
+    (lambda d: d.update(images=[]), "names no image"),
+    (lambda d: d.update(format="patchbake-release/2"), "is not a patchbake-release/1 manifest"),
+])
+def test_a_malformed_release_manifest_is_one_line_naming_the_field(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str],
+        edit: Callable[[dict[str, Any]], None], message: str) -> None:
+    """A release.json whose bytes still hash to its directory's name (re-hashed after the
+    edit) is refused by the typed load: one line naming the file and the member."""
+    root, _, rel = released
+    doc = json.loads(rel.path.read_bytes())
+    edit(doc)
+    body = canonical_json(doc)
+    rid = hashlib.sha256(body).hexdigest()
+    (rel.path.parent.parent / rid).mkdir()
+    path = rel.path.parent.parent / rid / manifest.MANIFEST_NAME
+    path.write_bytes(body)
+    with pytest.raises(ReleaseError) as info:
+        manifest.load(root, rid)
+    line = info.value.one_line()
+    assert line.startswith(str(path)) and message in line and "\n" not in line
+    assert main(["release", "verify", rid]) == ReleaseError.exit_code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_release_manifest_in_another_spelling_is_refused(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    """The same members in non-canonical bytes (re-hashed so the id matches) are refused:
+    an id names one spelling of a release, never a second one."""
+    root, _, rel = released
+    body = json.dumps(json.loads(rel.path.read_bytes()), indent=1).encode()
+    rid = hashlib.sha256(body).hexdigest()
+    (rel.path.parent.parent / rid).mkdir()
+    (rel.path.parent.parent / rid / manifest.MANIFEST_NAME).write_bytes(body)
+    with pytest.raises(ReleaseError, match="not in canonical form"):
+        manifest.load(root, rid)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(extra=1), "unknown field 'extra'"),
+    (lambda d: d.update(digest="sha256:" + "0" * 63),
+     "field 'digest' 'sha256:" + "0" * 63 + "' is not sha256:<64 lowercase hex digits>"),
+    (lambda d: d.update(seq="0"), "field 'seq' must be an integer"),
+    (lambda d: d.pop("channel"), "field 'channel' is missing"),
+    (lambda d: d.pop("signature"), "the entry is unsigned"),
+    (lambda d: d.update(to="h:1/r:t"), "unknown field 'to'"),
+])
+def test_a_malformed_ledger_entry_is_one_line_naming_the_field(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str],
+        edit: Callable[[dict[str, Any]], None], message: str) -> None:
+    root, _, _ = released
+    path = rdir(root) / ledger.NAME
+    doc = json.loads(path.read_bytes())
+    edit(doc)
+    path.write_bytes(canonical_json(doc) + b"\n")
+    with pytest.raises(LedgerError) as info:
+        ledger.read(rdir(root))
+    line = info.value.one_line()
+    assert line.startswith(f"{path}:1: ") and message in line and "\n" not in line
+    assert main(["ledger", "verify"]) == LedgerError.exit_code
+    assert message in capsys.readouterr().err

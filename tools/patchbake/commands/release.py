@@ -11,6 +11,7 @@ import click
 
 from .. import ui
 from ..cli import Ctx, pass_ctx
+from ..digest import Digest
 from ..errors import GateError, LedgerError, ReleaseError, UsageError
 
 # The release stage is imported inside each command: it signs and verifies with
@@ -94,8 +95,8 @@ def promote_cmd(ctx: Ctx, release: str, to: str, key_path: Path | None) -> None:
     att = done.attached
     ui.kv("promoted" if not done.already else "already promoted (nothing changed)",
           [("release", done.release), ("to", done.to), ("digest", done.digest),
-           ("statements", f"{len(att.get('manifests', []))} via {att.get('mode')}"
-                          + (f" (+ {att['att_tag']})" if att.get("att_tag") else "")),
+           ("statements", f"{len(att.manifests)} via {att.mode}"
+                          + (f" (+ {att.att_tag})" if att.att_tag else "")),
            ("recovered", done.recovered or "-")])
 
 
@@ -131,7 +132,8 @@ def verify_cmd(ctx: Ctx, ref: str, bundle: Path | None, image_ref: str | None,
     from ..release import bundle as bundlemod
 
     root, policy_path = _root_and_policy(ctx, bundle, trust_policy)
-    verdict = bundlemod.verify(root, policy_path, ref, digest)
+    verdict = bundlemod.verify(root, policy_path, ref, None if digest is None
+                               else Digest.parse(digest, "--digest", UsageError))
     if image_ref:
         bundlemod.verify_image(ctx.pipeline, ctx.store, verdict, image_ref)
     if ctx.as_json:
@@ -236,10 +238,10 @@ def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
                           "ledger, or a release was interrupted before its entry",
                           hint="an interrupted release completes with `patchbake release "
                                "create` again; otherwise restore the ledger")
-    rows = [(e.data["seq"], e.data["kind"], e.data["channel"], e.data["release"][:16],
-             e.data["digest"], e.data.get("to", ""), e.data["time"]) for e in entries]
+    rows = [(e.seq, e.kind, e.channel, e.release[:16], e.digest, e.to or "", e.time)
+            for e in entries]
     if ctx.as_json:
-        ui.emit_json({"ok": True, "entries": [e.data for e in entries],
+        ui.emit_json({"ok": True, "entries": [e.dump() for e in entries],
                       "head": ledger.head(entries)})
         return
     ui.table(f"ledger {ledger.path_of(rdir)}", ["seq", "kind", "channel", "release", "digest",

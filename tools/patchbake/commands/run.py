@@ -9,23 +9,6 @@ from ..cli import Ctx, pass_ctx
 from ..mainjob import run_main_job
 from .release import print_table
 
-LABELS = (
-    ("upstream_pin", "upstream pin"),
-    ("archive_sha256", "sdist sha256"),
-    ("pristine_tree_digest", "pristine tree digest"),
-    ("patch", "canonical patch"),
-    ("patch_sha256", "patch sha256"),
-    ("files_sha256", "FILES.txt sha256"),
-    ("patch_files", "files touched"),
-    ("patched_tree_digest", "patched tree digest"),
-    ("image", "image definition"),
-    ("layer_diff_id", "overlay layer diff_id"),
-    ("config_digest", "config digest (engine image ID)"),
-    ("manifest_digest", "manifest digest (what registries and evidence name)"),
-    ("record", "record"),
-    ("verified", "verify"),
-)
-
 
 @click.command("run")
 @click.option("--image", default=None, help="image definition to bake (default: the offline one)")
@@ -37,12 +20,25 @@ def run_cmd(ctx: Ctx, image: str | None) -> None:
     if ctx.as_json:
         ui.emit_json(job.to_json())
         return
-    ui.table("steps", ["step", "seconds"], [(s["step"], s["seconds"]) for s in job.steps])
+    ui.table("steps", ["step", "seconds"], [(s.step, s.seconds) for s in job.steps])
     ident = job.identity
-    rows = [(label, ident[key]) for key, label in LABELS]
-    touched = f"{ident['patch_files']} (+{ident['patch_added']} -{ident['patch_removed']})"
-    rows[6] = ("files touched", touched)
-    ui.kv(f"identity chain of lineage {job.lineage}", rows)
-    ui.say(f"image {ident['image']} = {ident['manifest_digest']}")
+    ui.kv(f"identity chain of lineage {job.lineage}", [
+        ("upstream pin", ident.upstream_pin),
+        ("sdist sha256", ident.archive_sha256),
+        ("pristine tree digest", ident.pristine_tree_digest),
+        ("canonical patch", ident.patch),
+        ("patch sha256", ident.patch_sha256),
+        ("FILES.txt sha256", ident.files_sha256),
+        ("files touched",
+         f"{ident.patch_files} (+{ident.patch_added} -{ident.patch_removed})"),
+        ("patched tree digest", ident.patched_tree_digest),
+        ("image definition", ident.image),
+        ("overlay layer diff_id", ident.layer_diff_id),
+        ("config digest (engine image ID)", ident.config_digest),
+        ("manifest digest (what registries and evidence name)", ident.manifest_digest),
+        ("record", ident.record),
+        ("verify", ident.verified),
+    ])
+    ui.say(f"image {ident.image} = {ident.manifest_digest}")
     if job.gates is not None:
         print_table(job.gates)

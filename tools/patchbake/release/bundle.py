@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import Digest
-from ..errors import EvidenceError, LedgerError, PatchbakeError, ReleaseError
+from ..errors import EvidenceError, ImageError, LedgerError, PatchbakeError, ReleaseError
 from ..fsutil import atomic_write, pretty_json, sha256_bytes
+from ..images.record import ImageRecord
 from . import ledger, manifest, vsa
 
 BUNDLE = "bundle.json"
@@ -44,8 +45,8 @@ class Verdict:
 
 def _files(root: Path, rel: manifest.Release, policy_path: Path) -> list[Path]:
     out = [rel.path, rel.path.parent / manifest.VSA_NAME, policy_path]
-    out += [root / str(e["path"]) for e in rel.envelopes()]
-    record = rel.data["images"][0].get("record")
+    out += [root / e.path for e in rel.envelopes()]
+    record = rel.manifest.images[0].record
     if record:
         out.append(root / record)
     return out
@@ -58,7 +59,7 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
     rdir = manifest.releases_dir(root)
     rel = manifest.load(root, release)
     entries = ledger.read(rdir)
-    last = max((i for i, e in enumerate(entries) if e.data.get("release") == rel.id),
+    last = max((i for i, e in enumerate(entries) if e.release == rel.id),
                default=None)
     if last is None:
         raise ReleaseError(f"release {rel.id[:16]} is not in the ledger; nothing to export")
@@ -97,10 +98,10 @@ def release_of(root: Path, text: str) -> str:
 
         digest = ImageRef.parse(text).digest
         found = [e for e in ledger.read(manifest.releases_dir(root))
-                 if e.data.get("kind") == "release" and e.data.get("digest") == str(digest)]
+                 if e.kind == "release" and e.digest == digest]
         if not found:
             raise ReleaseError(f"no release in the ledger names image {digest}")
-        return str(found[-1].data["release"])
+        return found[-1].release
     return manifest.parse_id(text)
 
 
@@ -108,18 +109,19 @@ def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
     from ..evidence import records
     from .attest import verify_approvals, verify_benchmark
 
-    for e in rel.data.get("evidence") or []:
-        v = records.verify_file(root / e["path"], rel.digest, pol, e["suite"])
-        if v.envelope_sha256 != e["envelope_sha256"] or v.statement.result != e["result"]:
-            raise ReleaseError(f"{e['path']} is not the evidence the release recorded")
-    b = rel.data.get("benchmark")
+    m = rel.manifest
+    for e in m.evidence:
+        v = records.verify_file(root / e.path, rel.digest, pol, e.suite)
+        if v.envelope_sha256 != e.envelope_sha256 or v.statement.result != e.result:
+            raise ReleaseError(f"{e.path} is not the evidence the release recorded")
+    b = m.benchmark
     if b:
-        got = verify_benchmark(root / b["path"], rel.digest, pol, b["name"])
-        if got.envelope_sha256 != b["envelope_sha256"]:
-            raise ReleaseError(f"{b['path']} is not the benchmark the release recorded")
-    want = {a["envelope_sha256"] for a in rel.data.get("approvals") or []}
+        got = verify_benchmark(root / b.path, rel.digest, pol, b.name)
+        if got.envelope_sha256 != b.envelope_sha256:
+            raise ReleaseError(f"{b.path} is not the benchmark the release recorded")
+    want = {a.envelope_sha256 for a in m.approvals}
     if want:
-        good, _ = verify_approvals(root / Path(rel.data["approvals"][0]["path"]).parent.parent,
+        good, _ = verify_approvals(root / Path(m.approvals[0].path).parent.parent,
                                    rel.digest, pol, rel.channel)
         if not want <= {a.envelope_sha256 for a in good}:
             raise ReleaseError("an approval the release recorded no longer verifies")
@@ -127,7 +129,24 @@ def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
     return f"{n} signed statement(s) verified; every subject is {rel.digest}"
 
 
-def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) -> Verdict:
+def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
+    """The image record ``name`` the release names still has the bytes the release recorded
+    and names the release's image."""
+    image = rel.manifest.images[0]
+    try:
+        data = (root / name).read_bytes()
+    except OSError:
+        raise ReleaseError(f"the image record {name} is missing") from None
+    try:
+        named = ImageRecord.from_json(json.loads(data), name).manifest_digest
+    except (ValueError, ImageError):
+        named = None
+    if sha256_bytes(data) != image.record_sha256 or named != rel.digest:
+        raise ReleaseError(f"the image record {name} is not the one recorded")
+    return name
+
+
+def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = None) -> Verdict:
     from ..evidence import policy
 
     rdir = manifest.releases_dir(root)
@@ -143,10 +162,10 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
     out.checks.append(("ledger", f"{len(entries)} entries, chain and signatures intact"))
     out.checks.append(("release manifest", f"release.json hashes to its id {rel.id[:16]}…"))
     mine = ledger.find(entries, "release", release=rel.id)
-    if not mine or mine[0].data.get("digest") != str(rel.digest):
+    if not mine or mine[0].digest != rel.digest:
         raise ReleaseError(f"release {rel.id[:16]} has no ledger entry naming {rel.digest}")
-    out.checks.append(("ledger entry", f"line {int(mine[0].data['seq']) + 1} records it"))
-    if digest and digest != str(rel.digest):
+    out.checks.append(("ledger entry", f"line {mine[0].seq + 1} records it"))
+    if digest is not None and digest != rel.digest:
         raise ReleaseError(f"the release is about {rel.digest}, not {digest}")
     out.checks.append(("digest", f"{rel.image} {rel.digest}"))
     vpath = rel.path.parent / manifest.VSA_NAME
@@ -159,20 +178,14 @@ def verify(root: Path, policy_path: Path, text: str, digest: str | None = None) 
         out.checks.append(("evidence", _envelopes(root, rel, pol)))
     except EvidenceError as exc:
         raise ReleaseError(f"evidence: {exc.message}") from None
-    image = rel.data["images"][0]
-    if image.get("record"):
-        try:
-            data = (root / image["record"]).read_bytes()
-        except OSError:
-            raise ReleaseError(f"the image record {image['record']} is missing") from None
-        if sha256_bytes(data) != image.get("record_sha256") or \
-                json.loads(data).get("manifest_digest") != str(rel.digest):
-            raise ReleaseError(f"the image record {image['record']} is not the one recorded")
-        out.checks.append(("image record", image["record"]))
-    failed = [g for g in rel.data.get("gates") or [] if g.get("status") != "pass"]
-    if failed or not rel.data.get("gates"):
+    record = rel.manifest.images[0].record
+    if record:
+        out.checks.append(("image record", _image_record(root, rel, record)))
+    gates = rel.manifest.gates
+    failed = [g.dump() for g in gates if g.status != "pass"]
+    if failed or not gates:
         raise ReleaseError(f"the release records a gate that did not pass: {failed[:1]}")
-    n = len(rel.data["gates"])
+    n = len(gates)
     out.checks.append(("gates", f"{n} gates recorded as passed for '{rel.channel}'"))
     return out
 

@@ -36,12 +36,12 @@ def previous_figures(releases_dir: Path) -> Callable[[str, str], dict[str, Any] 
     def lookup(channel: str, name: str) -> dict[str, Any] | None:
         for e in reversed(ledger.find(ledger.read(releases_dir), "release", channel=channel)):
             try:
-                rel = manifest.load_from(releases_dir, str(e.data.get("release")))
+                rel = manifest.load_from(releases_dir, e.release)
             except ReleaseError:
                 continue
-            b = rel.data.get("benchmark") or {}
-            if b.get("name") == name and isinstance(b.get("figures"), dict):
-                return dict(b["figures"])
+            b = rel.manifest.benchmark
+            if b is not None and b.name == name:
+                return dict(b.figures)
         return None
     return lookup
 
@@ -109,14 +109,12 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
                           sig.trust_policy.read_bytes())
     with ledger.locked(rdir):
         entries = ledger.verify(rdir, pol)
-        rid = manifest.release_id(data)
+        rid = data.release_id()
         if ledger.find(entries, "release", release=rid):
             return Created(manifest.load_from(rdir, rid), table, False, None)
         rel, _ = manifest.write(pipeline.root, data)
         vsa_path = rel.path.parent / manifest.VSA_NAME
         atomic_write(vsa_path, vsa.sign(rel, key))
-        entry = ledger.make_entry(entries, {
-            "kind": "release", "release": rel.id, "channel": rel.channel,
-            "image": rel.image, "digest": str(rel.digest)}, key)
+        entry = ledger.make_entry(entries, "release", rel, key)
         ledger.append(rdir, entry)
     return Created(rel, table, True, entry)

@@ -20,9 +20,12 @@ from ..config import Lineage, Pipeline
 from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError
 from ..fsutil import sha256_bytes
+from ..images.record import ImageRecord
 from ..store import Store
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
+from .facts import Approval, Benchmark, Evidence, Facts, Patch, Record, Upstream, Verification
+from .fields import Fields
 
 if TYPE_CHECKING:  # evidence/ needs cryptography, imported by the gates that verify
     from ..evidence.records import Verified
@@ -31,14 +34,20 @@ STATUSES = ("pass", "fail", "error")
 Outcome = tuple[str, str]  # (status, reason)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     channel: str  # the channel that declared the gate
     gate: str
     status: str
     reason: str
 
-    def to_json(self) -> dict[str, str]:
+    KEYS = ("channel", "gate", "status", "reason")
+
+    @classmethod
+    def load(cls, f: Fields) -> Decision:
+        return cls(f.text("channel"), f.text("gate"), f.text("status"), f.text("reason"))
+
+    def dump(self) -> dict[str, str]:
         return {"channel": self.channel, "gate": self.gate, "status": self.status,
                 "reason": self.reason}
 
@@ -67,7 +76,7 @@ class Table:
 
     def to_json(self) -> dict[str, Any]:
         return {"channel": self.channel, "image": self.image, "digest": str(self.digest),
-                "passed": self.passed, "decisions": [d.to_json() for d in self.decisions]}
+                "passed": self.passed, "decisions": [d.dump() for d in self.decisions]}
 
 
 @dataclass
@@ -82,7 +91,7 @@ class Evaluation:
     evidence_dir: Path
     policy_path: Path
     previous_figures: Callable[[str, str], dict[str, Any] | None] = lambda c, n: None
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)
     _memo: dict[str, Any] = field(default_factory=dict)
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
@@ -112,14 +121,11 @@ class Evaluation:
 
         return self.memo("policy", lambda: policy.load(self.policy_path))
 
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> ImageRecord | None:
         from ..suites.image import find_record
 
-        def load() -> dict[str, Any] | None:
-            rec = find_record(self.pipeline.root, self.digest)  # checked by ImageRecord.load
-            return dict(rec.doc) if rec is not None else None
-
-        found: dict[str, Any] | None = self.memo("record", load)
+        found: ImageRecord | None = self.memo(
+            "record", lambda: find_record(self.pipeline.root, self.digest))
         return found
 
     def evidence(self, suite: str) -> Verified:
@@ -147,10 +153,8 @@ def gate_guard(ev: Evaluation, g: Gate) -> Outcome:
 
     f = ev.fetched()
     rep = check_lineage(ev.lineage, pristine_root=f.root, tree_digest=f.tree_digest)
-    ev.facts["upstream"] = {"pin": ev.lineage.upstream.pin,
-                            "archive_sha256": None if f.archive_sha256 is None
-                            else f.archive_sha256.hex,
-                            "tree_digest": str(f.tree_digest)}
+    ev.facts.upstream = Upstream(ev.lineage.upstream.pin, None if f.archive_sha256 is None
+                                 else f.archive_sha256.hex, f.tree_digest)
     if not rep.ok:
         return "fail", (f"the lost-line guard found {len(rep.problems)} problem(s); first: "
                         f"{rep.problems[0].message}")
@@ -167,21 +171,19 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
     lin = ev.lineage
     patch = sha256_bytes(lin.patch.read_bytes())
     files = sha256_bytes(lin.files.read_bytes())
-    path = f"manifests/images/{rec.get('definition')}/{hexd}.json"
-    ev.facts["record"] = {"path": path, "definition": rec.get("definition"),
-                          "config_digest": rec.get("config_digest"),
-                          "sha256": sha256_bytes((ev.pipeline.root / path).read_bytes())}
-    ev.facts["patch"] = {"path": _rel(ev, lin.patch), "sha256": patch, "files_sha256": files}
-    if rec.get("manifest_digest") != str(ev.digest):
-        return "fail", f"{path} records {rec.get('manifest_digest')}, not {ev.digest}"
-    baked = (rec.get("patch") or {}).get("sha256")
-    if baked != patch:
-        return "fail", (f"{path} was baked from patch sha256:{str(baked)[:12]}, the committed "
-                        f"patch is sha256:{patch[:12]}")
-    if rec.get("files_sha256") != files:
+    path = f"manifests/images/{rec.definition}/{hexd}.json"
+    ev.facts.record = Record(path, rec.definition, rec.config_digest,
+                             sha256_bytes((ev.pipeline.root / path).read_bytes()))
+    ev.facts.patch = Patch(_rel(ev, lin.patch), patch, files)
+    if rec.manifest_digest != ev.digest:
+        return "fail", f"{path} records {rec.manifest_digest}, not {ev.digest}"
+    if rec.patch_sha256 != patch:
+        return "fail", (f"{path} was baked from patch sha256:{rec.patch_sha256[:12]}, the "
+                        f"committed patch is sha256:{patch[:12]}")
+    if rec.doc.get("files_sha256") != files:
         return "fail", f"{path} names another FILES.txt than the committed one"
-    if (rec.get("upstream") or {}).get("pin") != lin.upstream.pin:
-        return "fail", f"{path} names upstream {(rec.get('upstream') or {}).get('pin')}"
+    if (rec.doc.get("upstream") or {}).get("pin") != lin.upstream.pin:
+        return "fail", f"{path} names upstream {(rec.doc.get('upstream') or {}).get('pin')}"
     return "pass", f"{path} names this digest, the committed patch and FILES.txt"
 
 
@@ -191,8 +193,7 @@ def gate_verify(ev: Evaluation, g: Gate) -> Outcome:
     res = ev.memo("verify", lambda: baked.verify_image(ev.pipeline, str(ev.digest),
                                                           ev.need_store(), ev.lineage))
     drift = res.base_drift.get("counts", {})
-    ev.facts["verify"] = {"matched": res.matched, "total": res.total,
-                          "config_digest": str(res.config_digest), "base_drift": drift}
+    ev.facts.verify = Verification(res.matched, res.total, res.config_digest, drift)
     if not res.ok:
         try:
             baked.raise_on_failure(res)
@@ -209,13 +210,13 @@ def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
     rec = ev.record()
     if rec is None:
         return "fail", "no image record: nothing says how to bake this image again"
-    if rec.get("backend") != "embedded":
-        return "fail", (f"the image was built by the {rec.get('backend')} backend, whose "
+    if rec.doc.get("backend") != "embedded":
+        return "fail", (f"the image was built by the {rec.doc.get('backend')} backend, whose "
                         "builds are not reproducible")
-    base = Digest.parse((rec.get("base") or {}).get("manifest_digest"),
+    base = Digest.parse((rec.doc.get("base") or {}).get("manifest_digest"),
                         "the image record's base.manifest_digest")
-    again = rebake(ev.pipeline, str(rec["definition"]), ev.lineage, ev.need_store(),
-                   base, int(rec.get("source_date_epoch") or 0))
+    again = rebake(ev.pipeline, rec.definition, ev.lineage, ev.need_store(),
+                   base, int(rec.doc.get("source_date_epoch") or 0))
     if again.digest != ev.digest:
         return "fail", f"a second bake in a fresh store gave {again.digest}, not {ev.digest}"
     return "pass", "a second bake in a fresh store gave the same manifest digest"
@@ -250,13 +251,11 @@ def _suite_problem(ev: Evaluation, name: str, v: Verified) -> str | None:
     return None
 
 
-def _evidence_fact(ev: Evaluation, v: Verified) -> dict[str, Any]:
+def _evidence_fact(ev: Evaluation, v: Verified) -> Evidence:
     env = v.statement.environment
-    return {"suite": v.statement.suite, "path": _rel(ev, v.path),
-            "envelope_sha256": v.envelope_sha256, "keyid": v.keyid, "signer": v.signer,
-            "result": v.statement.result, "counts": v.statement.counts,
-            "runner": v.statement.runner, "gpu": env.get("gpu_name"),
-            "capability": env.get("compute_capability")}
+    return Evidence(v.statement.suite, _rel(ev, v.path), v.envelope_sha256, v.keyid, v.signer,
+                    v.statement.result, dict(v.statement.counts), v.statement.runner,
+                    env.get("gpu_name"), env.get("compute_capability"))
 
 
 def gate_evidence(ev: Evaluation, g: Gate) -> Outcome:
@@ -271,8 +270,7 @@ def gate_evidence(ev: Evaluation, g: Gate) -> Outcome:
         if problem:
             return "fail", f"suite '{name}': {problem}"
         found.append(v)
-    ev.facts.setdefault("evidence", {}).update({v.statement.suite: _evidence_fact(ev, v)
-                                                for v in found})
+    ev.facts.evidence.update({v.statement.suite: _evidence_fact(ev, v) for v in found})
     parts = [f"{v.statement.suite} {v.statement.counts['passed']} passed"
              + (f" ({v.statement.environment.get('gpu_name')}, cc "
                 f"{v.statement.environment.get('compute_capability')})"
@@ -297,7 +295,7 @@ def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
         # an evidence gate, and "PASSED" alone says nothing of counts or probes
         problem = _suite_problem(ev, name, v)
         if problem is None and cap == g.capability:
-            ev.facts.setdefault("evidence", {})[name] = _evidence_fact(ev, v)
+            ev.facts.evidence[name] = _evidence_fact(ev, v)
             return "pass", (f"suite '{name}' passed on {v.statement.environment.get('gpu_name')}"
                             f" (compute capability {cap})")
         seen.append(f"{name} on {v.statement.environment.get('gpu_name')}, cc {cap}"
@@ -334,8 +332,8 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
 
         return "fail", f"benchmark '{name}': {exc.reason}: {exc.message}"
     figures = b.predicate["figures"]
-    ev.facts["benchmark"] = {"name": name, "path": _rel(ev, b.path), "keyid": b.keyid,
-                             "envelope_sha256": b.envelope_sha256, "figures": figures}
+    ev.facts.benchmark = Benchmark(name, _rel(ev, b.path), b.keyid, b.envelope_sha256,
+                                   dict(figures))
     before = ev.previous_figures(g.declared_in, name)
     if before is None:
         return "pass", (f"{len(figures)} signed figures; first release of '{g.declared_in}': "
@@ -352,8 +350,8 @@ def gate_approval(ev: Evaluation, g: Gate) -> Outcome:
     from .attest import verify_approvals
 
     good, bad = verify_approvals(ev.evidence_dir, ev.digest, ev.policy(), g.declared_in)
-    ev.facts["approvals"] = [{"path": _rel(ev, a.path), "keyid": a.keyid, "signer": a.signer,
-                              "envelope_sha256": a.envelope_sha256} for a in good]
+    ev.facts.approvals = [Approval(_rel(ev, a.path), a.keyid, a.signer, a.envelope_sha256)
+                          for a in good]
     if len(good) >= g.approvals:
         return "pass", "approved by " + ", ".join(a.signer for a in good)
     why = f"; rejected: {bad[0]}" if bad else ""

@@ -12,12 +12,16 @@ Format ``patchbake-release/1``::
      "patch": {"path", "sha256", "files_sha256"},
      "images": [{"name", "definition", "manifest_digest", "config_digest",
                  "record", "record_sha256"}],
-     "verify": {"matched", "total", "base_drift"},
+     "verify": {"matched", "total", "config_digest", "base_drift"},
      "evidence": [{"suite", "path", "envelope_sha256", "keyid", "signer", "result",
                    "counts", "runner", "gpu", "capability"}],
      "benchmark": {...} | null, "approvals": [...],
      "gates": [{"channel", "gate", "status", "reason"}],
      "trust_policy_sha256": "...", "tool": "patchbake 0.1.0"}
+
+``upstream``, ``patch`` and ``verify`` are null, and ``images[0]``'s record members too,
+when the channel's gates did not look at them. ``Manifest`` is the typed document, with
+one ``load`` (every member present and of its type, none unknown) and one ``dump``.
 """
 
 from __future__ import annotations
@@ -31,78 +35,133 @@ from .. import __version__
 from ..digest import Digest, is_hex
 from ..errors import ReleaseError
 from ..fsutil import canonical_json, sha256_bytes, write_once
-from .gates import Table
+from .facts import (Approval, Benchmark, Evidence, Facts, Image, Patch, SignedInput, Upstream,
+                    Verification)
+from .fields import Fields
+from .gates import Decision, Table
 
 FORMAT = "patchbake-release/1"
 RELEASES_DIR = Path("manifests") / "releases"
 MANIFEST_NAME = "release.json"
 VSA_NAME = "vsa.dsse.json"
+KEYS = ("format", "channel", "pipeline", "lineage", "upstream", "patch", "images", "verify",
+        "evidence", "benchmark", "approvals", "gates", "trust_policy_sha256", "tool")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    channel: str
+    pipeline: str
+    lineage: str
+    upstream: Upstream | None
+    patch: Patch | None
+    images: tuple[Image, ...]  # one today: the image the gates evaluated
+    verify: Verification | None
+    evidence: tuple[Evidence, ...]  # sorted by suite
+    benchmark: Benchmark | None
+    approvals: tuple[Approval, ...]
+    gates: tuple[Decision, ...]
+    trust_policy_sha256: str
+    tool: str
+
+    @classmethod
+    def load(cls, doc: object, where: str) -> Manifest:
+        """The one edge: ``doc`` (release.json's bytes, or its parsed JSON) as a Manifest,
+        or a ReleaseError naming ``where`` and the member at fault."""
+        if isinstance(doc, bytes):
+            try:
+                doc = json.loads(doc)
+            except ValueError as exc:
+                raise ReleaseError(f"{where} is not JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ReleaseError(f"{where} is not a {FORMAT} manifest")
+        f = Fields(doc, where, ReleaseError, KEYS)
+        images = tuple(Image.load(i) for i in f.members("images", Image.KEYS))
+        if not images:
+            raise ReleaseError(f"{where} names no image")
+        return cls(
+            f.text("channel"), f.text("pipeline"), f.text("lineage"),
+            Upstream.load(f.member("upstream", Upstream.KEYS)) if f.has("upstream") else None,
+            Patch.load(f.member("patch", Patch.KEYS)) if f.has("patch") else None,
+            images,
+            Verification.load(f.member("verify", Verification.KEYS)) if f.has("verify")
+            else None,
+            tuple(Evidence.load(e) for e in f.members("evidence", Evidence.KEYS)),
+            Benchmark.load(f.member("benchmark", Benchmark.KEYS)) if f.has("benchmark")
+            else None,
+            tuple(Approval.load(a) for a in f.members("approvals", Approval.KEYS)),
+            tuple(Decision.load(g) for g in f.members("gates", Decision.KEYS)),
+            f.hex("trust_policy_sha256"), f.text("tool"))
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON object release.json holds (its canonical bytes hash to the release id)."""
+        return {
+            "format": FORMAT, "channel": self.channel, "pipeline": self.pipeline,
+            "lineage": self.lineage,
+            "upstream": None if self.upstream is None else self.upstream.dump(),
+            "patch": None if self.patch is None else self.patch.dump(),
+            "images": [i.dump() for i in self.images],
+            "verify": None if self.verify is None else self.verify.dump(),
+            "evidence": [e.dump() for e in self.evidence],
+            "benchmark": None if self.benchmark is None else self.benchmark.dump(),
+            "approvals": [a.dump() for a in self.approvals],
+            "gates": [g.dump() for g in self.gates],
+            "trust_policy_sha256": self.trust_policy_sha256, "tool": self.tool,
+        }
+
+    def canonical(self) -> bytes:
+        return canonical_json(self.dump())
+
+    def release_id(self) -> str:
+        return sha256_bytes(self.canonical())
+
+
+@dataclass(frozen=True, slots=True)
 class Release:
     id: str  # sha256 hex of release.json's bytes
     path: Path
-    data: dict[str, Any]
+    manifest: Manifest
 
     @property
     def channel(self) -> str:
-        return str(self.data["channel"])
+        return self.manifest.channel
 
     @property
     def digest(self) -> Digest:
-        return Digest.parse(self.data["images"][0]["manifest_digest"],
-                            f"{self.path}: images[0].manifest_digest", ReleaseError)
+        return self.manifest.images[0].manifest_digest
 
     @property
     def image(self) -> str:
-        return str(self.data["images"][0]["name"])
+        return self.manifest.images[0].name
 
-    def envelopes(self) -> list[dict[str, Any]]:
+    def envelopes(self) -> list[SignedInput]:
         """Every signed input the release names: evidence, benchmark, approvals."""
-        out = list(self.data.get("evidence") or [])
-        if self.data.get("benchmark"):
-            out.append(self.data["benchmark"])
-        out.extend(self.data.get("approvals") or [])
-        return out
+        m = self.manifest
+        return [*m.evidence, *([m.benchmark] if m.benchmark else []), *m.approvals]
 
 
 def releases_dir(root: Path) -> Path:
     return root / RELEASES_DIR
 
 
-def build(table: Table, facts: dict[str, Any], pipeline_name: str, lineage: str,
-          policy_bytes: bytes) -> dict[str, Any]:
+def build(table: Table, facts: Facts, pipeline_name: str, lineage: str,
+          policy_bytes: bytes) -> Manifest:
     if not table.passed:
         raise ValueError("a release is made only from a table whose gates all pass")
-    rec = facts.get("record") or {}
-    return {
-        "format": FORMAT,
-        "channel": table.channel,
-        "pipeline": pipeline_name,
-        "lineage": lineage,
-        "upstream": facts.get("upstream"),
-        "patch": facts.get("patch"),
-        "images": [{"name": table.image, "definition": rec.get("definition"),
-                    "manifest_digest": str(table.digest), "config_digest": rec.get("config_digest"),
-                    "record": rec.get("path"), "record_sha256": rec.get("sha256")}],
-        "verify": facts.get("verify"),
-        "evidence": [facts["evidence"][k] for k in sorted(facts.get("evidence") or {})],
-        "benchmark": facts.get("benchmark"),
-        "approvals": facts.get("approvals") or [],
-        "gates": [d.to_json() for d in table.decisions],
-        "trust_policy_sha256": sha256_bytes(policy_bytes),
-        "tool": f"patchbake {__version__}",
-    }
+    rec = facts.record
+    image = Image(table.image, None if rec is None else rec.definition, table.digest,
+                  None if rec is None else rec.config_digest, None if rec is None else rec.path,
+                  None if rec is None else rec.sha256)
+    return Manifest(
+        table.channel, pipeline_name, lineage, facts.upstream, facts.patch, (image,),
+        facts.verify, tuple(facts.evidence[k] for k in sorted(facts.evidence)),
+        facts.benchmark, tuple(facts.approvals), tuple(table.decisions),
+        sha256_bytes(policy_bytes), f"patchbake {__version__}")
 
 
-def release_id(data: dict[str, Any]) -> str:
-    return sha256_bytes(canonical_json(data))
-
-
-def write(root: Path, data: dict[str, Any]) -> tuple[Release, bool]:
+def write(root: Path, data: Manifest) -> tuple[Release, bool]:
     """Write release.json once; (release, newly written)."""
-    body = canonical_json(data)
+    body = data.canonical()
     rid = sha256_bytes(body)
     path = releases_dir(root) / rid / MANIFEST_NAME
     written = write_once(path, body)  # same id, same bytes: never a conflict
@@ -130,16 +189,10 @@ def load_from(dir_: Path, rid: str) -> Release:
     if sha256_bytes(body) != rid:
         raise ReleaseError(f"{path} hashes to {sha256_bytes(body)[:16]}…, not its release id "
                            f"{rid[:16]}…: the release manifest was altered")
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise ReleaseError(f"{path} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ReleaseError(f"{path} is not a {FORMAT} manifest")
-    try:
-        Release(rid, path, data).digest  # noqa: B018 - the shape check is the access
-    except (KeyError, IndexError, TypeError):
-        raise ReleaseError(f"{path} names no image") from None
+    data = Manifest.load(body, str(path))
+    if data.canonical() != body:  # the id names these bytes: no other spelling of them
+        raise ReleaseError(f"{path} is not in canonical form (sorted keys, compact "
+                           "separators): it was edited")
     return Release(rid, path, data)
 
 

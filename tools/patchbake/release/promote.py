@@ -26,7 +26,7 @@ from typing import Any
 from ..config import Pipeline
 from ..digest import Digest
 from ..errors import GateError, LedgerError, PatchbakeError, RegistryError, ReleaseError
-from ..fsutil import atomic_write, canonical_json, fsync_dir, sha256_bytes
+from ..fsutil import atomic_write, fsync_dir, sha256_bytes
 from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef, parse_ref
@@ -42,12 +42,12 @@ class Promoted:
     to: str
     digest: Digest
     already: bool
-    attached: dict[str, Any]
+    attached: referrers.Attached
     recovered: str | None  # what an interrupted earlier promotion came to, if any
 
     def to_json(self) -> dict[str, Any]:
         return {"release": self.release, "to": self.to, "digest": str(self.digest),
-                "already": self.already, "attached": self.attached,
+                "already": self.already, "attached": self.attached.dump(),
                 "recovered": self.recovered}
 
 
@@ -66,25 +66,23 @@ def recover(rdir: Path, policy: Any) -> str | None:
     try:
         j = json.loads(p.read_bytes())
         line = str(j["entry"]).encode()
-        entry = ledger.Entry(line, json.loads(line))
         ref = parse_ref(str(j["to"]))
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError, PatchbakeError):
         raise LedgerError(f"{p} is damaged; inspect the registry tag it names and remove it",
                           hint=hint) from None
-    if not isinstance(entry.data, dict) or entry.line != canonical_json(entry.data) \
-            or entry.data.get("kind") != "promotion" or entry.data.get("to") != str(ref):
-        raise LedgerError(f"{p} does not hold a promotion entry in canonical form; inspect "
-                          "the registry tag it names and remove it", hint=hint)
     try:
-        ledger.check_signature(entry, policy, p.name)
+        entry = ledger.Entry.load(line, "its entry")
+        if entry.kind != "promotion" or entry.to != str(ref):
+            raise LedgerError("its entry is no promotion to the tag it names")
+        ledger.check_signature(entry, policy, "its entry")
     except LedgerError as exc:
         raise LedgerError(f"{p}: {exc.message}; inspect the registry tag it names and "
                           "remove it", hint=hint) from None
     outcome = "dropped"
-    if entry.data.get("prev") == ledger.head(ledger.read(rdir)) and \
-            str(_tag_digest(RegistryClient.for_ref(ref), ref)) == entry.data.get("digest"):
+    if entry.prev == ledger.head(ledger.read(rdir)) and \
+            _tag_digest(RegistryClient.for_ref(ref), ref) == entry.digest:
         ledger.append(rdir, entry)
         outcome = "rolled-forward"
     p.unlink()
@@ -95,16 +93,16 @@ def recover(rdir: Path, policy: Any) -> str | None:
 def check_recorded_inputs(root: Path, rel: manifest.Release, policy: Any) -> None:
     """Every signed input still holds the bytes the release recorded; the VSA verifies."""
     for e in rel.envelopes():
-        path = root / str(e["path"])
+        path = root / e.path
         try:
             got = sha256_bytes(path.read_bytes())
         except OSError:
-            raise GateError(f"release {rel.id[:16]}: {e['path']} is gone; the release was "
+            raise GateError(f"release {rel.id[:16]}: {e.path} is gone; the release was "
                             "made with it") from None
-        if got != e["envelope_sha256"]:
-            raise GateError(f"release {rel.id[:16]}: {e['path']} is not the envelope the "
+        if got != e.envelope_sha256:
+            raise GateError(f"release {rel.id[:16]}: {e.path} is not the envelope the "
                             f"release recorded (sha256 {got[:12]}…, recorded "
-                            f"{str(e['envelope_sha256'])[:12]}…): re-signed or altered")
+                            f"{e.envelope_sha256[:12]}…): re-signed or altered")
     vsa_path = rel.path.parent / manifest.VSA_NAME
     try:
         vsa.verify(vsa_path.read_bytes(), rel, policy, str(vsa_path))
@@ -118,17 +116,12 @@ def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
     from ..evidence.statement import PREDICATE_TYPE
     from .attest import APPROVAL_TYPE, BENCHMARK_TYPE
 
-    out = []
-    for e in rel.data.get("evidence") or []:
-        out.append(referrers.Statement((root / e["path"]).read_bytes(), PREDICATE_TYPE,
-                                       Path(e["path"]).name))
-    if rel.data.get("benchmark"):
-        b = rel.data["benchmark"]
-        out.append(referrers.Statement((root / b["path"]).read_bytes(), BENCHMARK_TYPE,
-                                       Path(b["path"]).name))
-    for a in rel.data.get("approvals") or []:
-        out.append(referrers.Statement((root / a["path"]).read_bytes(), APPROVAL_TYPE,
-                                       Path(a["path"]).name))
+    m = rel.manifest
+    inputs = [*((e.path, PREDICATE_TYPE) for e in m.evidence),
+              *([(m.benchmark.path, BENCHMARK_TYPE)] if m.benchmark else []),
+              *((a.path, APPROVAL_TYPE) for a in m.approvals)]
+    out = [referrers.Statement((root / path).read_bytes(), ptype, Path(path).name)
+           for path, ptype in inputs]
     out.append(referrers.Statement((rel.path.parent / manifest.VSA_NAME).read_bytes(),
                                    vsa.PREDICATE_TYPE, f"release-{rel.id[:16]}.vsa.dsse.json"))
     return out
@@ -170,12 +163,11 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
         if not ledger.find(entries, "release", release=rel.id):
             raise LedgerError(f"release {rel.id[:16]} is not in the ledger",
                               hint="`patchbake release create` records it")
-        done = [e for e in ledger.find(entries, "promotion", release=rel.id)
-                if e.data.get("to") == str(dest)]
+        done = [e.attached for e in ledger.find(entries, "promotion", release=rel.id)
+                if e.to == str(dest) and e.attached is not None]
         client = RegistryClient.for_ref(dest)
         if done and _tag_digest(client, dest) == rel.digest:
-            return Promoted(rel.id, str(dest), rel.digest, True,
-                            dict(done[-1].data.get("attached") or {}), recovered)
+            return Promoted(rel.id, str(dest), rel.digest, True, done[-1], recovered)
         table, _ = create.gates(pipeline, store, rel.channel, str(rel.digest))
         create.require_pass(table)
         check_recorded_inputs(root, rel, pol)
@@ -191,10 +183,8 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
         subject = Descriptor(json.loads(data).get("mediaType", OCI_MANIFEST), rel.digest,
                              len(data))
         attached = referrers.attach(client, store, dest.repo, subject, statements(root, rel))
-        entry = ledger.make_entry(entries, {
-            "kind": "promotion", "release": rel.id, "channel": rel.channel,
-            "image": rel.image, "digest": str(rel.digest), "to": str(dest),
-            "attached": attached.to_json()}, key)
+        entry = ledger.make_entry(entries, "promotion", rel, key, to=str(dest),
+                                  attached=attached)
         atomic_write(rdir / JOURNAL, json.dumps({"entry": entry.line.decode(),
                                                  "to": str(dest)}).encode())
         try:
@@ -211,4 +201,4 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
         ledger.append(rdir, entry)
         (rdir / JOURNAL).unlink()
         fsync_dir(rdir)
-    return Promoted(rel.id, str(dest), rel.digest, False, attached.to_json(), recovered)
+    return Promoted(rel.id, str(dest), rel.digest, False, attached, recovered)

@@ -25,6 +25,7 @@ from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_INDEX, OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef
 from ..store import Store
+from .fields import Fields
 
 ARTIFACT_TYPE = "application/vnd.in-toto+json"
 DSSE_MEDIA = "application/vnd.dsse.envelope.v1+json"
@@ -43,14 +44,23 @@ class Statement:
     title: str  # e.g. the file name, for annotations
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Attached:
+    """What a promotion attached (its ledger entry records it)."""
+
     mode: str  # "referrers" or "tag-fallback"
     manifests: tuple[Digest, ...]  # artifact manifest digests (OCI 1.1, with subject)
     att_tag: str | None  # the cosign tag when the fallback was used
     att_digest: Digest | None
 
-    def to_json(self) -> dict[str, Any]:
+    KEYS = ("mode", "manifests", "att_tag", "att_digest")
+
+    @classmethod
+    def load(cls, f: Fields) -> Attached:
+        return cls(f.text("mode"), f.digests("manifests"), f.opt_text("att_tag"),
+                   f.opt_digest("att_digest"))
+
+    def dump(self) -> dict[str, Any]:
         return {"mode": self.mode, "manifests": [str(d) for d in self.manifests],
                 "att_tag": self.att_tag,
                 "att_digest": None if self.att_digest is None else str(self.att_digest)}

@@ -17,6 +17,7 @@ from typing import Any
 from ..config import Pipeline
 from ..fsutil import atomic_write
 from . import ledger, manifest
+from .facts import Facts
 from .gates import GATES, Decision
 
 TEMPLATE = "report.html.j2"
@@ -33,32 +34,31 @@ class Bar:
 
 
 def identity_chain(rel: manifest.Release, record: dict[str, Any] | None) -> list[tuple[str, str]]:
-    up = rel.data.get("upstream") or {}
-    patch = rel.data.get("patch") or {}
-    image = rel.data["images"][0]
-    rec = record or {}
+    up, patch = rel.manifest.upstream, rel.manifest.patch
+    image = rel.manifest.images[0]
+    rec = record or {}  # the image record's document as committed
     layers = rec.get("layers") or [{}]
     return [
-        ("upstream pin", str(up.get("pin", "-"))),
-        ("sdist sha256", str(up.get("archive_sha256", "-"))),
-        ("pristine tree digest", str(up.get("tree_digest", "-"))),
-        ("canonical patch sha256", str(patch.get("sha256", "-"))),
-        ("FILES.txt sha256", str(patch.get("files_sha256", "-"))),
+        ("upstream pin", "-" if up is None else up.pin),
+        ("sdist sha256", "-" if up is None else str(up.archive_sha256)),
+        ("pristine tree digest", "-" if up is None else str(up.tree_digest)),
+        ("canonical patch sha256", "-" if patch is None else patch.sha256),
+        ("FILES.txt sha256", "-" if patch is None else patch.files_sha256),
         ("patched tree digest", str(rec.get("patched_tree_digest", "-"))),
         ("overlay layer diff_id", str(layers[-1].get("diff_id", "-"))),
-        ("config digest", str(image.get("config_digest") or "-")),
+        ("config digest", str(image.config_digest or "-")),
         ("manifest digest", str(rel.digest)),
     ]
 
 
 def _next_channel(pipeline: Pipeline, rel: manifest.Release) -> tuple[str | None, list[Decision],
-                                                                       dict[str, Any]]:
+                                                                       Facts]:
     from .create import evaluation
 
     chs = pipeline.channels
     names = list(chs)
     if rel.channel not in chs or names.index(rel.channel) + 1 >= len(names):
-        return None, [], {}
+        return None, [], Facts()
     nxt = chs[names[names.index(rel.channel) + 1]]
     ev = evaluation(pipeline, None, f"{rel.image}@{rel.digest}")
     out = []
@@ -96,21 +96,21 @@ def render(pipeline: Pipeline, policy_path: Path, release: str) -> str:
     rdir = manifest.releases_dir(pipeline.root)
     entries = ledger.verify(rdir, policy.load(policy_path))
     rel = manifest.load(pipeline.root, release)
-    rec_path = rel.data["images"][0].get("record")
+    rec_path = rel.manifest.images[0].record
     record = json.loads((pipeline.root / rec_path).read_bytes()) if rec_path else None
     nxt, next_gates, facts = _next_channel(pipeline, rel)
-    bench = rel.data.get("benchmark") or facts.get("benchmark")
+    bench = rel.manifest.benchmark or facts.benchmark
     previous = None
     if bench:
-        previous = previous_figures(rdir)(nxt or rel.channel, bench["name"])
+        previous = previous_figures(rdir)(nxt or rel.channel, bench.name)
     env = jinja2.Environment(loader=jinja2.PackageLoader("patchbake", "data"),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     return env.get_template(TEMPLATE).render(
-        rel=rel, chain=identity_chain(rel, record), entries=[e.data for e in entries],
+        rel=rel, chain=identity_chain(rel, record), entries=entries,
         next_channel=nxt, next_gates=next_gates,
         next_blocked=any(d.status != "pass" for d in next_gates),
-        bench=bench, bars=bars(bench["figures"], previous) if bench else [],
-        evidence=rel.data.get("evidence") or [])
+        bench=bench, bars=bars(bench.figures, previous) if bench else [],
+        evidence=rel.manifest.evidence)
 
 
 def write(pipeline: Pipeline, policy_path: Path, release: str, out: Path) -> Path:

@@ -50,7 +50,7 @@ def level(channel: str) -> str:
 
 
 def build(release: Release, when: float | None = None) -> Statement:
-    inputs = [{"uri": e["path"], "digest": {"sha256": e["envelope_sha256"]}}
+    inputs = [{"uri": e.path, "digest": {"sha256": e.envelope_sha256}}
               for e in release.envelopes()]
     return Statement(release.image, release.digest, PREDICATE_TYPE, {
         "verifier": {"id": VERIFIER_ID, "version": {"patchbake": __version__}},
