@@ -23,9 +23,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..digest import Digest
-from ..errors import EvidenceError
+from ..errors import EvidenceError, refuse_evidence
 from ..evidence import dsse
-from ..errors import refuse_evidence
 from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy

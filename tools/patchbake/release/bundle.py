@@ -20,11 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from ..digest import Digest
 from ..errors import EvidenceError, ImageError, LedgerError, PatchbakeError, ReleaseError
+from ..evidence import policy, records
 from ..fsutil import atomic_write, pretty_json, sha256_bytes
 from ..images.record import ImageRecord
+from ..images.refs import ImageRef
+from ..verify import baked
 from . import ledger, manifest, vsa
+from .attest import verify_approvals, verify_benchmark
 
 BUNDLE = "bundle.json"
 BUNDLE_FORMAT = "patchbake-release-bundle/1"
@@ -54,8 +59,6 @@ def _files(root: Path, rel: manifest.Release, policy_path: Path) -> list[Path]:
 
 def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
     """Write the bundle for ``release`` into ``dest`` (must be empty or absent)."""
-    from .. import __version__
-
     rdir = manifest.releases_dir(root)
     rel = manifest.load(root, release)
     entries = ledger.read(rdir)
@@ -94,7 +97,6 @@ def release_of(root: Path, text: str) -> str:
     """A release id, or an image reference carrying its digest (``sha256:<hex>``,
     ``name@sha256:<hex>``, parsed by images.refs): the latest release of that image."""
     if text.startswith("sha256:") or "@" in text:
-        from ..images.refs import ImageRef
 
         digest = ImageRef.parse(text).digest
         found = [e for e in ledger.read(manifest.releases_dir(root))
@@ -106,8 +108,6 @@ def release_of(root: Path, text: str) -> str:
 
 
 def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
-    from ..evidence import records
-    from .attest import verify_approvals, verify_benchmark
 
     m = rel.manifest
     for e in m.evidence:
@@ -147,8 +147,6 @@ def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
 
 
 def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = None) -> Verdict:
-    from ..evidence import policy
-
     rdir = manifest.releases_dir(root)
     pol = policy.load(policy_path)
     bundle = (root / BUNDLE).is_file()
@@ -193,7 +191,6 @@ def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = Non
 def verify_image(pipeline: Any, store: Any, verdict: Verdict, ref: str) -> str:
     """The image itself (registry ref, OCI layout, archive, store name): it must be the
     release's digest and its files a fresh apply of the patch (baked.verify_image)."""
-    from ..verify import baked
 
     res = baked.verify_image(pipeline, ref, store)
     if res.digest != verdict.digest:

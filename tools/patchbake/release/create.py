@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Pipeline
+from ..config import Pipeline, channels
 from ..errors import GateError, ReleaseError
+from ..evidence import keys, policy
 from ..fsutil import atomic_write
+from ..images import definition as definitions
 from ..store import Store
-from ..config import channels
+from ..suites import image as imagemod
 from . import ledger, manifest, vsa
 from .gates import Evaluation, Table, evaluate
 
@@ -48,7 +50,6 @@ def previous_figures(releases_dir: Path) -> Callable[[str, str], dict[str, Any] 
 
 def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
                lineage: str | None = None) -> Evaluation:
-    from ..suites import image as imagemod
 
     resolved = imagemod.digest_only(ref, pipeline)
     if resolved is None:
@@ -60,7 +61,6 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
         else resolved.name
     defn = None
     if rec and rec.definition in pipeline.images:
-        from ..images import definition as definitions
 
         defn = definitions.load(pipeline, rec.definition)
     sig = pipeline.signing
@@ -92,8 +92,6 @@ def require_pass(table: Table) -> None:
 
 def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
            key_path: Path | None = None, lineage: str | None = None) -> Created:
-    from ..evidence import keys, policy
-
     sig = pipeline.signing
     rdir = manifest.releases_dir(pipeline.root)
     pol = policy.load(sig.trust_policy)

@@ -14,21 +14,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import Lineage, Pipeline
-from ..digest import Digest
-from ..errors import EvidenceError, PatchbakeError
-from ..fsutil import sha256_bytes
-from ..images.record import ImageRecord
-from ..store import Store
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
+from ..digest import Digest
+from ..errors import EvidenceError, PatchbakeError
+from ..evidence import policy, records
+from ..evidence.records import Verified
+from ..fsutil import sha256_bytes
+from ..images.record import ImageRecord
+from ..patchset.guard import check_lineage
+from ..sources import fetch
+from ..store import Store
+from ..suites.image import find_record
+from ..suites.run import suite_content_sha256
+from ..verify import baked
+from .attest import benchmark_path, verify_approvals, verify_benchmark
 from .facts import Approval, Benchmark, Evidence, Facts, Patch, Record, Upstream, Verification
 from .fields import Fields
-
-if TYPE_CHECKING:  # evidence/ needs cryptography, imported by the gates that verify
-    from ..evidence.records import Verified
+from .rebake import rebake
 
 STATUSES = ("pass", "fail", "error")
 Outcome = tuple[str, str]  # (status, reason)
@@ -111,25 +117,21 @@ class Evaluation:
         return self.store
 
     def fetched(self) -> Any:
-        from ..sources import fetch
 
         return self.memo("fetched", lambda: fetch(self.lineage, self.need_store(),
                                                   base=self.pipeline.root))
 
     def policy(self) -> Any:
-        from ..evidence import policy
 
         return self.memo("policy", lambda: policy.load(self.policy_path))
 
     def record(self) -> ImageRecord | None:
-        from ..suites.image import find_record
 
         found: ImageRecord | None = self.memo(
             "record", lambda: find_record(self.pipeline.root, self.digest))
         return found
 
     def evidence(self, suite: str) -> Verified:
-        from ..evidence import records
 
         def verify() -> Verified:
             return records.verify_file(records.evidence_path(self.evidence_dir, self.digest,
@@ -149,7 +151,6 @@ def _rel(ev: Evaluation, path: Path) -> str:
 
 # -- candidate ------------------------------------------------------------------------
 def gate_guard(ev: Evaluation, g: Gate) -> Outcome:
-    from ..patchset.guard import check_lineage
 
     f = ev.fetched()
     rep = check_lineage(ev.lineage, pristine_root=f.root, tree_digest=f.tree_digest)
@@ -188,7 +189,6 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
 
 
 def gate_verify(ev: Evaluation, g: Gate) -> Outcome:
-    from ..verify import baked
 
     res = ev.memo("verify", lambda: baked.verify_image(ev.pipeline, str(ev.digest),
                                                           ev.need_store(), ev.lineage))
@@ -205,7 +205,6 @@ def gate_verify(ev: Evaluation, g: Gate) -> Outcome:
 
 
 def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
-    from .rebake import rebake
 
     rec = ev.record()
     if rec is None:
@@ -226,7 +225,6 @@ def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
 def _suite_problem(ev: Evaluation, name: str, v: Verified) -> str | None:
     """Why verified evidence ``v`` for suite ``name`` does not satisfy the pipeline's own
     declaration of the suite (never the declaration the evidence carries)."""
-    from ..suites.run import suite_content_sha256
 
     suite = get_suite(ev.pipeline.suites, name, ev.pipeline.path.name)
     s = v.statement
@@ -321,7 +319,6 @@ def _regressions(now: dict[str, Any], before: dict[str, Any], tol: float) -> lis
 
 
 def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
-    from .attest import benchmark_path, verify_benchmark
 
     assert g.benchmark is not None
     name, tol = g.benchmark.name, g.benchmark.tolerance
@@ -347,8 +344,6 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
 
 
 def gate_approval(ev: Evaluation, g: Gate) -> Outcome:
-    from .attest import verify_approvals
-
     good, bad = verify_approvals(ev.evidence_dir, ev.digest, ev.policy(), g.declared_in)
     ev.facts.approvals = [Approval(_rel(ev, a.path), a.keyid, a.signer, a.envelope_sha256)
                           for a in good]

@@ -35,8 +35,17 @@ from .. import __version__
 from ..digest import Digest, is_hex
 from ..errors import ReleaseError
 from ..fsutil import canonical_json, sha256_bytes, write_once
-from .facts import (Approval, Benchmark, Evidence, Facts, Image, Patch, SignedInput, Upstream,
-                    Verification)
+from .facts import (
+    Approval,
+    Benchmark,
+    Evidence,
+    Facts,
+    Image,
+    Patch,
+    SignedInput,
+    Upstream,
+    Verification,
+)
 from .fields import Fields
 from .gates import Decision, Table
 

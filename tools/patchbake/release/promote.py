@@ -25,13 +25,25 @@ from typing import Any
 
 from ..config import Pipeline
 from ..digest import Digest
-from ..errors import GateError, LedgerError, PatchbakeError, RegistryError, ReleaseError
+from ..errors import (
+    ConfigError,
+    EvidenceError,
+    GateError,
+    LedgerError,
+    PatchbakeError,
+    RegistryError,
+    ReleaseError,
+    TagMovedError,
+)
+from ..evidence import keys, policy
+from ..evidence.statement import PREDICATE_TYPE
 from ..fsutil import atomic_write, fsync_dir, sha256_bytes
 from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef, parse_ref
 from ..store import Store
 from . import create, ledger, manifest, referrers, vsa
+from .attest import APPROVAL_TYPE, BENCHMARK_TYPE
 
 JOURNAL = "promotion.pending.json"
 
@@ -113,8 +125,6 @@ def check_recorded_inputs(root: Path, rel: manifest.Release, policy: Any) -> Non
 
 
 def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
-    from ..evidence.statement import PREDICATE_TYPE
-    from .attest import APPROVAL_TYPE, BENCHMARK_TYPE
 
     m = rel.manifest
     inputs = [*((e.path, PREDICATE_TYPE) for e in m.evidence),
@@ -129,9 +139,6 @@ def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
 
 def load_policy(path: Path) -> Any:
     """The trust policy, or GateError: with no usable policy nothing verifies (fail-closed)."""
-    from ..errors import ConfigError, EvidenceError
-    from ..evidence import policy
-
     try:
         return policy.load(path)
     except (ConfigError, EvidenceError) as exc:
@@ -149,8 +156,6 @@ def _dest(to: str) -> RegistryRef:
 
 def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
             key_path: Path | None = None) -> Promoted:
-    from ..evidence import keys
-
     sig = pipeline.signing
     root, rdir = pipeline.root, manifest.releases_dir(pipeline.root)
     dest = _dest(to)
@@ -173,7 +178,6 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
         check_recorded_inputs(root, rel, pol)
         current = _tag_digest(client, dest)
         if current not in (None, rel.digest):
-            from ..errors import TagMovedError
 
             raise TagMovedError(f"{dest} already points to {current}; refusing to move it to "
                                 f"{rel.digest}; nothing was pushed",

@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 
 from ..config import Lineage, Pipeline
 from ..digest import Digest
 from ..errors import ImageError
+from ..images.bake import bake_image
 from ..store import Store
 
 
@@ -57,9 +59,7 @@ def _seed(warm: Store, fresh: Store, base_digest: Digest) -> None:
 def rebake(pipeline: Pipeline, definition: str, lineage: Lineage, warm: Store,
            base_digest: Digest, epoch: int) -> Rebake:
     """Bake ``definition`` again in a fresh store; return the manifest digest it gives."""
-    import time
 
-    from ..images.bake import bake_image
 
     t0 = time.monotonic()
     if not warm.has(base_digest):

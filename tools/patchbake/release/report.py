@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
 from ..config import Pipeline
+from ..evidence import policy
 from ..fsutil import atomic_write
 from . import ledger, manifest
+from .create import evaluation, previous_figures
 from .facts import Facts
 from .gates import GATES, Decision
 
@@ -53,7 +57,6 @@ def identity_chain(rel: manifest.Release, record: dict[str, Any] | None) -> list
 
 def _next_channel(pipeline: Pipeline, rel: manifest.Release) -> tuple[str | None, list[Decision],
                                                                        Facts]:
-    from .create import evaluation
 
     chs = pipeline.channels
     names = list(chs)
@@ -88,10 +91,7 @@ def bars(figures: dict[str, Any], previous: dict[str, Any] | None) -> list[Bar]:
 
 
 def render(pipeline: Pipeline, policy_path: Path, release: str) -> str:
-    import jinja2
 
-    from ..evidence import policy
-    from .create import previous_figures
 
     rdir = manifest.releases_dir(pipeline.root)
     entries = ledger.verify(rdir, policy.load(policy_path))
