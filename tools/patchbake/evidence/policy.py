@@ -35,7 +35,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..errors import ConfigError, EvidenceError
+from ..errors import ConfigError, EvidenceError, shown
 from ..config.schema import Field, Schema, sha256_check, suggest, validate
 from ..config.yamlread import parse_text
 from ..errors import refuse_evidence
@@ -146,8 +146,8 @@ def _roles(entry: dict[str, Any], version: int, where: str, src: str) -> tuple[s
         return ()
     for r in entry["roles"]:
         if r not in ROLES:
-            raise ConfigError(f"{src}: '{where}.roles' names {r!r}, not one of "
-                              f"{', '.join(ROLES)}{suggest(str(r), list(ROLES))}")
+            raise ConfigError(f"{src}: '{where}.roles' names {shown(r)}, not one of "
+                              f"{', '.join(ROLES)}{suggest(str(r)[:80], list(ROLES))}")
     if not all(isinstance(c, str) for c in entry["channels"]):
         raise ConfigError(f"{src}: '{where}.channels' must list strings")
     if entry["allow"] is None and not entry["roles"]:

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
 from ..digest import Digest
-from ..errors import EvidenceError
+from ..errors import EvidenceError, shown
 from ..fsutil import pretty_json, sha256_bytes, write_once
 from ..suites.machine import platform_line
 from ..suites.result import SuiteResult
@@ -65,7 +65,7 @@ class Verified:
 
 def evidence_path(evidence_dir: Path, image_digest: Digest, suite: str) -> Path:
     if not _SUITE_NAME.match(suite):
-        raise EvidenceError(f"suite name {suite!r} cannot name an evidence file")
+        raise EvidenceError(f"suite name {shown(suite)} cannot name an evidence file")
     return evidence_dir / image_digest.hex / f"{suite}{SUFFIX}"
 
 

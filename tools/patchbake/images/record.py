@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import Pipeline
 from ..digest import Digest, is_digest, is_hex
-from ..errors import ImageError, PatchbakeError
+from ..errors import ImageError, PatchbakeError, shown
 from ..fsutil import atomic_write, pretty_json, write_once
 
 
@@ -50,7 +50,7 @@ class ImageRecord:
         if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
             found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ImageError(f"{where} is not an image record of format {RECORD_FORMAT} "
-                             f"(found {found!r})")
+                             f"(found {shown(found)})")
         patch = doc.get("patch")
         sha = patch.get("sha256") if isinstance(patch, dict) else None
         bad = [k for k, ok in (("definition", isinstance(doc.get("definition"), str)),
@@ -90,7 +90,7 @@ def record_path(repo_root: Path, definition: str, manifest_digest: Digest) -> Pa
 
 def write_record(repo_root: Path, record: dict[str, Any]) -> Path:
     """Write the record (once) and move ``latest.json`` to it. Returns the record path."""
-    rec = ImageRecord.from_json(record, f"the new record of {record.get('definition')!r}")
+    rec = ImageRecord.from_json(record, f"the new record of {shown(record.get('definition'))}")
     path = record_path(repo_root, rec.definition, rec.manifest_digest)
     data = rec.dump()
     try:

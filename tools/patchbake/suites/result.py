@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import Digest, is_digest, is_hex
-from ..errors import refuse_evidence
+from ..errors import refuse_evidence, shown
 from ..fsutil import pretty_json
 from .image import SuiteImage
 
@@ -91,7 +91,7 @@ class SuiteResult:
             refuse_evidence("malformed", f"{where} is not a JSON object", hint=_HINT)
         if doc.get("format") != RESULT_FORMAT:
             refuse_evidence("malformed", f"{where} is not a suite result of format {RESULT_FORMAT} "
-                 f"(found {doc.get('format')!r})", hint=_HINT)
+                 f"(found {shown(doc.get('format'))})", hint=_HINT)
         _check_fields(doc, where)
         image = _image(doc["image"], where)
         _check_values(doc, where)
@@ -166,7 +166,7 @@ def _image(image: dict[str, Any], where: str) -> SuiteImage:
     for key in ("digest", "config_digest"):
         value = image.get(key)
         if not is_digest(value) and not (key == "config_digest" and value is None):
-            refuse_evidence("malformed", f"{where}: 'image.{key}' {value!r} is not sha256:<64 hex>")
+            refuse_evidence("malformed", f"{where}: 'image.{key}' {shown(value)} is not sha256:<64 hex>")
     extra = sorted(set(image) - {"name", "digest", "config_digest"})
     if extra or "config_digest" not in image:
         refuse_evidence("malformed", f"{where}: 'image' must hold exactly name, digest and "
@@ -183,7 +183,7 @@ def _check_values(doc: dict[str, Any], where: str) -> None:
         refuse_evidence("malformed", f"{where}: 'suite' must name the suite, its path and its "
              "content_sha256 (64 hex digits)")
     if doc["runner"] not in RUNNERS or doc["result"] not in OUTCOMES:
-        refuse_evidence("malformed", f"{where}: runner {doc['runner']!r} / result {doc['result']!r} is "
+        refuse_evidence("malformed", f"{where}: runner {shown(doc['runner'])} / result {shown(doc['result'])} is "
              f"not one of {', '.join(RUNNERS)} / {', '.join(OUTCOMES)}")
     counts = doc["counts"]
     if set(counts) != set(COUNT_KEYS) or not all(_kind(v, (int,)) for v in counts.values()):
