@@ -37,18 +37,20 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
 
 
-def open_input(path: str | os.PathLike[str], what: str, error: ErrorFactory) -> BinaryIO:
+def open_input(path: str | os.PathLike[str], what: str, error: ErrorFactory, *,
+               missing: ErrorFactory | None = None) -> BinaryIO:
     """Open a file that a user, a repository or a bundle names, for reading.
 
     Opening never blocks (O_NONBLOCK: a FIFO opened so returns at once instead of waiting
     for a writer), and what was opened is checked on its descriptor (no race with a rename)
     to be a regular file: a FIFO, socket, device or directory is refused with
-    ``error("<what> <path> is a FIFO ..., not a regular file")``, as are a missing or
-    unreadable file. Symbolic links are followed; what they lead to is checked."""
+    ``error("<what> <path> is a FIFO ..., not a regular file")``, as is an unreadable file;
+    a missing one raises ``missing("<what> <path> does not exist")`` (default: ``error``).
+    Symbolic links are followed; what they lead to is checked."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise error(f"{what} {path} does not exist") from None
+        raise (missing or error)(f"{what} {path} does not exist") from None
     except OSError as exc:
         try:  # a socket cannot be opened at all (ENXIO): name what it is
             mode = os.stat(path).st_mode
@@ -71,10 +73,11 @@ def open_input(path: str | os.PathLike[str], what: str, error: ErrorFactory) -> 
 
 
 def read_input(path: str | os.PathLike[str], what: str, error: ErrorFactory,
-               cap: int = INPUT_BYTES, *, hint: str | None = None) -> bytes:
+               cap: int = INPUT_BYTES, *, missing: ErrorFactory | None = None,
+               hint: str | None = None) -> bytes:
     """The bytes of a named input (see :func:`open_input`), at most ``cap`` of them: a
     larger file is an InputLimitError (exit 15) naming it, with ``hint``."""
-    with open_input(path, what, error) as f:
+    with open_input(path, what, error, missing=missing) as f:
         try:
             size = os.fstat(f.fileno()).st_size
             data = f.read(cap + 1) if size <= cap else b""
@@ -178,6 +181,14 @@ def _sweep_siblings(target: Path) -> None:
                 p.unlink()
             except OSError:
                 pass
+
+
+def read_optional(path: str | os.PathLike[str], what: str, error: ErrorFactory,
+                  cap: int = INPUT_BYTES) -> bytes | None:
+    """:func:`read_input`, except that nothing at ``path`` (not even a link) is None."""
+    if not os.path.lexists(path):
+        return None
+    return read_input(path, what, error, cap)
 
 
 @contextmanager

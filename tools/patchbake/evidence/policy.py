@@ -29,6 +29,7 @@ recomputed. Verification is fail-closed: a missing or invalid policy trusts nobo
 from __future__ import annotations
 
 import fnmatch
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ..errors import ConfigError, EvidenceError, shown
 from ..config.schema import Field, Schema, sha256_check, suggest, validate
 from ..config.yamlread import parse_text
+from ..fsutil import read_input
 from ..errors import refuse_evidence
 from .keys import keyid_of, parse_public
 
@@ -157,13 +159,10 @@ def _roles(entry: dict[str, Any], version: int, where: str, src: str) -> tuple[s
 
 
 def load(path: Path) -> Policy:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        refuse_evidence("policy", f"trust policy {path} does not exist: nothing can be verified",
-             hint="commit a trust policy listing the public keys that sign evidence")
-    except OSError as exc:
-        refuse_evidence("policy", f"trust policy {path} is unreadable: {exc.strerror}")
+    data = read_input(path, "trust policy", partial(EvidenceError, reason="policy"),
+                      missing=lambda m: EvidenceError(
+                          f"{m}: nothing can be verified", reason="policy",
+                          hint="commit a trust policy listing the public keys that sign evidence"))
 
     return parse(parse_text(data, path.name), path)
 

@@ -16,14 +16,15 @@ steps. ``junit_b64`` joined v1 later: a result written before it reads as null.
 from __future__ import annotations
 
 import json
+from functools import partial
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..digest import Digest, is_digest, is_hex
-from ..errors import refuse_evidence, shown
-from ..fsutil import pretty_json
+from ..errors import EvidenceError, refuse_evidence, shown
+from ..fsutil import pretty_json, read_input
 from .image import SuiteImage
 
 RESULT_FORMAT = "patchbake-suite-result/v1"
@@ -106,12 +107,10 @@ class SuiteResult:
 
     @classmethod
     def load(cls, path: Path) -> SuiteResult:
+        data = read_input(path, "suite result", partial(EvidenceError, reason="unreadable"),
+                          missing=partial(EvidenceError, reason="missing", hint=_HINT))
         try:
-            doc = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            refuse_evidence("missing", f"suite result {path} does not exist", hint=_HINT)
-        except OSError as exc:
-            refuse_evidence("unreadable", f"suite result {path} is unreadable: {exc.strerror}")
+            doc = json.loads(data)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             refuse_evidence("malformed", f"suite result {path} is not JSON: {exc}")
         return cls.from_json(doc, f"suite result {path}")
