@@ -23,7 +23,7 @@ from typing import Any
 from ..config import Pipeline
 from ..digest import Digest, is_digest, is_hex
 from ..errors import ImageError, PatchbakeError, shown
-from ..fsutil import atomic_write, pretty_json, write_once
+from ..fsutil import atomic_write, pretty_json, read_input, read_optional, write_once
 
 
 RECORD_FORMAT = "patchbake-image-record/1"
@@ -67,10 +67,9 @@ class ImageRecord:
 
     @classmethod
     def load(cls, path: Path) -> ImageRecord:
+        data = read_input(path, "image record", ImageError)
         try:
-            doc = json.loads(path.read_bytes())
-        except OSError as exc:
-            raise ImageError(f"image record {path} is unreadable: {exc.strerror}") from None
+            doc = json.loads(data)
         except ValueError as exc:  # a committed record that does not parse is reported
             raise ImageError(f"image record {path} is not valid JSON: {exc}") from None
         return cls.from_json(doc, f"image record {path}")
@@ -121,10 +120,11 @@ def _pointer_digest(latest: Path) -> Digest | None:
 def superseded(repo_root: Path, definition: str) -> dict[str, dict[str, Any]]:
     """Superseded records of ``definition``: digest -> {digest, superseded_by, record}."""
     p = records_dir(repo_root, definition) / SUPERSEDED
-    try:
-        doc = json.loads(p.read_bytes())
-    except FileNotFoundError:
+    data = read_optional(p, "superseded index", ImageError)
+    if data is None:
         return {}
+    try:
+        doc = json.loads(data)
     except ValueError as exc:
         raise ImageError(f"{p.relative_to(repo_root)} is unreadable: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != SUPERSEDED_FORMAT \
@@ -157,12 +157,13 @@ def _update_superseded(repo_root: Path, definition: str, previous: Digest | None
 def latest(repo_root: Path, definition: str) -> ImageRecord:
     """The definition's latest bake record (raises when nothing was baked)."""
     p = records_dir(repo_root, definition) / LATEST
-    try:
-        pointer = json.loads(p.read_bytes())
-        target = repo_root / pointer["record"]
-    except FileNotFoundError:
+    data = read_optional(p, "latest pointer", ImageError)
+    if data is None:
         raise ImageError(f"no recorded bake of '{definition}' (no {p.relative_to(repo_root)})",
-                         hint=f"run `patchbake bake {definition}`") from None
+                         hint=f"run `patchbake bake {definition}`")
+    try:
+        pointer = json.loads(data)
+        target = repo_root / pointer["record"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ImageError(f"{p.relative_to(repo_root)} is unreadable: {exc}") from None
     rec = ImageRecord.load(target)
