@@ -257,6 +257,14 @@ _yaml_case("unknown upstream kind", 3, "must be one of", lambda t: t.replace(
 _yaml_case("alias bomb", 3, "", lambda t: (
     t + 'a: &a ["x","x","x","x","x","x","x","x","x"]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n'
         'c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n').encode())
+# nine levels of nine aliases to one list: printing it whole is 9**8 items
+_BOMB = "[" + ", ".join(
+    [f"&{c} [" + ", ".join(["*" + p if p else '"x"' for _ in range(9)]) + "]"
+     for p, c in zip(["", *"abcdefg"], "abcdefgh", strict=True)] + ["[" + ", ".join(["*h"] * 9) + "]"]) + "]"
+_yaml_case("alias bomb under upstream.pins", 3, "maps package names to version strings",
+           lambda t: t.replace("sha256: ", f"pins: {{torch: {_BOMB}}}, sha256: ", 1).encode())
+_yaml_case("alias bomb as upstream.version", 3, "must be of type string",
+           lambda t: t.replace('version: "1.0"', f"version: {_BOMB}", 1).encode())
 _yaml_case("python object tag", 3, "not valid YAML",
            lambda t: (t + "x: !!python/object/apply:os.system ['true']\n").encode())
 _yaml_case("integer key", 3, "must be a string", lambda t: (t + "1: x\n").encode())
@@ -268,6 +276,21 @@ def _dir_pipeline(root: Path) -> list[str]:
     (repo / "pipeline.yaml").unlink()
     (repo / "pipeline.yaml").mkdir()
     return ["patch", "check", "--no-tree"]
+
+
+def _special_pipeline(kind: str, make: Callable[[Path], None]) -> None:
+    def build(root: Path) -> list[str]:
+        repo = scratch(root)
+        (repo / "pipeline.yaml").unlink()
+        make(repo / "pipeline.yaml")
+        return ["patch", "check", "--no-tree"]
+    CASES.append(Case(f"pipeline.yaml: {kind}", "yaml", build, 3, "not a regular file"))
+
+
+_special_pipeline("a FIFO", os.mkfifo)
+_special_pipeline("a link to a FIFO", lambda p: (os.mkfifo(p.with_name("fifo")),
+                                                 p.symlink_to("fifo")))
+_special_pipeline("a link to a character device", lambda p: p.symlink_to(os.devnull))
 
 
 def _image_case(name: str, code: int, match: str, text: bytes | None, rel: str = "images/x.yaml") -> None:
@@ -289,6 +312,16 @@ _image_case("not UTF-8", 3, "not UTF-8", b"version: 1\nmode: \xfe\n")
 _image_case("outside the repository", 3, "outside the repository",
             b"version: 1\n", "../outside.yaml")
 _image_case("missing file", 3, "does not exist", None)
+@case("image definition: a FIFO", "yaml", 3, "is a FIFO (named pipe), not a regular file")
+def _fifo_def(root: Path) -> list[str]:
+    repo = scratch(root)
+    (repo / "images").mkdir()
+    os.mkfifo(repo / "images" / "x.yaml")
+    p = repo / "pipeline.yaml"
+    p.write_text(p.read_text() + "images:\n  x: images/x.yaml\n")
+    return ["image", "show", "x"]
+
+
 _image_case("deep nesting", 15, "nesting deeper than", b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n")
 
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from .errors import PatchbakeError
+from .errors import PatchbakeError, shown
 
 
 ALGORITHM = "sha256"
@@ -39,7 +39,7 @@ class Digest:
 
     def __post_init__(self) -> None:
         if self.algorithm != ALGORITHM or not is_hex(self.hex):
-            raise ValueError(f"{self.algorithm}:{self.hex!r} is not sha256:<64 lowercase hex "
+            raise ValueError(f"{self.algorithm}:{shown(self.hex)} is not sha256:<64 lowercase hex "
                              "digits>")
 
     @classmethod
@@ -49,7 +49,7 @@ class Digest:
         and why."""
         if not isinstance(text, str) or not text.startswith(_PREFIX) \
                 or not is_hex(text[len(_PREFIX):]):
-            raise error(f"{what} {text!r:.80} is not sha256:<64 lowercase hex digits>")
+            raise error(f"{what} {shown(text, 80)} is not sha256:<64 lowercase hex digits>")
         return cls(ALGORITHM, text[len(_PREFIX):])
 
     @classmethod

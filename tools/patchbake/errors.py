@@ -7,7 +7,28 @@ Messages say what failed, why, and what to do next.
 
 from __future__ import annotations
 
-from typing import NoReturn
+import reprlib
+from typing import Any, NoReturn
+
+
+def _repr_for_messages() -> reprlib.Repr:
+    r = reprlib.Repr()
+    # few levels and few items: the work is bounded before anything is printed, so a YAML
+    # alias bomb (9 lists of 9 lists of ... the same list) costs a handful of steps
+    r.maxlevel, r.maxlist, r.maxdict, r.maxset, r.maxfrozenset, r.maxtuple = 3, 4, 4, 4, 4, 4
+    r.maxstring, r.maxlong, r.maxother = 120, 40, 40
+    return r
+
+
+_MESSAGE_REPR = _repr_for_messages()
+
+
+def shown(value: Any, limit: int = 160) -> str:
+    """``value`` as an error message may print it: a repr bounded in the time it takes
+    (nesting, items and string lengths are capped while it is built, not cut afterwards;
+    ``f"{v!r:.80}"`` would first build the whole repr of a hostile value) and in length."""
+    text = _MESSAGE_REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class PatchbakeError(Exception):

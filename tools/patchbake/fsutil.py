@@ -1,4 +1,5 @@
-"""Atomic writes, hashing and canonical JSON shared by every stage."""
+"""Atomic writes, hashing, canonical JSON and safe reads of named inputs, shared by every
+stage. Standard library and errors.py only: tools/check_patch_files.py imports it."""
 
 from __future__ import annotations
 
@@ -8,14 +9,84 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .errors import InputLimitError, PatchbakeError
+
 
 CHUNK = 1 << 20
+# what a file named as an input may hold unless its reader says otherwise: far above any
+# record, statement, policy or patch the tool reads whole, far below what exhausts memory
+INPUT_BYTES = 256 << 20
+
+# how a reader says which error a refused input raises: an error class taking the message
+# (ConfigError), or a function building one (a partial of EvidenceError with its reason)
+ErrorFactory = Callable[[str], PatchbakeError]
+
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
+def open_input(path: str | os.PathLike[str], what: str, error: ErrorFactory, *,
+               missing: ErrorFactory | None = None) -> BinaryIO:
+    """Open a file that a user, a repository or a bundle names, for reading.
+
+    Opening never blocks (O_NONBLOCK: a FIFO opened so returns at once instead of waiting
+    for a writer), and what was opened is checked on its descriptor (no race with a rename)
+    to be a regular file: a FIFO, socket, device or directory is refused with
+    ``error("<what> <path> is a FIFO ..., not a regular file")``, as is an unreadable file;
+    a missing one raises ``missing("<what> <path> does not exist")`` (default: ``error``).
+    Symbolic links are followed; what they lead to is checked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise (missing or error)(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        try:  # a socket cannot be opened at all (ENXIO): name what it is
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise error(f"{what} {path} is {_kind(mode)}, not a regular file; refusing to "
+                        "read it") from None
+        raise error(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"{what} {path} is {_kind(mode)}, not a regular file; refusing to "
+                        "read it")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input(path: str | os.PathLike[str], what: str, error: ErrorFactory,
+               cap: int = INPUT_BYTES, *, missing: ErrorFactory | None = None,
+               hint: str | None = None) -> bytes:
+    """The bytes of a named input (see :func:`open_input`), at most ``cap`` of them: a
+    larger file is an InputLimitError (exit 15) naming it, with ``hint``."""
+    with open_input(path, what, error, missing=missing) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(cap + 1) if size <= cap else b""
+        except OSError as exc:
+            raise error(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    if size > cap or len(data) > cap:
+        raise InputLimitError(f"{what} {path}: {max(size, len(data))} bytes exceeds the cap of "
+                              f"{cap}; refusing to read it", hint=hint)
+    return data
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -110,6 +181,14 @@ def _sweep_siblings(target: Path) -> None:
                 p.unlink()
             except OSError:
                 pass
+
+
+def read_optional(path: str | os.PathLike[str], what: str, error: ErrorFactory,
+                  cap: int = INPUT_BYTES) -> bytes | None:
+    """:func:`read_input`, except that nothing at ``path`` (not even a link) is None."""
+    if not os.path.lexists(path):
+        return None
+    return read_input(path, what, error, cap)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from .schema import Field, Schema, suggest, validate
 
 
@@ -84,7 +84,7 @@ def _gate(  # noqa: C901 - one branch per gate kind, each checking that kind's f
         for s in c["suites"]:
             if s not in suites:
                 raise ConfigError(f"{source}: '{where}.suites' names '{s}', which is not a "
-                                  f"declared suite{suggest(str(s), list(suites))}")
+                                  f"declared suite{suggest(str(s)[:80], list(suites))}")
         return Gate(kind, name, suites=tuple(c["suites"]))
     if kind == "capability":
         cap = c["capability"]
@@ -113,14 +113,14 @@ def parse(raw: dict[str, Any] | None, suites: Mapping[str, object],
     for i, (name, body) in enumerate((raw or {}).items()):
         where = f"channels.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ConfigError(f"{source}: channel name {name!r} must be lowercase letters, "
+            raise ConfigError(f"{source}: channel name {shown(name)} must be lowercase letters, "
                               "digits, '-', '_' or '.'")
         c = validate(body, CHANNEL_SCHEMA, where, source)
         own: list[Gate] = []
         for kind in c["gates"]:
             if kind not in GATE_KINDS:
                 raise ConfigError(f"{source}: '{where}.gates' names unknown gate kind "
-                                  f"{kind!r}{suggest(str(kind), list(GATE_KINDS))} "
+                                  f"{shown(kind)}{suggest(str(kind)[:80], list(GATE_KINDS))} "
                                   f"(kinds: {', '.join(GATE_KINDS)})")
             if any(g.kind == kind for g in [*inherited, *own]):
                 raise ConfigError(f"{source}: '{where}.gates' repeats gate '{kind}' (a channel "

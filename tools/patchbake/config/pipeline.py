@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ConfigError, LineageError
+from ..errors import ConfigError, LineageError, shown
 from . import channels as channels_section
 from . import signing as signing_section
 from . import suites as suites_section
@@ -172,7 +172,7 @@ def _pins(raw: dict[Any, Any], where: str, source: str) -> tuple[tuple[str, str]
     for k, v in raw.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ConfigError(f"{source}: '{where}' maps package names to version strings "
-                              f"(got {k!r}: {v!r})")
+                              f"(got {shown(k)}: {shown(v)})")
     return tuple(sorted(raw.items()))
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..digest import is_hex
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ def validate(  # noqa: C901 - one pass over a mapping's keys, each branch one sc
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if not isinstance(key, str):
-            raise ConfigError(f"{source}: key {key!r} under {label} must be a string")
+            raise ConfigError(f"{source}: key {shown(key)} under {label} must be a string")
         spec = schema.fields.get(key) or schema.extra
         if spec is None:
             raise ConfigError(
@@ -67,14 +67,14 @@ def validate(  # noqa: C901 - one pass over a mapping's keys, each branch one sc
         if not isinstance(value, spec.types):
             raise ConfigError(
                 f"{source}: '{path}' must be of type {_type_name(spec.types)}, "
-                f"got {type(value).__name__} {value!r:.40}"
+                f"got {type(value).__name__} {shown(value, 40)}"
             )
         if spec.items is not None and isinstance(value, list):
             for i, item in enumerate(value):
                 if not isinstance(item, spec.items) or isinstance(item, bool):
                     raise ConfigError(
                         f"{source}: '{path}[{i}]' must be of type {_type_name(spec.items)}, "
-                        f"got {type(item).__name__} {item!r:.40}")
+                        f"got {type(item).__name__} {shown(item, 40)}")
         if spec.check:
             problem = spec.check(value)
             if problem:
@@ -99,7 +99,8 @@ def sha256_check(value: Any) -> str | None:
 def one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if value not in choices:
-            return f"must be one of {', '.join(choices)}, got {value!r}{suggest(str(value), list(choices))}"
+            near = suggest(value, list(choices)) if isinstance(value, str) else ""
+            return f"must be one of {', '.join(choices)}, got {shown(value)}{near}"
         return None
 
     return check

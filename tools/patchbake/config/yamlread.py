@@ -10,14 +10,14 @@ the first).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .. import limits
-from ..errors import ConfigError, InputLimitError
+from ..errors import ConfigError, InputLimitError, shown
+from ..fsutil import read_input
 
 
 try:  # the C parser when PyYAML has it; the constructor (duplicate check) stays Python
@@ -108,7 +108,7 @@ def parse_text(data: bytes, name: str) -> Any:
                                                             "if the file is genuine")
         return yaml.load(text, Loader=_Loader)
     except _DuplicateKey as exc:
-        raise ConfigError(f"{name}: key {exc.key!r} appears twice in one mapping (line "
+        raise ConfigError(f"{name}: key {shown(exc.key)} appears twice in one mapping (line "
                           f"{exc.line}); YAML would silently keep the last",
                           hint="remove one of them") from None
     except yaml.YAMLError as exc:
@@ -126,19 +126,5 @@ def load_file(path: Path, what: str | None = None) -> Any:
 
 
 def _read(path: Path, what: str | None) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            cap = limits.current().yaml_bytes
-            size = os.fstat(f.fileno()).st_size
-            if size > cap:
-                raise InputLimitError(f"{path.name}: {size} bytes exceeds the cap of {cap} "
-                                      "for a YAML file", hint=f"raise {limits.ENV['yaml_bytes']}"
-                                      " if the file is genuine")
-            return f.read(cap + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"{what or 'file'} {path} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what or 'file'} {path} is a directory, not a YAML file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-
+    return read_input(path, what or "file", ConfigError, limits.current().yaml_bytes,
+                      hint=f"raise {limits.ENV['yaml_bytes']} if the file is genuine")

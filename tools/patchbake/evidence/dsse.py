@@ -17,7 +17,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..errors import refuse_evidence
+from ..errors import refuse_evidence, shown
 from .keys import keyid_of
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -94,7 +94,7 @@ def parse(data: bytes, where: str) -> Envelope:  # noqa: C901 - one check per en
     if not isinstance(ptype, str):
         refuse_evidence("malformed", f"{where}: payloadType is missing")
     if ptype != PAYLOAD_TYPE:
-        refuse_evidence("payload-type", f"{where}: payloadType is {ptype!r}, expected {PAYLOAD_TYPE!r}")
+        refuse_evidence("payload-type", f"{where}: payloadType is {shown(ptype)}, expected {PAYLOAD_TYPE!r}")
     payload = _b64(obj.get("payload"), "payload", where)
     sigs = obj.get("signatures")
     if not sigs:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..digest import Digest, is_hex
 from ..fsutil import canonical_json
-from ..errors import refuse_evidence
+from ..errors import refuse_evidence, shown
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 _FIELDS = {"_type", "subject", "predicateType", "predicate"}
@@ -41,10 +41,10 @@ class Statement:
         if not isinstance(obj, dict):
             refuse_evidence("bad-predicate", f"{where}: the payload is not a JSON object")
         if obj.get("_type") != STATEMENT_TYPE:
-            refuse_evidence("bad-predicate", f"{where}: _type is {obj.get('_type')!r}, expected "
+            refuse_evidence("bad-predicate", f"{where}: _type is {shown(obj.get('_type'))}, expected "
                  f"{STATEMENT_TYPE!r}")
         if obj.get("predicateType") != predicate_type:
-            refuse_evidence("bad-predicate", f"{where}: predicateType is {obj.get('predicateType')!r}, "
+            refuse_evidence("bad-predicate", f"{where}: predicateType is {shown(obj.get('predicateType'))}, "
                  f"expected {predicate_type!r}")
         unknown = sorted(set(obj) - _FIELDS)
         if unknown:

@@ -9,6 +9,7 @@ repository: it lives under the user's config dir (or wherever ``--out`` puts it)
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ..errors import EvidenceError, UsageError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, read_input
 from ..config.signing import ENV_KEY, PRIVATE_NAME, default_key_dir, default_private_key
 
 PUBLIC_NAME = "signing.pub"
@@ -62,13 +63,8 @@ def generate(out_dir: Path) -> GeneratedKey:
 
 
 def load_private(path: Path) -> Ed25519PrivateKey:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise EvidenceError(f"signing key {path} does not exist",
-                            hint=f"run `patchbake keys generate` or set {ENV_KEY}") from None
-    except OSError as exc:
-        raise EvidenceError(f"signing key {path} is unreadable: {exc.strerror}") from exc
+    data = read_input(path, "signing key", EvidenceError, missing=partial(
+        EvidenceError, hint=f"run `patchbake keys generate` or set {ENV_KEY}"))
     if path.stat().st_mode & 0o077:
         raise EvidenceError(f"signing key {path} is readable by others (mode "
                             f"{path.stat().st_mode & 0o777:o})", hint=f"chmod 600 {path}")

@@ -29,15 +29,17 @@ recomputed. Verification is fail-closed: a missing or invalid policy trusts nobo
 from __future__ import annotations
 
 import fnmatch
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..errors import ConfigError, EvidenceError
+from ..errors import ConfigError, EvidenceError, shown
 from ..config.schema import Field, Schema, sha256_check, suggest, validate
 from ..config.yamlread import parse_text
+from ..fsutil import read_input
 from ..errors import refuse_evidence
 from .keys import keyid_of, parse_public
 
@@ -146,8 +148,8 @@ def _roles(entry: dict[str, Any], version: int, where: str, src: str) -> tuple[s
         return ()
     for r in entry["roles"]:
         if r not in ROLES:
-            raise ConfigError(f"{src}: '{where}.roles' names {r!r}, not one of "
-                              f"{', '.join(ROLES)}{suggest(str(r), list(ROLES))}")
+            raise ConfigError(f"{src}: '{where}.roles' names {shown(r)}, not one of "
+                              f"{', '.join(ROLES)}{suggest(str(r)[:80], list(ROLES))}")
     if not all(isinstance(c, str) for c in entry["channels"]):
         raise ConfigError(f"{src}: '{where}.channels' must list strings")
     if entry["allow"] is None and not entry["roles"]:
@@ -157,13 +159,10 @@ def _roles(entry: dict[str, Any], version: int, where: str, src: str) -> tuple[s
 
 
 def load(path: Path) -> Policy:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        refuse_evidence("policy", f"trust policy {path} does not exist: nothing can be verified",
-             hint="commit a trust policy listing the public keys that sign evidence")
-    except OSError as exc:
-        refuse_evidence("policy", f"trust policy {path} is unreadable: {exc.strerror}")
+    data = read_input(path, "trust policy", partial(EvidenceError, reason="policy"),
+                      missing=lambda m: EvidenceError(
+                          f"{m}: nothing can be verified", reason="policy",
+                          hint="commit a trust policy listing the public keys that sign evidence"))
 
     return parse(parse_text(data, path.name), path)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import platform
 import re
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,14 +18,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
 from ..digest import Digest
-from ..errors import EvidenceError
-from ..fsutil import pretty_json, sha256_bytes, write_once
+from ..errors import EvidenceError, shown
+from ..fsutil import pretty_json, read_input, sha256_bytes, write_once
 from ..suites.machine import platform_line
 from ..suites.result import SuiteResult
 from . import dsse, statement
 from ..errors import refuse_evidence
 from .policy import Policy
 from .statement import SuiteStatement
+
+_unreadable = partial(EvidenceError, reason="unreadable")
 
 SUFFIX = ".dsse.json"
 JUNIT_SUFFIX = ".junit.xml"  # the JUnit bytes a statement's junitSha256 names, beside it
@@ -65,7 +68,7 @@ class Verified:
 
 def evidence_path(evidence_dir: Path, image_digest: Digest, suite: str) -> Path:
     if not _SUITE_NAME.match(suite):
-        raise EvidenceError(f"suite name {suite!r} cannot name an evidence file")
+        raise EvidenceError(f"suite name {shown(suite)} cannot name an evidence file")
     return evidence_dir / image_digest.hex / f"{suite}{SUFFIX}"
 
 
@@ -104,7 +107,7 @@ def sign_result(result: SuiteResult, key: Ed25519PrivateKey, evidence_dir: Path,
     path = evidence_path(evidence_dir, result.image.digest, result.suite_name)
     junit = _junit_bytes(result)
     jp = junit_path(path)
-    if junit is not None and jp.exists() and jp.read_bytes() != junit:
+    if junit is not None and jp.exists() and read_input(jp, "JUnit report", _unreadable) != junit:
         refuse_evidence("exists", f"{jp} already holds another JUnit report for this image and suite; "
              "evidence is never overwritten")
     try:
@@ -139,12 +142,9 @@ def _junit_bytes(result: SuiteResult) -> bytes | None:
 def _check_junit(path: Path, stmt: SuiteStatement) -> str:
     """``<suite>.junit.xml`` beside the envelope, when present, must be the signed one."""
     jp = junit_path(path)
-    try:
-        data = jp.read_bytes()
-    except FileNotFoundError:
+    if not jp.exists() and not jp.is_symlink():
         return "not committed"
-    except OSError as exc:
-        refuse_evidence("unreadable", f"{jp} is unreadable: {exc.strerror}")
+    data = read_input(jp, "JUnit report", _unreadable)
     want = stmt.junit_sha256
     if sha256_bytes(data) != want:
         refuse_evidence("junit-mismatch", f"{jp} hashes to {sha256_bytes(data)}; the signed statement "
@@ -173,15 +173,9 @@ def verify_file(path: Path, image_digest: Digest, policy: Policy,
 
     The suite a file stands for is its name, ``<suite>.dsse.json``: a statement about
     another suite stored under that name is refused, as is a file not named so."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        refuse_evidence("missing", f"evidence {path} does not exist",
-             hint="run the suite and sign its result (`patchbake evidence sign`)")
-    except IsADirectoryError:
-        refuse_evidence("unreadable", f"evidence {path} is a directory, not an envelope")
-    except OSError as exc:
-        refuse_evidence("unreadable", f"evidence {path} is unreadable: {exc.strerror}")
+    data = read_input(path, "evidence", _unreadable, missing=partial(
+        EvidenceError, reason="missing",
+        hint="run the suite and sign its result (`patchbake evidence sign`)"))
     if suite is None:
         if not path.name.endswith(SUFFIX) or not _SUITE_NAME.match(path.name[:-len(SUFFIX)]):
             refuse_evidence("wrong-suite", f"evidence {path} is not named <suite>{SUFFIX}: which suite "

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..digest import Digest, is_hex
 from ..suites.result import COUNT_KEYS, SuiteResult
-from ..errors import refuse_evidence
+from ..errors import refuse_evidence, shown
 from .intoto import Statement
 
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
@@ -74,12 +74,12 @@ class SuiteStatement:
         """Shape-check a statement's test-result predicate; anything unexpected is
         ``bad-predicate``."""
         if st.predicate_type != PREDICATE_TYPE:
-            refuse_evidence("bad-predicate", f"{where}: predicateType is {st.predicate_type!r}, "
+            refuse_evidence("bad-predicate", f"{where}: predicateType is {shown(st.predicate_type)}, "
                  f"expected {PREDICATE_TYPE!r}")
         pred = st.predicate
         result = _need(pred, "result", str, where)
         if result not in RESULTS:
-            refuse_evidence("bad-predicate", f"{where}: result {result!r} is not one of "
+            refuse_evidence("bad-predicate", f"{where}: result {shown(result)} is not one of "
                  f"{', '.join(RESULTS)}")
         for key in ("passedTests", "failedTests", "configuration"):
             _need(pred, key, list, where)
@@ -91,7 +91,7 @@ class SuiteStatement:
         env = _need(pred, "environment", dict, where)
         runner = _need(pred, "runner", str, where)
         if runner not in RUNNERS:
-            refuse_evidence("bad-predicate", f"{where}: runner {runner!r} is not host or docker")
+            refuse_evidence("bad-predicate", f"{where}: runner {shown(runner)} is not host or docker")
         probes = _probes(pred, where)
         decl = _need(pred, "suiteDeclaration", dict, where)
         flags = probe_flags(probes, decl)
@@ -191,7 +191,7 @@ def _probes(pred: Mapping[str, Any], where: str) -> dict[str, Any]:
     probes = _need(pred, "probes", dict, where)
     for name, probe in probes.items():
         if not isinstance(probe, dict):
-            refuse_evidence("bad-predicate", f"{where}: probe {name!r} is not an object")
+            refuse_evidence("bad-predicate", f"{where}: probe {shown(name)} is not an object")
     return dict(probes)
 
 

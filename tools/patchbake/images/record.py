@@ -22,8 +22,8 @@ from typing import Any
 
 from ..config import Pipeline
 from ..digest import Digest, is_digest, is_hex
-from ..errors import ImageError, PatchbakeError
-from ..fsutil import atomic_write, pretty_json, write_once
+from ..errors import ImageError, PatchbakeError, shown
+from ..fsutil import atomic_write, pretty_json, read_input, read_optional, write_once
 
 
 RECORD_FORMAT = "patchbake-image-record/1"
@@ -50,7 +50,7 @@ class ImageRecord:
         if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
             found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ImageError(f"{where} is not an image record of format {RECORD_FORMAT} "
-                             f"(found {found!r})")
+                             f"(found {shown(found)})")
         patch = doc.get("patch")
         sha = patch.get("sha256") if isinstance(patch, dict) else None
         bad = [k for k, ok in (("definition", isinstance(doc.get("definition"), str)),
@@ -67,10 +67,9 @@ class ImageRecord:
 
     @classmethod
     def load(cls, path: Path) -> ImageRecord:
+        data = read_input(path, "image record", ImageError)
         try:
-            doc = json.loads(path.read_bytes())
-        except OSError as exc:
-            raise ImageError(f"image record {path} is unreadable: {exc.strerror}") from None
+            doc = json.loads(data)
         except ValueError as exc:  # a committed record that does not parse is reported
             raise ImageError(f"image record {path} is not valid JSON: {exc}") from None
         return cls.from_json(doc, f"image record {path}")
@@ -90,7 +89,7 @@ def record_path(repo_root: Path, definition: str, manifest_digest: Digest) -> Pa
 
 def write_record(repo_root: Path, record: dict[str, Any]) -> Path:
     """Write the record (once) and move ``latest.json`` to it. Returns the record path."""
-    rec = ImageRecord.from_json(record, f"the new record of {record.get('definition')!r}")
+    rec = ImageRecord.from_json(record, f"the new record of {shown(record.get('definition'))}")
     path = record_path(repo_root, rec.definition, rec.manifest_digest)
     data = rec.dump()
     try:
@@ -121,10 +120,11 @@ def _pointer_digest(latest: Path) -> Digest | None:
 def superseded(repo_root: Path, definition: str) -> dict[str, dict[str, Any]]:
     """Superseded records of ``definition``: digest -> {digest, superseded_by, record}."""
     p = records_dir(repo_root, definition) / SUPERSEDED
-    try:
-        doc = json.loads(p.read_bytes())
-    except FileNotFoundError:
+    data = read_optional(p, "superseded index", ImageError)
+    if data is None:
         return {}
+    try:
+        doc = json.loads(data)
     except ValueError as exc:
         raise ImageError(f"{p.relative_to(repo_root)} is unreadable: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != SUPERSEDED_FORMAT \
@@ -157,12 +157,13 @@ def _update_superseded(repo_root: Path, definition: str, previous: Digest | None
 def latest(repo_root: Path, definition: str) -> ImageRecord:
     """The definition's latest bake record (raises when nothing was baked)."""
     p = records_dir(repo_root, definition) / LATEST
-    try:
-        pointer = json.loads(p.read_bytes())
-        target = repo_root / pointer["record"]
-    except FileNotFoundError:
+    data = read_optional(p, "latest pointer", ImageError)
+    if data is None:
         raise ImageError(f"no recorded bake of '{definition}' (no {p.relative_to(repo_root)})",
-                         hint=f"run `patchbake bake {definition}`") from None
+                         hint=f"run `patchbake bake {definition}`")
+    try:
+        pointer = json.loads(data)
+        target = repo_root / pointer["record"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ImageError(f"{p.relative_to(repo_root)} is unreadable: {exc}") from None
     rec = ImageRecord.load(target)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from functools import partial
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 from ..config import Pipeline
 from ..digest import Digest
 from ..errors import ImageError
+from ..fsutil import read_input
 from ..oci import engine, gojson, layout, registry
 from ..oci.archive import import_docker_archive
 from ..oci.image import Blobs, DirBlobs, Image, StoreBlobs, load_image, parse_json
@@ -68,8 +70,9 @@ class ImageRef:
 
 
 def _layout_manifest(root: Path, select: str | Digest | None) -> layout.Chosen:
-    index = parse_json((root / "index.json").read_bytes(), f"{root}/index.json",
-                       gojson.MANIFEST)
+    data = read_input(root / "index.json", "OCI layout index", ImageError, missing=partial(
+        ImageError, hint=f"{root} is not an OCI image layout (its index.json names the images)"))
+    index = parse_json(data, f"{root}/index.json", gojson.MANIFEST)
     return layout.choose_manifest(DirBlobs(root), index, f"{root}/index.json", select=select)
 
 

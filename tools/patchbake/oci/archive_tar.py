@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 from ..digest import Digest
 from ..errors import AmbiguousLayerError, ImageError, IntegrityError, UnsafeArchiveError
+from ..fsutil import open_input
 from .entries import clean_name
 from .tarstream import LayerBytes, members
 from .tarstream import _pax as pax_records
@@ -74,10 +75,7 @@ class ArchiveTar:
 
     @classmethod
     def read(cls, path: Path) -> ArchiveTar:
-        try:
-            raw = open(path, "rb")  # noqa: SIM115 - closed below, after the reader thread
-        except OSError as exc:
-            raise ImageError(f"{path} is not a readable docker-archive tar: {exc}") from None
+        raw = open_input(path, "docker-archive tar", ImageError)
         out = cls(path)
         with raw:
             src = _Positioned(raw)
@@ -124,7 +122,7 @@ class ArchiveTar:
 
     def chunks(self, name: str) -> Iterator[bytes]:
         m = self.member(name)
-        with open(self.path, "rb") as f:
+        with open_input(self.path, "docker-archive tar", ImageError) as f:
             f.seek(m.offset)
             left = m.size
             while left:

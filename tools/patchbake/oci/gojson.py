@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeAlias
 
-from ..errors import ImageError, PatchbakeError
+from ..errors import ImageError, PatchbakeError, shown
 
 
 # --- the Go types, as shapes: a struct's JSON field names, and what each field holds -----
@@ -201,13 +201,13 @@ def _walk(doc: Any, shape: Shape, what: str, path: str, *, surrogates: bool) -> 
 def _walk_object(doc: dict[str, Any], shape: Shape, what: str, path: str, *,
                  surrogates: bool) -> None:
     if isinstance(doc, _Duplicated):
-        raise _refuse(what, f"key {doc.key!r} appears twice in {_where(path)} (Go takes the "
+        raise _refuse(what, f"key {shown(doc.key)} appears twice in {_where(path)} (Go takes the "
                             "last)")
     if isinstance(shape, Struct):
         _check_struct(doc, shape, what, path)
     for key, value in doc.items():
         if surrogates and _SURROGATE.search(key):
-            raise _refuse(what, f"key {key!r} in {_where(path)} holds a lone UTF-16 surrogate "
+            raise _refuse(what, f"key {shown(key)} in {_where(path)} holds a lone UTF-16 surrogate "
                                 "escape (Go reads U+FFFD there)")
         _walk(value, _child(shape, key), what, f"{path}.{key}" if path else key,
               surrogates=surrogates)
@@ -232,14 +232,14 @@ def _check_struct(doc: dict[str, Any], shape: Struct, what: str, path: str) -> N
     for key in doc:
         folded = go_fold(key)
         if folded in seen:
-            raise _refuse(what, f"keys {seen[folded]!r} and {key!r} in {_where(path)} "
+            raise _refuse(what, f"keys {shown(seen[folded])} and {shown(key)} in {_where(path)} "
                                 f"({shape.name}) are one key to Go (case-insensitive, the "
                                 "last wins)")
         seen[folded] = key
         field = shape.field_for(key)
         if field is not None and field != key:
-            raise _refuse(what, f"key {key!r} in {_where(path)} ({shape.name}) is the field "
-                                f"{field!r} to Go (case-insensitive match)")
+            raise _refuse(what, f"key {shown(key)} in {_where(path)} ({shape.name}) is the field "
+                                f"{shown(field)} to Go (case-insensitive match)")
 
 
 __all__ = ["ARCHIVE_MANIFEST", "CONFIG", "DESCRIPTOR", "MANIFEST", "PLATFORM", "Shape",

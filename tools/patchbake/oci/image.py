@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ..digest import Digest
-from ..errors import ImageError, IntegrityError
+from ..errors import ImageError, IntegrityError, shown
 from ..store import Store
 from . import gojson
 from .media import INDEX_TYPES, MANIFEST_TYPES, Descriptor
@@ -111,8 +111,8 @@ def parse_manifest(data: bytes, digest: Digest) -> tuple[dict[str, Any], Descrip
         raise ImageError(f"{digest} is an image index, not a manifest",
                          hint="name the platform manifest digest (linux/amd64) instead")
     if doc.get("schemaVersion") != 2 or (mt is not None and mt not in MANIFEST_TYPES):
-        raise ImageError(f"manifest {digest} has schemaVersion {doc.get('schemaVersion')!r} "
-                         f"and mediaType {mt!r}; only OCI and Docker v2 schema 2 are supported")
+        raise ImageError(f"manifest {digest} has schemaVersion {shown(doc.get('schemaVersion'))} "
+                         f"and mediaType {shown(mt)}; only OCI and Docker v2 schema 2 are supported")
     config = Descriptor.from_json(doc.get("config"), f"manifest {digest} config")
     raw_layers = doc.get("layers")
     if not isinstance(raw_layers, list):

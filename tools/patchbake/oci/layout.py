@@ -27,7 +27,7 @@ from typing import Any
 
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, StoreError
-from ..fsutil import atomic_write, canonical_json
+from ..fsutil import atomic_write, canonical_json, read_optional
 from ..store import Store
 from . import gojson
 from .image import Blobs, parse_json, read_checked
@@ -68,10 +68,11 @@ def read_verified(store: Store, digest: Digest, size: int | None = None) -> byte
 
 def _read_index(store: Store) -> list[dict[str, Any]]:
     path = store.root / "index.json"
-    if not path.exists():
+    data = read_optional(path, "store index", StoreError)
+    if data is None:
         return []
     try:
-        doc = gojson.load(path.read_bytes(), str(path), gojson.MANIFEST, error=StoreError)
+        doc = gojson.load(data, str(path), gojson.MANIFEST, error=StoreError)
     except StoreError as exc:
         raise StoreError(exc.message, hint="remove it; baked images stay in blobs/ and can be "
                                            "re-named") from None

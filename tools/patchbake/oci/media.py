@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..digest import Digest
-from ..errors import ImageError
+from ..errors import ImageError, shown
 
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -72,7 +72,7 @@ class Descriptor:
         size, mt = d.get("size"), d.get("mediaType", "")
         digest = Digest.parse(d.get("digest"), f"{where}: descriptor digest", ImageError)
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ImageError(f"{where}: descriptor size {size!r} is not a byte count")
+            raise ImageError(f"{where}: descriptor size {shown(size)} is not a byte count")
         ann = d.get("annotations") or {}
         if not isinstance(ann, dict):
             raise ImageError(f"{where}: annotations must be an object")

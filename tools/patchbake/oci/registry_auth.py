@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import proc
 from ..errors import PatchbakeError, RegistryError
+from ..fsutil import read_optional
 from .registry_ref import DOCKER_HUB_HOSTS, DOCKER_HUB_SERVER
 
 
@@ -154,11 +155,12 @@ def credentials_for(host: str, env: Mapping[str, str] | None = None, *,
             hint="set both, or neither",
         )
     path = _config_path(env)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
+    data = read_optional(path, "Docker credentials file", RegistryError)
+    if data is None:
         return None
-    except (OSError, ValueError) as exc:
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
         raise RegistryError(f"cannot read Docker credentials from {path}: {exc}") from exc
     if not isinstance(doc, dict):
         return None

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..digest import Digest
-from ..fsutil import atomic_write, pretty_json
+from ..errors import RegistryError
+from ..fsutil import atomic_write, pretty_json, read_optional
 from ..store import Store
 
 VERSION = 1
@@ -29,8 +30,8 @@ def _path(store: Store, host: str) -> Path:
 
 def _load(path: Path) -> dict[str, list[str]]:
     try:
-        doc = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+        doc = json.loads(read_optional(path, "mount hints", RegistryError) or b"{}")
+    except (RegistryError, ValueError):
         return {}  # a missing or damaged hint file only costs mounts
     blobs = doc.get("blobs") if isinstance(doc, dict) and doc.get("version") == VERSION else None
     if not isinstance(blobs, dict):

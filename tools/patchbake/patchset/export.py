@@ -24,7 +24,7 @@ from typing import Any
 from .. import __version__
 from ..digest import Digest
 from ..errors import ExportError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, read_optional
 from ..sources import fetch
 from ..store import Store
 from .diffparse import Patch, parse_patch
@@ -202,7 +202,7 @@ def export(  # noqa: C901 - the refusal threads and the diff they run beside, ke
         raise ExportError("--force needs --reason '...' saying why work may be dropped")
     o = _resolve(from_spec)
     pin = lineage.upstream.pin
-    current_bytes = lineage.patch.read_bytes() if lineage.patch.exists() else None
+    current_bytes = read_optional(lineage.patch, "patch", ExportError)
     current = hashlib.sha256(current_bytes).hexdigest() if current_bytes is not None else None
     src = read_source(lineage.source_record)
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..digest import is_hex
-from ..errors import GuardError
+from ..errors import GuardError, shown
 from .paths import cquote, cunquote, to_bytes, to_str
 
 FORMAT_LINE = "patchbake-files 2"
@@ -122,13 +122,13 @@ def parse_filelist(  # noqa: C901 - one pass over FILES.txt: header, rows, order
                     or not re.match(r"^-\d+$", parts[3]) \
                     or not (is_hex(parts[4]) or (parts[4] == "-" and parts[1] == "D")):
                 raise GuardError(f"{where}: expected 'path  status  +added  -removed  sha256', "
-                                 f"got {line[:80]!r}", hint="re-run `patchbake patch export`")
+                                 f"got {shown(line[:80])}", hint="re-run `patchbake patch export`")
             rows.append(Entry(_path_of(parts[0], where), parts[1], int(parts[2][1:]),
                               int(parts[3][1:]), None if parts[4] == "-" else parts[4]))
         else:
             rows.append(Entry(_path_of(line.strip(), where)))
     if header.get("format", FORMAT_LINE) != FORMAT_LINE:
-        raise GuardError(f"{name}: unknown format {header['format']!r}",
+        raise GuardError(f"{name}: unknown format {shown(header['format'])}",
                          hint="upgrade patchbake")
     legacy = "format" not in header
     keys = [sort_key(e.path) for e in rows]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import partial
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..digest import Digest
 from ..errors import ApplyError, ExportError, GuardError, PatchbakeError, PatchError
+from ..fsutil import read_input, read_optional
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist, sort_key
@@ -367,18 +369,9 @@ def check_lineage(lineage: Any, *, pristine_root: Path | None = None,
     caller fetches, so this module stays standard-library only); without them only the
     patch <=> FILES.txt part runs. A missing patch is an error, not a report.
     """
-    try:
-        data = lineage.patch.read_bytes()
-    except FileNotFoundError:
-        raise GuardError(f"{lineage.patch} does not exist",
-                         hint="make it with `patchbake patch workspace` and "
-                              "`patchbake patch export`") from None
-    except OSError as exc:
-        raise GuardError(f"{lineage.patch} cannot be read: {exc.strerror}") from None
-    try:
-        files = lineage.files.read_bytes() if lineage.files.exists() else None
-    except OSError as exc:
-        raise GuardError(f"{lineage.files} cannot be read: {exc.strerror}") from None
+    data = read_input(lineage.patch, "patch", GuardError, missing=partial(
+        GuardError, hint="make it with `patchbake patch workspace` and `patchbake patch export`"))
+    files = read_optional(lineage.files, "file list", GuardError)
     try:
         src = read_source(lineage.source_record)
     except ExportError as exc:  # to the guard a bad SOURCE is a disagreement like any other

@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..digest import Digest
 from ..errors import ApplyError, GuardError, PatchbakeError
-from ..fsutil import atomic_write, pretty_json, sha256_bytes
+from ..fsutil import atomic_write, pretty_json, read_input, read_optional, sha256_bytes
 from ..sources import fetch, tree_digest
 from ..store import Store
 from .diffparse import Patch, parse_patch
@@ -58,16 +59,10 @@ class LineagePatch:
 
 
 def read_lineage_patch(patch_path: Path, files_path: Path) -> LineagePatch:
-    try:
-        data = patch_path.read_bytes()
-    except FileNotFoundError:
-        raise GuardError(f"{patch_path} does not exist",
-                         hint="create it with `patchbake patch workspace DIR`, edit, then "
-                              "`patchbake patch export --from DIR`") from None
-    try:
-        files_bytes: bytes | None = files_path.read_bytes()
-    except FileNotFoundError:
-        files_bytes = None
+    data = read_input(patch_path, "patch", GuardError, missing=partial(
+        GuardError, hint="create it with `patchbake patch workspace DIR`, edit, then "
+                         "`patchbake patch export --from DIR`"))
+    files_bytes = read_optional(files_path, "file list", GuardError)
     patch = parse_patch(data, patch_path.name)
     fl = parse_filelist(files_bytes, files_path.name) if files_bytes is not None else None
     return LineagePatch(patch, fl, data, files_bytes)

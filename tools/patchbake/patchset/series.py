@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ApplyError, PatchError, SeriesError
-from ..fsutil import atomic_write
+from ..errors import ApplyError, GuardError, PatchError, SeriesError
+from ..fsutil import atomic_write, read_input
 from ..sources import fetch
 from ..sources.digest import MODE_EXEC, MODE_FILE, Entry, digest_entries, tree_entries
 from ..store import Store
@@ -42,11 +43,9 @@ class SeriesResult:
 
 def read_series(series_dir: Path) -> list[str]:
     f = series_dir / SERIES_FILE
-    try:
-        text = f.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SeriesError(f"{f} does not exist",
-                          hint="write one with `patchbake series split --from DIR`") from None
+    text = read_input(f, "series file", SeriesError, missing=partial(
+        SeriesError, hint="write one with `patchbake series split --from DIR`")
+    ).decode("utf-8")
     names = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
     names = [n for n in names if n]
     if not names:
@@ -96,8 +95,10 @@ def verify_series(lineage: Any, store: Store) -> SeriesResult:
         raise SeriesError(f"lineage {lineage.key} declares no series directory in pipeline.yaml")
     names = read_series(lineage.series)
     fetched = fetch(lineage, store)
-    series = _apply_seq([(n, (lineage.series / n).read_bytes()) for n in names], fetched.root)
-    canonical = _apply_seq([(lineage.patch.name, lineage.patch.read_bytes())], fetched.root)
+    series = _apply_seq([(n, read_input(lineage.series / n, "series patch", SeriesError))
+                         for n in names], fetched.root)
+    canonical = _apply_seq([(lineage.patch.name, read_input(lineage.patch, "patch", GuardError))],
+                           fetched.root)
     reader = TreeReader(fetched.root)
     paths = sorted(set(series) | set(canonical), key=sort_key)
     for p in paths:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SeriesError
+from ..fsutil import read_input
 from ..sources import fetch
 from ..store import Store
 from .diffparse import parse_patch
@@ -71,7 +72,7 @@ def verify_independent(lineage: Any, store: Store) -> IndependentResult:
     whole = verify_series(lineage, store)  # in order: the canonical tree digest
     assert lineage.series is not None
     names = read_series(lineage.series)
-    patches = [(n, (lineage.series / n).read_bytes()) for n in names]
+    patches = [(n, read_input(lineage.series / n, "series patch", SeriesError)) for n in names]
     pristine = fetch(lineage, store).root
     slices = []
     for k, (name, data) in enumerate(patches):

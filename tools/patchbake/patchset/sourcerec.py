@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError
+from ..fsutil import read_optional
 
 
 FORMAT = "patchbake-source 1"
@@ -47,9 +48,8 @@ class SourceRecord:
 
 
 def read_source(path: Path) -> SourceRecord | None:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_optional(path, "source record", ExportError)
+    if raw is None:
         return None
     try:
         data = json.loads(raw)

@@ -16,14 +16,15 @@ steps. ``junit_b64`` joined v1 later: a result written before it reads as null.
 from __future__ import annotations
 
 import json
+from functools import partial
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..digest import Digest, is_digest, is_hex
-from ..errors import refuse_evidence
-from ..fsutil import pretty_json
+from ..errors import EvidenceError, refuse_evidence, shown
+from ..fsutil import pretty_json, read_input
 from .image import SuiteImage
 
 RESULT_FORMAT = "patchbake-suite-result/v1"
@@ -91,7 +92,7 @@ class SuiteResult:
             refuse_evidence("malformed", f"{where} is not a JSON object", hint=_HINT)
         if doc.get("format") != RESULT_FORMAT:
             refuse_evidence("malformed", f"{where} is not a suite result of format {RESULT_FORMAT} "
-                 f"(found {doc.get('format')!r})", hint=_HINT)
+                 f"(found {shown(doc.get('format'))})", hint=_HINT)
         _check_fields(doc, where)
         image = _image(doc["image"], where)
         _check_values(doc, where)
@@ -106,12 +107,10 @@ class SuiteResult:
 
     @classmethod
     def load(cls, path: Path) -> SuiteResult:
+        data = read_input(path, "suite result", partial(EvidenceError, reason="unreadable"),
+                          missing=partial(EvidenceError, reason="missing", hint=_HINT))
         try:
-            doc = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            refuse_evidence("missing", f"suite result {path} does not exist", hint=_HINT)
-        except OSError as exc:
-            refuse_evidence("unreadable", f"suite result {path} is unreadable: {exc.strerror}")
+            doc = json.loads(data)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             refuse_evidence("malformed", f"suite result {path} is not JSON: {exc}")
         return cls.from_json(doc, f"suite result {path}")
@@ -166,7 +165,7 @@ def _image(image: dict[str, Any], where: str) -> SuiteImage:
     for key in ("digest", "config_digest"):
         value = image.get(key)
         if not is_digest(value) and not (key == "config_digest" and value is None):
-            refuse_evidence("malformed", f"{where}: 'image.{key}' {value!r} is not sha256:<64 hex>")
+            refuse_evidence("malformed", f"{where}: 'image.{key}' {shown(value)} is not sha256:<64 hex>")
     extra = sorted(set(image) - {"name", "digest", "config_digest"})
     if extra or "config_digest" not in image:
         refuse_evidence("malformed", f"{where}: 'image' must hold exactly name, digest and "
@@ -183,7 +182,7 @@ def _check_values(doc: dict[str, Any], where: str) -> None:
         refuse_evidence("malformed", f"{where}: 'suite' must name the suite, its path and its "
              "content_sha256 (64 hex digits)")
     if doc["runner"] not in RUNNERS or doc["result"] not in OUTCOMES:
-        refuse_evidence("malformed", f"{where}: runner {doc['runner']!r} / result {doc['result']!r} is "
+        refuse_evidence("malformed", f"{where}: runner {shown(doc['runner'])} / result {shown(doc['result'])} is "
              f"not one of {', '.join(RUNNERS)} / {', '.join(OUTCOMES)}")
     counts = doc["counts"]
     if set(counts) != set(COUNT_KEYS) or not all(_kind(v, (int,)) for v in counts.values()):

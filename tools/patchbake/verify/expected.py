@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import Pipeline
 from ..digest import Digest
-from ..errors import ImageError
+from ..errors import ImageError, shown
 from ..images import definition as definitions
 from ..config.images import Definition
 from ..images import record as records
@@ -105,8 +105,8 @@ def label_checks(res: Resolved, exp: Expected) -> list[str]:
             "dev.patchbake.definition": exp.definition.name}
     for key, value in want.items():
         if key in labels and labels[key] != value:
-            problems.append(f"label {key}={labels[key]!r} disagrees with the definition "
-                            f"({value!r})")
+            problems.append(f"label {key}={shown(labels[key])} disagrees with the definition "
+                            f"({shown(value)})")
     if exp.record is not None and exp.record.site_packages != \
             exp.definition.site_packages:
         problems.append(f"the image record says site-packages {exp.record.site_packages}"
