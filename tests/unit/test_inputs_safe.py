@@ -226,3 +226,29 @@ def test_an_alias_bomb_in_an_error_message(tmp_path: Path, field: str, version: 
     assert time.monotonic() - start < 1.0
     assert isinstance(exc, ConfigError) and exc.exit_code == 3
     assert field in exc.one_line() and len(exc.one_line()) < 400, exc.one_line()
+
+
+def test_release_inputs_that_are_fifos_are_refused_promptly(tmp_path: Path) -> None:
+    """The ledger, a release's manifest and a signed statement a release names: a FIFO in
+    their place is refused with the ledger's, the release's and the evidence's own exit
+    codes, never waited on."""
+    from patchbake.release import attest, ledger, manifest
+
+    rdir = tmp_path / "releases"
+    rdir.mkdir()
+    os.mkfifo(ledger.path_of(rdir))
+    exc = promptly(lambda: ledger.read(rdir))
+    assert isinstance(exc, PatchbakeError) and exc.exit_code == 61, exc
+    assert "is a FIFO (named pipe), not a regular file" in exc.one_line()
+
+    rid = "0" * 64
+    (rdir / rid).mkdir()
+    os.mkfifo(rdir / rid / manifest.MANIFEST_NAME)
+    exc = promptly(lambda: manifest.load_from(rdir, rid))
+    assert isinstance(exc, PatchbakeError) and exc.exit_code == 62, exc
+    assert "is a FIFO (named pipe), not a regular file" in exc.one_line()
+
+    statement = tmp_path / "bench.dsse.json"
+    os.mkfifo(statement)
+    exc = promptly(lambda: attest._open(statement, Digest.of(b"x"), attest.BENCHMARK_TYPE, {}))
+    assert isinstance(exc, EvidenceError) and exc.reason == "unreadable", exc

@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..evidence import dsse
 from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
-from ..fsutil import pretty_json, sha256_bytes, write_once
+from ..fsutil import pretty_json, read_input, sha256_bytes, write_once
 
 BENCHMARK_TYPE = "urn:patchbake:predicate:benchmark:v1"
 APPROVAL_TYPE = "urn:patchbake:predicate:approval:v1"
@@ -101,12 +102,8 @@ def sign_approval(evidence_dir: Path, channel: str, image: str, digest: Digest, 
 
 def _open(path: Path, digest: Digest, ptype: str, trusted: dict[str, Any]
           ) -> tuple[str, Mapping[str, Any], bytes]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        refuse_evidence("missing", f"{path} does not exist")
-    except OSError as exc:
-        refuse_evidence("unreadable", f"{path} is unreadable: {exc.strerror}")
+    data = read_input(path, "the statement", partial(EvidenceError, reason="unreadable"),
+                      missing=partial(EvidenceError, reason="missing"))
     env = dsse.parse(data, str(path))
     keyid = dsse.verify(env, trusted, str(path))
     st = Statement.load(env.payload, str(path), ptype)

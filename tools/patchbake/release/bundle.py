@@ -24,7 +24,7 @@ from .. import __version__
 from ..digest import Digest
 from ..errors import EvidenceError, ImageError, LedgerError, PatchbakeError, ReleaseError
 from ..evidence import policy, records
-from ..fsutil import atomic_write, pretty_json, sha256_bytes
+from ..fsutil import atomic_write, pretty_json, read_input, sha256_bytes
 from ..images.record import ImageRecord
 from ..images.refs import ImageRef
 from ..verify import baked
@@ -133,10 +133,7 @@ def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
     """The image record ``name`` the release names still has the bytes the release recorded
     and names the release's image."""
     image = rel.manifest.images[0]
-    try:
-        data = (root / name).read_bytes()
-    except OSError:
-        raise ReleaseError(f"the image record {name} is missing") from None
+    data = read_input(root / name, "the image record", ReleaseError)
     try:
         named = ImageRecord.from_json(json.loads(data), name).manifest_digest
     except (ValueError, ImageError):
@@ -167,10 +164,8 @@ def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = Non
         raise ReleaseError(f"the release is about {rel.digest}, not {digest}")
     out.checks.append(("digest", f"{rel.image} {rel.digest}"))
     vpath = rel.path.parent / manifest.VSA_NAME
-    try:
-        checked = vsa.verify(vpath.read_bytes(), rel, pol, str(vpath.relative_to(root)))
-    except OSError:
-        raise ReleaseError(f"the release's VSA {vpath} is missing") from None
+    checked = vsa.verify(read_input(vpath, "the release's VSA", ReleaseError), rel, pol,
+                         str(vpath.relative_to(root)))
     out.checks.append(("VSA", f"verification summary signed by {checked.signer}"))
     try:
         out.checks.append(("evidence", _envelopes(root, rel, pol)))

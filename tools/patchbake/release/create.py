@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline, channels
-from ..errors import GateError, ReleaseError
+from ..errors import ConfigError, GateError, ReleaseError
 from ..evidence import keys, policy
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, read_input
 from ..images import definition as definitions
 from ..store import Store
 from ..suites import image as imagemod
@@ -104,7 +104,7 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
     table, ev = gates(pipeline, store, channel, ref, lineage)
     require_pass(table)
     data = manifest.build(table, ev.facts, pipeline.name, ev.lineage.key,
-                          sig.trust_policy.read_bytes())
+                          read_input(sig.trust_policy, "the trust policy", ConfigError))
     with ledger.locked(rdir):
         entries = ledger.verify(rdir, pol)
         rid = data.release_id()

@@ -20,10 +20,10 @@ from ..config import Lineage, Pipeline
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
 from ..digest import Digest
-from ..errors import EvidenceError, PatchbakeError
+from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError
 from ..evidence import policy, records
 from ..evidence.records import Verified
-from ..fsutil import sha256_bytes
+from ..fsutil import read_input, sha256_bytes
 from ..images.record import ImageRecord
 from ..patchset.guard import check_lineage
 from ..sources import fetch
@@ -170,11 +170,11 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
         return "fail", (f"no committed image record names {ev.digest} "
                         f"(manifests/images/*/{hexd[:12]}….json): bake and commit it")
     lin = ev.lineage
-    patch = sha256_bytes(lin.patch.read_bytes())
-    files = sha256_bytes(lin.files.read_bytes())
+    patch = sha256_bytes(read_input(lin.patch, "the patch", GuardError))
+    files = sha256_bytes(read_input(lin.files, "FILES.txt", GuardError))
     path = f"manifests/images/{rec.definition}/{hexd}.json"
-    ev.facts.record = Record(path, rec.definition, rec.config_digest,
-                             sha256_bytes((ev.pipeline.root / path).read_bytes()))
+    ev.facts.record = Record(path, rec.definition, rec.config_digest, sha256_bytes(
+        read_input(ev.pipeline.root / path, "the image record", ImageError)))
     ev.facts.patch = Patch(_rel(ev, lin.patch), patch, files)
     if rec.manifest_digest != ev.digest:
         return "fail", f"{path} records {rec.manifest_digest}, not {ev.digest}"

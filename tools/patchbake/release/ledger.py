@@ -39,7 +39,7 @@ from ..errors import LedgerError, ReleaseError
 from ..evidence.dsse import pae
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
-from ..fsutil import atomic_write, canonical_json, sha256_bytes
+from ..fsutil import atomic_write, canonical_json, read_optional, sha256_bytes
 from . import manifest
 from .fields import Fields
 from .referrers import Attached
@@ -151,12 +151,9 @@ def read(releases_dir: Path) -> list[Entry]:
     """The entries as stored, each loaded (typed, canonical; chain and signatures are
     ``verify``'s); a missing ledger is empty."""
     p = path_of(releases_dir)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
+    raw = read_optional(p, "the ledger", LedgerError)
+    if raw is None:
         return []
-    except OSError as exc:
-        raise LedgerError(f"{p} is unreadable: {exc.strerror}") from None
     if raw and not raw.endswith(b"\n"):
         raise LedgerError(f"{p}: the last line is not terminated (a torn or edited write)")
     return [Entry.load(line, f"{p}:{n}") for n, line in enumerate(raw.splitlines(), 1)]

@@ -34,7 +34,7 @@ from typing import Any
 from .. import __version__
 from ..digest import Digest, is_hex
 from ..errors import ReleaseError
-from ..fsutil import canonical_json, sha256_bytes, write_once
+from ..fsutil import canonical_json, read_input, sha256_bytes, write_once
 from .facts import (
     Approval,
     Benchmark,
@@ -188,13 +188,10 @@ def parse_id(text: str) -> str:
 def load_from(dir_: Path, rid: str) -> Release:
     """Load ``<dir_>/<rid>/release.json`` and check that its bytes hash to ``rid``."""
     path = dir_ / rid / MANIFEST_NAME
-    try:
-        body = path.read_bytes()
-    except FileNotFoundError:
-        raise ReleaseError(f"release {rid[:16]} has no manifest at {path}",
-                           hint="create it with `patchbake release create`") from None
-    except OSError as exc:
-        raise ReleaseError(f"{path} is unreadable: {exc.strerror}") from None
+    body = read_input(path, f"release {rid[:16]}'s manifest", ReleaseError,
+                      missing=lambda _: ReleaseError(
+                          f"release {rid[:16]} has no manifest at {path}",
+                          hint="create it with `patchbake release create`"))
     if sha256_bytes(body) != rid:
         raise ReleaseError(f"{path} hashes to {sha256_bytes(body)[:16]}…, not its release id "
                            f"{rid[:16]}…: the release manifest was altered")

@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..evidence import keys, policy
 from ..evidence.statement import PREDICATE_TYPE
-from ..fsutil import atomic_write, fsync_dir, sha256_bytes
+from ..fsutil import atomic_write, fsync_dir, read_input, sha256_bytes
 from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef, parse_ref
@@ -106,20 +106,16 @@ def check_recorded_inputs(root: Path, rel: manifest.Release, policy: Any) -> Non
     """Every signed input still holds the bytes the release recorded; the VSA verifies."""
     for e in rel.envelopes():
         path = root / e.path
-        try:
-            got = sha256_bytes(path.read_bytes())
-        except OSError:
-            raise GateError(f"release {rel.id[:16]}: {e.path} is gone; the release was "
-                            "made with it") from None
+        got = sha256_bytes(read_input(path, f"release {rel.id[:16]}'s signed input",
+                                      GateError))
         if got != e.envelope_sha256:
             raise GateError(f"release {rel.id[:16]}: {e.path} is not the envelope the "
                             f"release recorded (sha256 {got[:12]}…, recorded "
                             f"{e.envelope_sha256[:12]}…): re-signed or altered")
     vsa_path = rel.path.parent / manifest.VSA_NAME
     try:
-        vsa.verify(vsa_path.read_bytes(), rel, policy, str(vsa_path))
-    except OSError:
-        raise GateError(f"release {rel.id[:16]} has no VSA at {vsa_path}") from None
+        vsa.verify(read_input(vsa_path, f"release {rel.id[:16]}'s VSA", GateError), rel,
+                   policy, str(vsa_path))
     except ReleaseError as exc:
         raise GateError(exc.message) from None
 
@@ -130,9 +126,11 @@ def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
     inputs = [*((e.path, PREDICATE_TYPE) for e in m.evidence),
               *([(m.benchmark.path, BENCHMARK_TYPE)] if m.benchmark else []),
               *((a.path, APPROVAL_TYPE) for a in m.approvals)]
-    out = [referrers.Statement((root / path).read_bytes(), ptype, Path(path).name)
+    out = [referrers.Statement(read_input(root / path, "a signed input", GateError), ptype,
+                               Path(path).name)
            for path, ptype in inputs]
-    out.append(referrers.Statement((rel.path.parent / manifest.VSA_NAME).read_bytes(),
+    out.append(referrers.Statement(read_input(rel.path.parent / manifest.VSA_NAME,
+                                              "the release's VSA", GateError),
                                    vsa.PREDICATE_TYPE, f"release-{rel.id[:16]}.vsa.dsse.json"))
     return out
 

@@ -17,8 +17,9 @@ from typing import Any
 import jinja2
 
 from ..config import Pipeline
+from ..errors import ImageError
 from ..evidence import policy
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, read_input
 from . import ledger, manifest
 from .create import evaluation, previous_figures
 from .facts import Facts
@@ -97,7 +98,8 @@ def render(pipeline: Pipeline, policy_path: Path, release: str) -> str:
     entries = ledger.verify(rdir, policy.load(policy_path))
     rel = manifest.load(pipeline.root, release)
     rec_path = rel.manifest.images[0].record
-    record = json.loads((pipeline.root / rec_path).read_bytes()) if rec_path else None
+    record = json.loads(read_input(pipeline.root / rec_path, "the image record", ImageError)) \
+        if rec_path else None
     nxt, next_gates, facts = _next_channel(pipeline, rel)
     bench = rel.manifest.benchmark or facts.benchmark
     previous = None
