@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from patchbake.errors import DeadlineError, RegistryError
+from patchbake.errors import DeadlineError, RegistryError, TrustError
 from patchbake.netpolicy import RetryPolicy
 from patchbake.oci.registry_http import FileBody, Transport
 
@@ -234,9 +234,21 @@ def test_tls_without_trusting_the_certificate_fails(tls_server: tuple[Server, Pa
     srv, _ = tls_server
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
-    with pytest.raises(RegistryError, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(TrustError, match="CERTIFICATE_VERIFY_FAILED") as err:
         transport(srv, "https").request("GET", "/x")
+    assert "pip config set global.cert" in err.value.one_line()
     assert srv.bodies == []
+
+
+def test_tls_trusts_the_ca_pips_cert_names(tls_server: tuple[Server, Path], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    srv, cert = tls_server
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT"):
+        monkeypatch.delenv(name, raising=False)
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\ncert = {cert}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    assert get(transport(srv, "https"), "/pip") == b"/pip"
 
 
 def _connect_proxy(seen: list[bytes]) -> tuple[socket.socket, threading.Thread]:

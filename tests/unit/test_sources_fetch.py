@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 from patchbake.digest import Digest
-from patchbake import config
+from patchbake import config, netconfig
 from patchbake.errors import FetchError, IntegrityError, UnsafeArchiveError
 from patchbake.sources import fetch, http, index, tree_digest
 from patchbake.store import Store
@@ -391,7 +391,7 @@ def test_index_from_config_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     glob.write_text("[global]\nindex-url = https://global.test/simple\n"
                     "extra-index-url = file:///opt/x\n")
     user.write_text("[install]\nindex-url = https://user.test/simple\n")
-    monkeypatch.setattr(index, "_pip_file_locations",
+    monkeypatch.setattr(netconfig, "file_locations",
                         lambda: ([str(glob)], [str(user)], [str(tmp_path / "none.conf")]))
     monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
     assert index.configured_index()[0] == "https://user.test/simple"
@@ -407,7 +407,7 @@ def test_index_from_config_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_index_default_is_pips(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
     monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
-    monkeypatch.setattr(index, "_pip_file_locations", lambda: ([], [], []))
+    monkeypatch.setattr(netconfig, "file_locations", lambda: ([], [], []))
     from pip._internal.models.index import PyPI
     assert index.configured_index() == (PyPI.simple_url, "pip's default")
 

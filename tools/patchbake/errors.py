@@ -138,6 +138,13 @@ class OutputPathError(PatchbakeError):
     kind = "output-path"
 
 
+class TrustError(PatchbakeError):
+    """A server's TLS certificate is not trusted (pip's cert, REQUESTS_CA_BUNDLE)."""
+
+    exit_code = 18
+    kind = "tls-trust"
+
+
 class PatchError(PatchbakeError):
     """The patch file itself is malformed (parse errors, whitespace, final newline)."""
 

@@ -16,6 +16,10 @@ a pull):
 - each request gets a connect timeout and a read timeout, the read timeout clipped to the
   time left before the deadline.
 
+Trust and proxies come from pip's configuration (:mod:`patchbake.netconfig`), the same
+for both users; a certificate the trust does not cover is a :class:`TrustError` at once,
+never retried (retrying cannot make a certificate trusted).
+
 The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
 ``PATCHBAKE_DEADLINE_S``, ... override them).
 """
@@ -23,16 +27,19 @@ The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
 from __future__ import annotations
 
 import email.utils
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import requests
 
-from . import __version__, limits
-from .errors import DeadlineError, PatchbakeError
+from . import __version__, limits, netconfig
+from .errors import DeadlineError, PatchbakeError, TrustError
+from .netconfig import NetworkSettings
 
 T = TypeVar("T")
 
@@ -169,14 +176,73 @@ class Budget:
             self.sleep(seconds)
 
 
-def http_session(kind: type[requests.Session] = requests.Session) -> requests.Session:
+class Session(requests.Session):
+    """requests' Session carrying pip's network settings; for pip's trusted hosts (and
+    only those) TLS is not verified."""
+
+    network = NetworkSettings()
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        if self.network.is_trusted_host(request.url or ""):
+            kwargs["verify"] = False
+        return super().send(request, **kwargs)
+
+
+S = TypeVar("S", bound=Session)
+
+
+def http_session(kind: type[S] = Session,  # type: ignore[assignment]  # the default is an S
+                 settings: NetworkSettings | None = None) -> S:
     """A Session (of class ``kind``) as every network user here starts from: the
-    project's User-Agent; TLS trust and proxies as requests reads them from the
-    environment (``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``, else certifi's bundle;
-    ``HTTPS_PROXY``, ``NO_PROXY``)."""
+    project's User-Agent and pip's network settings (``settings``, else read now):
+    ``verify`` as netconfig resolves it, ``client-cert``, ``trusted-host``; pip's
+    ``proxy`` for http and https, else the environment's (``HTTPS_PROXY``, ``NO_PROXY``)."""
+    net = settings if settings is not None else netconfig.read()
+    net.check_files()
     s = kind()
     s.headers["User-Agent"] = USER_AGENT
+    s.network = net
+    s.verify = net.verify
+    s.cert = net.client_cert
+    if net.proxy:
+        s.proxies = {"http": net.proxy, "https": net.proxy}
+        s.trust_env = False  # else requests lets the environment's proxies win over it
     return s
+
+
+def _verify_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification error inside requests' and urllib3's wrappers."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return e
+        stack += [a for a in e.args if isinstance(a, BaseException)]
+        stack += [v for v in (getattr(e, "reason", None), e.__cause__, e.__context__)
+                  if isinstance(v, BaseException)]
+    return None
+
+
+def untrusted_certificate(exc: BaseException, url: str,
+                          session: requests.Session) -> TrustError | None:
+    """The TrustError for a failed request whose cause is a certificate the session's
+    trust does not cover; None for any other failure."""
+    if not isinstance(exc, requests.exceptions.SSLError):
+        return None
+    failure = _verify_failure(exc)
+    if failure is None:
+        return None
+    net = session.network if isinstance(session, Session) else NetworkSettings()
+    reason = failure.verify_message or failure.strerror or str(failure)
+    return TrustError(
+        f"TLS: the certificate of {urlsplit(url).netloc} is not trusted "
+        f"(CERTIFICATE_VERIFY_FAILED: {reason}); trust comes from {net.trust()}",
+        hint="set `cert` in pip's configuration (pip config set global.cert FILE) or "
+             "REQUESTS_CA_BUNDLE to a CA bundle holding its issuer; not retried")
 
 
 def retrying(budget: Budget, what: str, attempt: Callable[[], T],

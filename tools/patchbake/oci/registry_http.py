@@ -8,8 +8,10 @@ by the caller with a fresh upload session (see ``with_retries``), never replayed
 same session.
 
 requests carries the bytes: one Session per client, whose pool keeps keep-alive
-connections per host (blobs moving on several threads each take their own), TLS and
-``HTTPS_PROXY``/``NO_PROXY`` as requests reads them. What it is not left to do:
+connections per host (blobs moving on several threads each take their own). TLS trust
+and proxies are pip's (``netpolicy.http_session`` from ``netconfig``), the same as the
+source fetch's; a certificate they do not cover is a TrustError, not retried. What
+requests is not left to do:
 
 - redirects: followed here, hop by hop, each hop checked against the transport policy
   (``check_url_allowed``), credentials never following one to another host;
@@ -36,7 +38,16 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 
 from ..errors import RegistryError
 from ..fsutil import CHUNK
-from ..netpolicy import Budget, RetryPolicy, http_session, is_retry_status, retry_after_seconds, retrying
+from ..netpolicy import (
+    Budget,
+    RetryPolicy,
+    Session,
+    http_session,
+    is_retry_status,
+    retry_after_seconds,
+    retrying,
+    untrusted_certificate,
+)
 from ..netpolicy import Retryable as RetryableError
 from .registry_auth import Credentials, parse_challenge
 from .registry_ref import check_url_allowed, resolve_location
@@ -87,7 +98,7 @@ def _as_given(r: requests.PreparedRequest) -> requests.PreparedRequest:
     return r
 
 
-class _Session(requests.Session):
+class _Session(Session):
     """A Session that never follows a redirect, not even to offer it as ``Response.next``:
     for that requests would read the redirect's body whole (with no bound on the time it
     takes) and parse its Location before the transport policy has seen it."""
@@ -335,6 +346,9 @@ class Transport:
             refused = nothing_listens(url, exc)
             if refused is not None:  # loopback, connection refused: not transient
                 raise refused from exc
+            untrusted = untrusted_certificate(exc, url, self.session)
+            if untrusted is not None:  # retrying cannot make a certificate trusted
+                raise untrusted from exc
             raise RetryableError(f"{method} {urlsplit(url).path}: {_why(exc)}") from exc
         finally:
             if isinstance(data, FileBody):

@@ -1,7 +1,8 @@
 """Downloads into the store: streamed, verified against the pin, retried only when the
 failure is transient (connection errors, timeouts, 408/429/5xx honouring Retry-After).
 
-A 4xx other than 408/429 is an answer, not an accident: it is never retried.
+A 4xx other than 408/429 is an answer, not an accident: it is never retried; nor is a
+certificate that pip's trust does not cover (a TrustError saying what to set).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..netpolicy import (
     is_retry_status,
     retry_after_seconds,
     retrying,
+    untrusted_certificate,
 )
 from ..store import Store
 
@@ -61,7 +63,8 @@ def bar(progress: ProgressFactory | None, description: str, total: int | None,
 
 
 def new_session() -> requests.Session:
-    """One session per fetch; tests mount a fake adapter on the one this returns."""
+    """One session per fetch, trusting what pip trusts (netpolicy.http_session); tests
+    mount a fake adapter on the one this returns."""
     return http_session()
 
 
@@ -104,6 +107,9 @@ def _get_once(session: requests.Session, url: str, *, what: str, stream: bool,
         resp = session.get(url, stream=stream, headers=headers,
                            timeout=budget_of(session).charge())
     except TRANSPORT_ERRORS as exc:
+        untrusted = untrusted_certificate(exc, url, session)
+        if untrusted is not None:
+            raise untrusted from exc
         raise Retryable(f"{type(exc).__name__}: {exc}") from exc
     if resp.status_code < 400:
         return resp

@@ -1,8 +1,8 @@
 """Resolve a pinned sdist through the package index pip is configured with.
 
-Which index: ``PIP_INDEX_URL``, else ``index-url`` from pip's configuration files (the
-same files and precedence pip uses), else pip's own default, read from pip itself so
-no host name is written here. Only the primary index is used: extra indexes and
+Which index: ``index-url`` as pip resolves it (``PIP_INDEX_URL``, else pip's
+configuration files, read by :mod:`patchbake.netconfig` with pip's files and precedence),
+else pip's own default, read from pip itself so no host name is written here. Only the primary index is used: extra indexes and
 find-links are ignored, because a pin must resolve in exactly one place.
 
 How: the project page ``<index>/<package>/`` of the JSON simple API (PEP 691), or of the
@@ -13,10 +13,7 @@ when they arrive). A ``file://`` index is read as a PEP 503 tree (``<project>/in
 
 from __future__ import annotations
 
-import configparser
-import os
 import re
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,9 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import requests
 
+from .. import netconfig
 from ..errors import FetchError, IntegrityError
+from ..netpolicy import Session
 from . import http
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -32,56 +31,19 @@ JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 
 
-def _pip_file_locations() -> tuple[list[str], list[str], list[str]]:
-    """(global, user, site) configuration files, as pip itself lists them."""
-    try:  # pip knows its own file locations best (they differ per platform)
-        from pip._internal.configuration import get_configuration_files, kinds
-
-        found = get_configuration_files()
-        return (list(found.get(kinds.GLOBAL, [])), list(found.get(kinds.USER, [])),
-                list(found.get(kinds.SITE, [])))
-    except Exception:  # noqa: BLE001 - pip's internals moved: fall back to the usual places
-        xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
-        home = Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config"))
-        return ([*(str(Path(d) / "pip" / "pip.conf") for d in xdg), "/etc/pip.conf"],
-                [str(Path.home() / ".pip" / "pip.conf"), str(home / "pip" / "pip.conf")],
-                [str(Path(sys.prefix) / "pip.conf")])
-
-
-def _config_files() -> list[Path]:
-    """pip's configuration files, lowest precedence first: global, user, site, then the
-    file named by PIP_CONFIG_FILE (whose existence makes pip skip the user files)."""
-    env_file = os.environ.get("PIP_CONFIG_FILE")
-    if env_file == os.devnull:
-        return []
-    glob, user, site = _pip_file_locations()
-    if env_file and Path(env_file).exists():
-        user = []
-    return [Path(p) for p in (*glob, *user, *site, *([env_file] if env_file else []))]
-
-
-def configured_index() -> tuple[str, str]:
-    """(primary index URL, where it came from)."""
-    env = os.environ.get("PIP_INDEX_URL", "").strip()
-    if env:
-        return env.split()[0], "PIP_INDEX_URL"
-    found: tuple[str, str] | None = None
-    for path in _config_files():
-        cp = configparser.RawConfigParser()
-        try:
-            cp.read(path, encoding="utf-8")
-        except (configparser.Error, OSError, UnicodeDecodeError) as exc:
-            raise FetchError(f"pip configuration file {path} is unreadable: {exc}") from exc
-        for section in ("global", "download", "install"):
-            for key in ("index-url", "index_url"):
-                if cp.has_option(section, key):
-                    value = cp.get(section, key).strip()
-                    if value:
-                        found = (value.split()[0], f"{path} [{section}] {key}")
-    if found:
-        return found
-    from pip._internal.models.index import PyPI
-
+def configured_index(net: netconfig.NetworkSettings | None = None) -> tuple[str, str]:
+    """(primary index URL, where it came from): pip's network settings (``net``, else
+    read now), else pip's own default."""
+    net = net if net is not None else netconfig.read()
+    if net.index_url:
+        return net.index_url, net.origin("index-url")
+    try:
+        from pip._internal.models.index import PyPI
+    except ImportError:
+        raise FetchError("no package index is configured, and pip, whose default it "
+                         "would be, is not installed",
+                         hint="set index-url in pip's configuration or PIP_INDEX_URL"
+                         ) from None
     return PyPI.simple_url, "pip's default"
 
 
@@ -157,7 +119,8 @@ def _project_files(session: requests.Session, page: str, what: str) -> tuple[lis
 def find_file(package: str, filename: str, sha256: str, *,
             session: requests.Session, index: str | None = None) -> str:
     """The download URL of ``filename``, after checking the index's hash against the pin."""
-    base, origin = (index, "given") if index else configured_index()
+    base, origin = (index, "given") if index else configured_index(
+        session.network if isinstance(session, Session) else None)
     page = base.rstrip("/") + "/" + normalise_name(package) + "/"
     what = f"index lookup of {package} (index from {origin})"
     files, relative_to = _project_files(session, page, what)
