@@ -155,8 +155,8 @@ def _flip_sig(env: dict[str, Any]) -> None:
      "expected 'application/vnd.in-toto+json'"),
     (lambda e: e.update(signatures=[]), "unsigned", "carries no signature"),
     (lambda e: e.pop("signatures"), "unsigned", "carries no signature"),
-    (lambda e: e.update(payload="***"), "malformed", "not valid base64"),
-    (lambda e: e.update(extra=1), "malformed", "unknown envelope field"),
+    (lambda e: e.update(payload="***"), "malformed", "field 'payload' must be valid base64"),
+    (lambda e: e.update(extra=1), "malformed", "unknown field 'extra'"),
 ])
 def test_tampered_envelopes_fail_closed(signer: dict[str, Any], mutate: Any, reason: str,
                                         fragment: str) -> None:
@@ -289,7 +289,7 @@ def test_incomplete_result_is_refused_by_name(tmp_path: Path, drop: str) -> None
     doc = result_doc()
     del doc[drop]
     (tmp_path / "r.json").write_text(json.dumps(doc))
-    expect("malformed", f"suite result {tmp_path / 'r.json'}: '{drop}' is missing",
+    expect("malformed", f"suite result {tmp_path / 'r.json'}: field '{drop}' is missing",
            SuiteResult.load, tmp_path / "r.json")
 
 
@@ -346,4 +346,4 @@ def test_keyless_signature_that_no_trusted_key_verifies_fails_closed(
 def test_mixed_or_broken_base64_is_malformed(signer: dict[str, Any], value: str) -> None:
     path = signed(signer)
     _tamper(path, lambda e: e.update(payload=value))
-    expect("malformed", "not valid base64", records.verify_file, path, SUBJECT, signer["policy"])
+    expect("malformed", "field 'payload' must be valid base64", records.verify_file, path, SUBJECT, signer["policy"])

@@ -157,5 +157,5 @@ def test_unparsable_image_record_is_an_image_error(tmp_path: Path) -> None:
         find_record(tmp_path, d)
     assert info.value.exit_code == 30
     rec.write_text('{"manifest_digest": "x"}')  # JSON, but not a record of a known format
-    with pytest.raises(ImageError, match="is not an image record of format"):
+    with pytest.raises(ImageError, match="field 'format' is missing"):
         find_record(tmp_path, d)

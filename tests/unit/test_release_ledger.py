@@ -68,10 +68,10 @@ def test_vsa_names_the_release_and_its_inputs(
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: s.update(extra=1), "VSA vsa: unknown statement field(s) extra"),
+    (lambda s: s.update(extra=1), "VSA vsa: unknown field 'extra'"),
     (lambda s: s.update(predicateType="https://slsa.dev/provenance/v1"),
-     "VSA vsa: predicateType is 'https://slsa.dev/provenance/v1', expected "
-     "'https://slsa.dev/verification_summary/v1'"),
+     "VSA vsa: field 'predicateType' must be 'https://slsa.dev/verification_summary/v1', "
+     "got 'https://slsa.dev/provenance/v1'"),
     (lambda s: s["subject"][0]["digest"].update(sha256="cd" * 32),
      f"VSA vsa: its subject is sha256:{'cd' * 32}, the release's image {DIGEST}"),
 ])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -44,7 +45,7 @@ class Digest:
 
     @classmethod
     def parse(cls, text: object, what: str = "digest",
-              error: type[PatchbakeError] = PatchbakeError) -> Digest:
+              error: Callable[[str], PatchbakeError] = PatchbakeError) -> Digest:
         """The edge: ``text`` (``sha256:<hex>``) as a Digest, or ``error`` naming ``what``
         and why."""
         if not isinstance(text, str) or not text.startswith(_PREFIX) \

@@ -12,12 +12,14 @@ import binascii
 import json
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..errors import refuse_evidence, shown
+from ..errors import EvidenceError, refuse_evidence, shown
+from ..fields import Fields
 from .keys import keyid_of
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -59,25 +61,24 @@ _STD_B64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _URL_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 
-def _b64(value: Any, what: str, where: str) -> bytes:
+def _b64(f: Fields, key: str) -> bytes:
     """DSSE allows standard or URL-safe base64, padded or not (we write standard, padded);
     one alphabet per value, nothing else tolerated."""
-    if not isinstance(value, str):
-        refuse_evidence("malformed", f"{where}: {what} must be a base64 string")
+    value = f.text(key)
     if _STD_B64.fullmatch(value):
         altchars = None
     elif _URL_B64.fullmatch(value):
         altchars = b"-_"
     else:
-        refuse_evidence("malformed", f"{where}: {what} is not valid base64")
+        raise f.bad(key, "valid base64")
     bare = value.rstrip("=")
     try:
         return base64.b64decode(bare + "=" * (-len(bare) % 4), altchars, validate=True)
     except (binascii.Error, ValueError):
-        refuse_evidence("malformed", f"{where}: {what} is not valid base64")
+        raise f.bad(key, "valid base64") from None
 
 
-def parse(data: bytes, where: str) -> Envelope:  # noqa: C901 - one check per envelope field
+def parse(data: bytes, where: str) -> Envelope:
     """Strictly parse an envelope's JSON; every deviation is a named EvidenceError."""
     try:
         obj = json.loads(data)
@@ -85,32 +86,18 @@ def parse(data: bytes, where: str) -> Envelope:  # noqa: C901 - one check per en
         refuse_evidence("malformed", f"{where}: not a JSON document ({exc})")
     except RecursionError:
         refuse_evidence("malformed", f"{where}: a JSON document nested too deeply to read")
-    if not isinstance(obj, dict):
-        refuse_evidence("malformed", f"{where}: a DSSE envelope must be a JSON object")
-    extra = set(obj) - {"payloadType", "payload", "signatures"}
-    if extra:
-        refuse_evidence("malformed", f"{where}: unknown envelope field(s) {', '.join(sorted(extra))}")
-    ptype = obj.get("payloadType")
-    if not isinstance(ptype, str):
-        refuse_evidence("malformed", f"{where}: payloadType is missing")
+    f = Fields(obj, where, partial(EvidenceError, reason="malformed"),
+               ("payloadType", "payload"), ("signatures",))
+    ptype = f.text("payloadType")
     if ptype != PAYLOAD_TYPE:
         refuse_evidence("payload-type", f"{where}: payloadType is {shown(ptype)}, expected {PAYLOAD_TYPE!r}")
-    payload = _b64(obj.get("payload"), "payload", where)
-    sigs = obj.get("signatures")
-    if not sigs:
+    payload = _b64(f, "payload")
+    if not f.doc.get("signatures"):
         refuse_evidence("unsigned", f"{where}: the envelope carries no signature",
              hint="sign it with `patchbake evidence sign`")
-    if not isinstance(sigs, list):
-        refuse_evidence("malformed", f"{where}: signatures must be a list")
-    parsed = []
-    for i, s in enumerate(sigs):
-        if not isinstance(s, dict):
-            refuse_evidence("malformed", f"{where}: signature {i} is not an object")
-        keyid = s.get("keyid")
-        if keyid is not None and not isinstance(keyid, str):
-            refuse_evidence("malformed", f"{where}: signature {i}'s keyid must be a string")
-        parsed.append(Signature(keyid or None, _b64(s.get("sig"), f"signature {i}", where)))
-    return Envelope(ptype, payload, tuple(parsed))
+    sigs = [Signature(s.opt_text("keyid") or None, _b64(s, "sig"))
+            for s in f.members("signatures", ("sig",), ("keyid",), others=True)]
+    return Envelope(ptype, payload, tuple(sigs))
 
 
 def verify(env: Envelope, trusted: dict[str, Ed25519PublicKey], where: str) -> str:

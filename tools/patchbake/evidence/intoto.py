@@ -16,14 +16,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from ..digest import Digest, is_hex
+from ..digest import Digest
+from ..errors import EvidenceError, refuse_evidence
+from ..fields import Fields
 from ..fsutil import canonical_json
-from ..errors import refuse_evidence, shown
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-_FIELDS = {"_type", "subject", "predicateType", "predicate"}
+_BAD = partial(EvidenceError, reason="bad-predicate")
 
 
 @dataclass(frozen=True)
@@ -38,22 +40,15 @@ class Statement:
     @classmethod
     def from_json(cls, obj: object, where: str, predicate_type: str) -> Statement:
         """The edge: a decoded payload checked once against the expected predicate type."""
-        if not isinstance(obj, dict):
-            refuse_evidence("bad-predicate", f"{where}: the payload is not a JSON object")
-        if obj.get("_type") != STATEMENT_TYPE:
-            refuse_evidence("bad-predicate", f"{where}: _type is {shown(obj.get('_type'))}, expected "
-                 f"{STATEMENT_TYPE!r}")
-        if obj.get("predicateType") != predicate_type:
-            refuse_evidence("bad-predicate", f"{where}: predicateType is {shown(obj.get('predicateType'))}, "
-                 f"expected {predicate_type!r}")
-        unknown = sorted(set(obj) - _FIELDS)
-        if unknown:
-            refuse_evidence("bad-predicate", f"{where}: unknown statement field(s) {', '.join(unknown)}")
-        name, digest = _subject(obj.get("subject"), where)
-        predicate = obj.get("predicate")
-        if not isinstance(predicate, dict):
-            refuse_evidence("bad-predicate", f"{where}: 'predicate' is missing or not an object")
-        return cls(name, digest, predicate_type, predicate)
+        f = Fields(obj, where, _BAD, ("_type", "subject", "predicateType", "predicate"))
+        f.one_of("_type", (STATEMENT_TYPE,))
+        f.one_of("predicateType", (predicate_type,))
+        subjects = f.members("subject", ("name", "digest"))
+        if len(subjects) != 1:
+            raise f.bad("subject", "a list of exactly one image")
+        digest = subjects[0].member("digest", ("sha256",))
+        return cls(subjects[0].text("name"), Digest.from_hex(digest.hex("sha256")),
+                   predicate_type, f.mapping("predicate"))
 
     @classmethod
     def load(cls, payload: bytes, where: str, predicate_type: str) -> Statement:
@@ -75,23 +70,6 @@ class Statement:
     def dump(self) -> bytes:
         """Canonical JSON: the payload a DSSE envelope signs."""
         return canonical_json(self.to_json())
-
-
-def _subject(subjects: object, where: str) -> tuple[str, Digest]:
-    if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0],
-                                                                              dict):
-        refuse_evidence("bad-predicate", f"{where}: subject must list exactly one image")
-    subject = subjects[0]
-    digest = subject.get("digest")
-    if not isinstance(digest, dict) or not is_hex(digest.get("sha256")):
-        refuse_evidence("bad-predicate", f"{where}: subject digest is not a sha256")
-    if set(digest) != {"sha256"}:
-        refuse_evidence("bad-predicate", f"{where}: subject digest names algorithms besides sha256")
-    if not isinstance(subject.get("name"), str):
-        refuse_evidence("bad-predicate", f"{where} subject: 'name' is missing or not a str")
-    if set(subject) != {"name", "digest"}:
-        refuse_evidence("bad-predicate", f"{where}: the subject holds more than a name and a digest")
-    return subject["name"], Digest.from_hex(digest["sha256"])
 
 
 __all__ = ["STATEMENT_TYPE", "Statement"]

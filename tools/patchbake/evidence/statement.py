@@ -17,16 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from ..digest import Digest, is_hex
+from ..digest import Digest
+from ..errors import EvidenceError, refuse_evidence, shown
+from ..fields import Fields
 from ..suites.result import COUNT_KEYS, SuiteResult
-from ..errors import refuse_evidence, shown
 from .intoto import Statement
 
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 RESULTS = ("PASSED", "WARNED", "FAILED")
 RUNNERS = ("host", "docker")
+_KEYS = ("result", "configuration", "passedTests", "failedTests", "suite", "suiteContentSha256",
+         "suiteDeclaration", "counts", "environment", "runner", "probes", "junitSha256")
+_BAD = partial(EvidenceError, reason="bad-predicate")
 
 
 @dataclass(frozen=True)
@@ -76,32 +81,22 @@ class SuiteStatement:
         if st.predicate_type != PREDICATE_TYPE:
             refuse_evidence("bad-predicate", f"{where}: predicateType is {shown(st.predicate_type)}, "
                  f"expected {PREDICATE_TYPE!r}")
-        pred = st.predicate
-        result = _need(pred, "result", str, where)
-        if result not in RESULTS:
-            refuse_evidence("bad-predicate", f"{where}: result {shown(result)} is not one of "
-                 f"{', '.join(RESULTS)}")
-        for key in ("passedTests", "failedTests", "configuration"):
-            _need(pred, key, list, where)
-        suite = _need(pred, "suite", str, where)
-        content = _need(pred, "suiteContentSha256", str, where)
-        if not is_hex(content):
-            refuse_evidence("bad-predicate", f"{where}: suiteContentSha256 is not a sha256")
-        counts = _counts(pred, result, where)
-        env = _need(pred, "environment", dict, where)
-        runner = _need(pred, "runner", str, where)
-        if runner not in RUNNERS:
-            refuse_evidence("bad-predicate", f"{where}: runner {shown(runner)} is not host or docker")
-        probes = _probes(pred, where)
-        decl = _need(pred, "suiteDeclaration", dict, where)
+        # the test-result type is open to producers' members: those not read here are kept
+        f = Fields(st.predicate, where, _BAD, _KEYS, at="predicate", others=True)
+        result = f.one_of("result", RESULTS)
+        for key in ("passedTests", "failedTests"):
+            f.texts(key)
+        content = f.hex("suiteContentSha256")
+        counts = _counts(f, result, where)
+        p = f.member("probes", (), others=True)
+        probes = {k: p.mapping(k) for k in p.doc}
+        decl = f.mapping("suiteDeclaration")
         flags = probe_flags(probes, decl)
         if result == "PASSED" and flags:
             refuse_evidence("bad-predicate", f"{where}: result PASSED although {flags[0]}")
-        junit = _need(pred, "junitSha256", str, where)
-        if not is_hex(junit):
-            refuse_evidence("bad-predicate", f"{where}: junitSha256 is not a sha256")
-        return cls(st, suite, result, counts, env, runner, probes, decl,
-                   _configuration(pred, content, where), content, junit)
+        return cls(st, f.text("suite"), result, counts, f.mapping("environment"),
+                   f.one_of("runner", RUNNERS), probes, decl, _configuration(f, content),
+                   content, f.hex("junitSha256"))
 
     @classmethod
     def load(cls, payload: bytes, where: str) -> SuiteStatement:
@@ -167,42 +162,24 @@ def build(result: SuiteResult, steps: list[dict[str, Any]]) -> Statement:
                      predicate)
 
 
-def _need(obj: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
-    value = obj.get(key)
-    if not isinstance(value, types) or isinstance(value, bool) and types is int:
-        refuse_evidence("bad-predicate", f"{where}: '{key}' is missing or not a {getattr(types, '__name__', types)}")
-    return value
-
-
-def _counts(pred: Mapping[str, Any], result: str, where: str) -> dict[str, int]:
-    counts = _need(pred, "counts", dict, where)
-    for key in COUNT_KEYS:
-        _need(counts, key, int, where + " counts")
-    if counts["passed"] != len(pred["passedTests"]) or counts["tests"] != sum(
+def _counts(f: Fields, result: str, where: str) -> dict[str, int]:
+    c = f.member("counts", COUNT_KEYS, others=True)
+    counts = {k: c.integer(k) for k in COUNT_KEYS}
+    if counts["passed"] != len(f.doc["passedTests"]) or counts["tests"] != sum(
             counts[k] for k in COUNT_KEYS[1:]):
         refuse_evidence("bad-predicate", f"{where}: counts do not add up with the listed tests")
     if result == "PASSED" and (counts["failed"] or counts["errors"] or not counts["passed"]):
         refuse_evidence("bad-predicate", f"{where}: result PASSED with {counts['failed']} failed, "
              f"{counts['errors']} errors and {counts['passed']} passed tests")
-    return {k: int(counts[k]) for k in COUNT_KEYS}
+    return counts
 
 
-def _probes(pred: Mapping[str, Any], where: str) -> dict[str, Any]:
-    probes = _need(pred, "probes", dict, where)
-    for name, probe in probes.items():
-        if not isinstance(probe, dict):
-            refuse_evidence("bad-predicate", f"{where}: probe {shown(name)} is not an object")
-    return dict(probes)
-
-
-def _configuration(pred: Mapping[str, Any], content: str, where: str) -> str:
+def _configuration(f: Fields, content: str) -> str:
     """The suite's path: the one configuration entry, naming the suite's content hash."""
-    conf = pred["configuration"]
-    entry = conf[0] if len(conf) == 1 and isinstance(conf[0], dict) else {}
-    if not isinstance(entry.get("name"), str) or entry.get("digest") != {"sha256": content}:
-        refuse_evidence("bad-predicate", f"{where}: configuration must be the one suite directory, "
-             "with the suite's content sha256")
-    return str(entry["name"])
+    conf = f.members("configuration", (), others=True)
+    if len(conf) != 1 or conf[0].doc.get("digest") != {"sha256": content}:
+        raise f.bad("configuration", "the one suite directory, with the suite's content sha256")
+    return conf[0].text("name")
 
 
 __all__ = ["PREDICATE_TYPE", "SuiteStatement", "build", "overall_result", "probe_flags"]

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline
-from ..digest import Digest, is_digest, is_hex
+from ..digest import Digest
 from ..errors import ImageError, PatchbakeError, shown
+from ..fields import Fields
 from ..fsutil import atomic_write, pretty_json, read_input, read_optional, write_once
-
 
 RECORD_FORMAT = "patchbake-image-record/1"
 LATEST = "latest.json"
@@ -47,23 +47,13 @@ class ImageRecord:
     @classmethod
     def from_json(cls, doc: object, where: str) -> ImageRecord:
         """The edge: a parsed document checked once (format version, digests, patch)."""
-        if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
-            found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-            raise ImageError(f"{where} is not an image record of format {RECORD_FORMAT} "
-                             f"(found {shown(found)})")
-        patch = doc.get("patch")
-        sha = patch.get("sha256") if isinstance(patch, dict) else None
-        bad = [k for k, ok in (("definition", isinstance(doc.get("definition"), str)),
-                               ("manifest_digest", is_digest(doc.get("manifest_digest"))),
-                               ("config_digest", is_digest(doc.get("config_digest"))),
-                               ("patch.sha256", is_hex(sha))) if not ok]
-        if bad:
-            raise ImageError(f"{where}: image record field(s) {', '.join(bad)} missing or "
-                             "malformed")
-        sp = doc.get("site_packages")
-        return cls(str(doc["definition"]), Digest.parse(doc["manifest_digest"]),
-                   Digest.parse(doc["config_digest"]), str(sha),
-                   sp if isinstance(sp, str) else None, dict(doc))
+        # a record carries the whole bake's account; only what its readers type is checked
+        f = Fields(doc, where, ImageError, ("format", "definition", "manifest_digest",
+                                            "config_digest", "patch"), others=True)
+        f.one_of("format", (RECORD_FORMAT,))
+        return cls(f.text("definition"), f.digest("manifest_digest"), f.digest("config_digest"),
+                   f.member("patch", ("sha256",), others=True).hex("sha256"),
+                   f.opt_text("site_packages"), dict(f.doc))
 
     @classmethod
     def load(cls, path: Path) -> ImageRecord:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..digest import Digest
-from .fields import Fields
+from ..fields import Fields
 
 
 @dataclass(frozen=True, slots=True)

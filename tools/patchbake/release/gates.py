@@ -33,7 +33,7 @@ from ..suites.run import suite_content_sha256
 from ..verify import baked
 from .attest import benchmark_path, verify_approvals, verify_benchmark
 from .facts import Approval, Benchmark, Evidence, Facts, Patch, Record, Upstream, Verification
-from .fields import Fields
+from ..fields import Fields
 from .rebake import rebake
 
 STATUSES = ("pass", "fail", "error")

@@ -41,7 +41,7 @@ from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
 from ..fsutil import atomic_write, canonical_json, read_optional, sha256_bytes
 from . import manifest
-from .fields import Fields
+from ..fields import Fields
 from .referrers import Attached
 
 FORMAT = "patchbake-ledger/1"

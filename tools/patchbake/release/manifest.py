@@ -46,7 +46,7 @@ from .facts import (
     Upstream,
     Verification,
 )
-from .fields import Fields
+from ..fields import Fields
 from .gates import Decision, Table
 
 FORMAT = "patchbake-release/1"

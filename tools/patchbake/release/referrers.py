@@ -25,7 +25,7 @@ from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_INDEX, OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef
 from ..store import Store
-from .fields import Fields
+from ..fields import Fields
 
 ARTIFACT_TYPE = "application/vnd.in-toto+json"
 DSSE_MEDIA = "application/vnd.dsse.envelope.v1+json"

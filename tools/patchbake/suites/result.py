@@ -16,14 +16,14 @@ steps. ``junit_b64`` joined v1 later: a result written before it reads as null.
 from __future__ import annotations
 
 import json
-from functools import partial
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..digest import Digest, is_digest, is_hex
-from ..errors import EvidenceError, refuse_evidence, shown
+from ..errors import EvidenceError, refuse_evidence
+from ..fields import Fields
 from ..fsutil import pretty_json, read_input
 from .image import SuiteImage
 
@@ -33,17 +33,10 @@ OUTCOMES = ("PASSED", "FAILED")
 RUNNERS = ("host", "docker")
 _HINT = "produce it with `patchbake suites run SUITE --results-out FILE`"
 
-# field -> the JSON types it must have (bool is never an int or a number here)
-_FIELDS: dict[str, tuple[type, ...]] = {
-    "format": (str,), "suite": (dict,), "image": (dict,), "runner": (str,),
-    "result": (str,), "problems": (list,), "counts": (dict,), "passed_tests": (list,),
-    "failed_tests": (list,), "skipped_tests": (list,), "junit_sha256": (str,),
-    "junit_b64": (str, type(None)), "environment": (dict,), "started_at": (str,),
-    "duration_s": (int, float), "probes": (dict,), "steps": (list,),
-}
-_OPTIONAL = ("junit_b64",)
-_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "a number",
-               float: "a number", type(None): "null"}
+_KEYS = ("format", "suite", "image", "runner", "result", "problems", "counts", "passed_tests",
+         "failed_tests", "skipped_tests", "junit_sha256", "environment", "started_at",
+         "duration_s", "probes", "steps")
+_MALFORMED = partial(EvidenceError, reason="malformed", hint=_HINT)
 
 
 @dataclass(frozen=True)
@@ -88,22 +81,28 @@ class SuiteResult:
     @classmethod
     def from_json(cls, doc: object, where: str) -> SuiteResult:
         """The edge: a parsed document checked once, or ``malformed`` naming the field."""
-        if not isinstance(doc, dict):
-            refuse_evidence("malformed", f"{where} is not a JSON object", hint=_HINT)
-        if doc.get("format") != RESULT_FORMAT:
-            refuse_evidence("malformed", f"{where} is not a suite result of format {RESULT_FORMAT} "
-                 f"(found {shown(doc.get('format'))})", hint=_HINT)
-        _check_fields(doc, where)
-        image = _image(doc["image"], where)
-        _check_values(doc, where)
+        # the format first: a later version's members are not "unknown" but another format
+        Fields(doc, where, _MALFORMED, ("format",), others=True).one_of("format",
+                                                                       (RESULT_FORMAT,))
+        f = Fields(doc, where, _MALFORMED, _KEYS, ("junit_b64",))
+        image = f.member("image", ("name", "digest", "config_digest"))
+        suite = f.member("suite", ("name", "path", "content_sha256"), others=True)
+        for key in ("name", "path"):
+            suite.text(key)
+        suite.hex("content_sha256")
+        counts = f.member("counts", COUNT_KEYS)
+        probes = f.member("probes", (), others=True)
         return cls(
-            suite=doc["suite"], image=image, runner=doc["runner"], result=doc["result"],
-            problems=tuple(doc["problems"]), counts=doc["counts"],
-            passed_tests=tuple(doc["passed_tests"]), failed_tests=tuple(doc["failed_tests"]),
-            skipped_tests=tuple(doc["skipped_tests"]), junit_sha256=doc["junit_sha256"],
-            junit_b64=doc.get("junit_b64"), environment=doc["environment"],
-            started_at=doc["started_at"], duration_s=doc["duration_s"],
-            probes=doc["probes"], steps=tuple(doc["steps"]))
+            suite=f.mapping("suite"),
+            image=SuiteImage(image.text("name"), image.digest("digest"),
+                             image.opt_digest("config_digest")),
+            runner=f.one_of("runner", RUNNERS), result=f.one_of("result", OUTCOMES),
+            problems=f.texts("problems"), counts={k: counts.integer(k) for k in COUNT_KEYS},
+            passed_tests=f.texts("passed_tests"), failed_tests=f.texts("failed_tests"),
+            skipped_tests=f.texts("skipped_tests"), junit_sha256=f.hex("junit_sha256"),
+            junit_b64=f.opt_text("junit_b64"), environment=f.mapping("environment"),
+            started_at=f.text("started_at"), duration_s=f.number("duration_s"),
+            probes={k: probes.mapping(k) for k in probes.doc}, steps=f.mappings("steps"))
 
     @classmethod
     def load(cls, path: Path) -> SuiteResult:
@@ -141,60 +140,6 @@ class SuiteResult:
     def dump(self) -> bytes:
         """The result's bytes (pretty canonical JSON): what ``--results-out`` writes."""
         return pretty_json(self.to_json())
-
-
-def _kind(value: object, types: tuple[type, ...]) -> bool:
-    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-
-
-def _check_fields(doc: dict[str, Any], where: str) -> None:
-    unknown = sorted(set(doc) - set(_FIELDS))
-    if unknown:
-        refuse_evidence("malformed", f"{where}: unknown field(s) {', '.join(unknown)}", hint=_HINT)
-    for key, types in _FIELDS.items():
-        if key not in doc and key not in _OPTIONAL:
-            refuse_evidence("malformed", f"{where}: '{key}' is missing", hint=_HINT)
-        if key in doc and not _kind(doc[key], types):
-            refuse_evidence("malformed", f"{where}: '{key}' must be {_TYPE_NAMES[types[0]]}, got "
-                 f"{type(doc[key]).__name__}", hint=_HINT)
-
-
-def _image(image: dict[str, Any], where: str) -> SuiteImage:
-    if not isinstance(image.get("name"), str):
-        refuse_evidence("malformed", f"{where}: 'image.name' must be a string")
-    for key in ("digest", "config_digest"):
-        value = image.get(key)
-        if not is_digest(value) and not (key == "config_digest" and value is None):
-            refuse_evidence("malformed", f"{where}: 'image.{key}' {shown(value)} is not sha256:<64 hex>")
-    extra = sorted(set(image) - {"name", "digest", "config_digest"})
-    if extra or "config_digest" not in image:
-        refuse_evidence("malformed", f"{where}: 'image' must hold exactly name, digest and "
-             "config_digest")
-    config = image["config_digest"]
-    return SuiteImage(image["name"], Digest.parse(image["digest"]),
-                      None if config is None else Digest.parse(config))
-
-
-def _check_values(doc: dict[str, Any], where: str) -> None:
-    suite = doc["suite"]
-    if not isinstance(suite.get("name"), str) or not isinstance(suite.get("path"), str) \
-            or not is_hex(suite.get("content_sha256")):
-        refuse_evidence("malformed", f"{where}: 'suite' must name the suite, its path and its "
-             "content_sha256 (64 hex digits)")
-    if doc["runner"] not in RUNNERS or doc["result"] not in OUTCOMES:
-        refuse_evidence("malformed", f"{where}: runner {shown(doc['runner'])} / result {shown(doc['result'])} is "
-             f"not one of {', '.join(RUNNERS)} / {', '.join(OUTCOMES)}")
-    counts = doc["counts"]
-    if set(counts) != set(COUNT_KEYS) or not all(_kind(v, (int,)) for v in counts.values()):
-        refuse_evidence("malformed", f"{where}: 'counts' must hold the integers {', '.join(COUNT_KEYS)}")
-    for key in ("problems", "passed_tests", "failed_tests", "skipped_tests"):
-        if not all(isinstance(x, str) for x in doc[key]):
-            refuse_evidence("malformed", f"{where}: '{key}' must list strings")
-    if not is_hex(doc["junit_sha256"]):
-        refuse_evidence("malformed", f"{where}: 'junit_sha256' is not 64 hex digits")
-    if not all(isinstance(v, dict) for v in doc["probes"].values()) \
-            or not all(isinstance(s, dict) for s in doc["steps"]):
-        refuse_evidence("malformed", f"{where}: every probe and every step must be an object")
 
 
 __all__ = ["COUNT_KEYS", "RESULT_FORMAT", "SuiteResult"]
