@@ -38,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
+from patchbake.digest import Digest
 from patchbake.fsutil import canonical_json
 from patchbake.oci import layout
 from patchbake.oci.media import Descriptor
@@ -81,7 +82,7 @@ def make_image(store: Store, total_mb: int, layers: int = 1) -> tuple[str, int]:
     for blob in (cfg, man):
         store.put_bytes(blob)
     layout.add_ref(store, "bench", Descriptor(
-        "application/vnd.oci.image.manifest.v1+json", sha(man), len(man)))
+        "application/vnd.oci.image.manifest.v1+json", Digest.parse(sha(man)), len(man)))
     return sha(man), sum(map(len, blobs)) + len(cfg) + len(man)
 
 
@@ -152,9 +153,11 @@ def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, floa
     with fresh_registry(work) as r_lib, fresh_registry(work) as r_cli, \
             fresh_registry(work) as r_sko, fresh_registry(work) as r_one:
         pushes: list[tuple[str, Callable[[], object]]] = [
-            ("push_lib", lambda: RegistryClient(r_lib).push(store, digest, f"{r_lib}/b/img:v1")),
+            ("push_lib", lambda: RegistryClient(r_lib).push(store, Digest.parse(digest),
+                                                                f"{r_lib}/b/img:v1")),
             ("push_serial", one_blob_at_a_time(
-                lambda: RegistryClient(r_one).push(store, digest, f"{r_one}/b/img:v1"))),
+                lambda: RegistryClient(r_one).push(store, Digest.parse(digest),
+                                                   f"{r_one}/b/img:v1"))),
             ("push_cli", lambda: run([sys.executable, "-m", "patchbake", "push", digest,
                                       f"{r_cli}/b/img:v1", "--json"], env)),
             ("push_skopeo", lambda: run([*skopeo, "--dest-tls-verify=false",
@@ -166,7 +169,7 @@ def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, floa
         # What skopeo pushed must be the same image (same manifest digest), else the
         # comparison would be between different work.
         got = RegistryClient(r_sko).get_manifest(f"{r_sko}/b/img:v1")[2]
-        if got != digest:
+        if str(got) != digest:
             raise RuntimeError(f"skopeo pushed {got}, not {digest}: not comparable")
         dest = Path(tempfile.mkdtemp(prefix="pull.", dir=work))
         pulls: list[tuple[str, Callable[[], object]]] = [

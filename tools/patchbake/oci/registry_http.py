@@ -107,6 +107,16 @@ class _Session(Session):
         return None
 
 
+class _BlobAdapter(HTTPAdapter):
+    """requests' adapter with uploads sent in CHUNK-sized writes: urllib3's connections
+    send a file body 16 KiB at a time by default (``blocksize``), a write per 16 KiB of a
+    multi-GB layer."""
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False,
+                         **pool_kwargs: Any) -> None:
+        super().init_poolmanager(connections, maxsize, block, blocksize=CHUNK, **pool_kwargs)
+
+
 def registry_session(adapter: BaseAdapter | None = None) -> requests.Session:
     """The project's Session (``netpolicy.http_session``) as the registry needs it;
     ``adapter`` (an in-memory registry in tests) in place of requests' own."""
@@ -115,7 +125,7 @@ def registry_session(adapter: BaseAdapter | None = None) -> requests.Session:
     # A session-wide auth hook keeps requests from replacing the Authorization header this
     # transport sets with ~/.netrc's entry for the host (Docker never reads ~/.netrc).
     s.auth = _as_given
-    a = adapter or HTTPAdapter(pool_maxsize=MAX_CONNECTIONS)
+    a = adapter or _BlobAdapter(pool_maxsize=MAX_CONNECTIONS)
     s.mount("https://", a)
     s.mount("http://", a)
     return s
