@@ -252,3 +252,19 @@ def test_release_inputs_that_are_fifos_are_refused_promptly(tmp_path: Path) -> N
     os.mkfifo(statement)
     exc = promptly(lambda: attest._open(statement, Digest.of(b"x"), attest.BENCHMARK_TYPE, {}))
     assert isinstance(exc, EvidenceError) and exc.reason == "unreadable", exc
+
+
+def test_a_member_name_from_the_document_is_bounded_in_the_refusal() -> None:
+    """A reader names the member it refuses; where that name comes from the document (a
+    probe's name), a megabyte of it is cut short, not printed whole."""
+    from patchbake.fields import Fields
+
+    doc = {"probes": {"K" * (1 << 20): 1}}
+    probes = Fields(doc, "result.json", ConfigError, ("probes",)).member("probes", (),
+                                                                          others=True)
+    with pytest.raises(ConfigError) as e:
+        for name in probes.doc:
+            probes.mapping(name)
+    line = e.value.one_line()
+    assert line.startswith("result.json: field 'probes.KKKK") and "must be a JSON object" in line
+    assert len(line) < 400

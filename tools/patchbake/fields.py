@@ -37,7 +37,7 @@ class Fields:
             raise error(f"{where}: unknown field {shown(self._name(unknown[0]))}")
         missing = [k for k in required if k not in doc]
         if missing:
-            raise error(f"{where}: field {self._name(missing[0])!r} is missing")
+            raise error(f"{where}: field {shown(self._name(missing[0]))} is missing")
         self.doc: dict[str, Any] = doc
 
     def _name(self, key: str) -> str:
@@ -46,7 +46,7 @@ class Fields:
     def bad(self, key: str, want: str) -> PatchbakeError:
         """The refusal of member ``key``, which must be ``want`` (for checks of a value's
         meaning that only its reader knows)."""
-        return self.error(f"{self.where}: field {self._name(key)!r} must be {want}, got "
+        return self.error(f"{self.where}: field {shown(self._name(key))} must be {want}, got "
                           f"{shown(self.doc.get(key))}")
 
     def has(self, key: str) -> bool:
@@ -103,7 +103,7 @@ class Fields:
         return self.hex(key) if self.has(key) else None
 
     def digest(self, key: str) -> Digest:
-        return Digest.parse(self.doc.get(key), f"{self.where}: field {self._name(key)!r}",
+        return Digest.parse(self.doc.get(key), f"{self.where}: field {shown(self._name(key))}",
                             self.error)
 
     def opt_digest(self, key: str) -> Digest | None:
@@ -113,7 +113,8 @@ class Fields:
         value = self.doc.get(key)
         if not isinstance(value, list):
             raise self.bad(key, "a JSON array")
-        return tuple(Digest.parse(d, f"{self.where}: field '{self._name(key)}[{i}]'", self.error)
+        return tuple(Digest.parse(d, f"{self.where}: field {shown(f'{self._name(key)}[{i}]')}",
+                                  self.error)
                      for i, d in enumerate(value))
 
     def counts(self, key: str) -> dict[str, int]:
