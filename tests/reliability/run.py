@@ -430,6 +430,26 @@ when it opens the store; SIGTERM unwinds like Ctrl-C (exit 143).
 
 {table(['area', 'case', 'expected', 'got', 'check', 'message'], c.rows)}
 
+## Named inputs and error messages
+
+Every file a user, the repository or a bundle names (pipeline.yaml, image definitions,
+suite results, JUnit reports, evidence envelopes and statements, the trust policy and
+keys, the patch, FILES.txt, SOURCE, the series, image records, OCI layouts' `index.json`,
+docker-archive tars, the ledger, release manifests and VSAs) is read through
+`fsutil.read_input` / `open_input`: the file is opened without blocking (`O_NONBLOCK`, so a
+FIFO in its place never waits for a writer), and what was opened is checked on its
+descriptor to be a regular file. A FIFO, socket, device or directory is refused at once,
+in one line naming the path and what it is, with the reader's own exit code (3 for
+configuration, 21 for the guard's inputs, 50 `unreadable` for evidence, 61 for the ledger,
+62 for a release); a file over the input cap is exit 15. `tests/unit/test_inputs_safe.py`
+and the corpus hold it.
+
+A value from an input that an error message prints goes through `errors.shown()`, a
+`reprlib` representation bounded while it is built (depth, items, string length), so a
+YAML alias bomb or a megabyte-long member name is cut short instead of expanded: the
+`upstream.pins` bomb is refused in under a tenth of a second with a message of a few
+hundred characters.
+
 ## Fault proxy
 
 {table(['op', 'fault', 'expected', 'got', 'requests', 'faults', 'seconds', 'check', 'outcome'], f.rows)}
