@@ -243,6 +243,21 @@ def test_create_refuses_a_key_without_the_release_role(
     assert "has no 'release' role" in capsys.readouterr().err
 
 
+def test_promote_refuses_a_key_without_the_release_role_before_any_effect(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """The role is checked where the key is loaded: nothing is pushed or tagged, no journal
+    is written and the ledger keeps its bytes (the registry named is never contacted)."""
+    root, k, rel = released
+    before = (rdir(root) / "ledger.jsonl").read_bytes()
+    rc = main(["release", "promote", rel.id, "--to", "127.0.0.1:9/app:v1", "--key",
+               str(k.evidence)])
+    assert rc == 62
+    assert "has no 'release' role" in capsys.readouterr().err
+    assert (rdir(root) / "ledger.jsonl").read_bytes() == before
+    assert not (rdir(root) / "promotion.pending.json").exists()
+
+
 def test_promote_refuses_a_tag_less_destination(
         released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
         ) -> None:

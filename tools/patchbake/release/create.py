@@ -90,17 +90,26 @@ def require_pass(table: Table) -> None:
                              f"{table.digest}`")
 
 
-def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
-           key_path: Path | None = None, lineage: str | None = None) -> Created:
+def release_key(pipeline: Pipeline, pol: policy.Policy, key_path: Path | None) -> Any:
+    """The private key that signs VSAs and ledger entries: refused, before anything is
+    written or pushed, unless the trust policy gives it the 'release' role (every command
+    that signs as a release manager asks here)."""
     sig = pipeline.signing
-    rdir = manifest.releases_dir(pipeline.root)
-    pol = policy.load(sig.trust_policy)
     key_file = key_path or sig.private_key()
     key = keys.load_private(key_file)
     if keys.keyid_of(key.public_key()) not in pol.with_role("release"):
         raise ReleaseError(f"the signing key {key_file} has no 'release' role in "
                            f"{sig.trust_policy.name}: it cannot sign VSAs or ledger entries",
                            hint="add `roles: [release]` to its entry (policy version 2)")
+    return key
+
+
+def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
+           key_path: Path | None = None, lineage: str | None = None) -> Created:
+    sig = pipeline.signing
+    rdir = manifest.releases_dir(pipeline.root)
+    pol = policy.load(sig.trust_policy)
+    key = release_key(pipeline, pol, key_path)
     table, ev = gates(pipeline, store, channel, ref, lineage)
     require_pass(table)
     data = manifest.build(table, ev.facts, pipeline.name, ev.lineage.key,

@@ -35,7 +35,7 @@ from ..errors import (
     ReleaseError,
     TagMovedError,
 )
-from ..evidence import keys, policy
+from ..evidence import policy
 from ..evidence.statement import PREDICATE_TYPE
 from ..fsutil import atomic_write, fsync_dir, read_input, sha256_bytes
 from ..oci.registry import RegistryClient
@@ -158,7 +158,7 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
     root, rdir = pipeline.root, manifest.releases_dir(pipeline.root)
     dest = _dest(to)
     pol = load_policy(sig.trust_policy)
-    key = keys.load_private(key_path or sig.private_key())
+    key = create.release_key(pipeline, pol, key_path)
     with ledger.locked(rdir):
         recovered = recover(rdir, pol)
         entries = ledger.verify(rdir, pol)
