@@ -136,6 +136,8 @@ def test_ledger_verifies_and_cli_lists_it(released: tuple[Path, Keys, manifest.R
      "the signature does not verify"),
     (lambda ls: [ls[0], ls[1][:-1]], "the last line is not terminated"),
     (lambda ls: [ls[0], b"{}\n"], "not a patchbake-ledger/1 entry"),
+    (lambda ls: [x.replace(b"\n", b"\r\n") for x in ls], "not in canonical form"),
+    (lambda ls: [ls[0][:-1] + b"\r" + ls[1]], "not a JSON line"),
 ])
 def test_tampered_ledger_is_refused(released: tuple[Path, Keys, manifest.Release],
                                     capsys: pytest.CaptureFixture[str], tamper: object,

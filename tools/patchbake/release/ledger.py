@@ -156,7 +156,9 @@ def read(releases_dir: Path) -> list[Entry]:
         return []
     if raw and not raw.endswith(b"\n"):
         raise LedgerError(f"{p}: the last line is not terminated (a torn or edited write)")
-    return [Entry.load(line, f"{p}:{n}") for n, line in enumerate(raw.splitlines(), 1)]
+    # lines end at "\n" alone: a "\r" (a CRLF ledger) or any other line break is part of
+    # the line, which then is not its entry's canonical bytes and is refused
+    return [Entry.load(line, f"{p}:{n}") for n, line in enumerate(raw.split(b"\n")[:-1], 1)]
 
 
 def head(entries: list[Entry]) -> str:
