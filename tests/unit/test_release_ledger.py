@@ -419,7 +419,8 @@ def test_committed_release_manifests_and_ledger_entries_load_and_dump_to_their_b
     (lambda d: d["evidence"][0].pop("signer"), "field 'evidence[0].signer' is missing"),
     (lambda d: d["evidence"][0]["counts"].update(passed="29"),
      "field 'evidence[0].counts' must be an object of integers"),
-    (lambda d: d["gates"][0].update(status=None), "field 'gates[0].status' must be a string"),
+    (lambda d: d["gates"][0].update(status=None), "field 'gates[0].status' must be"),
+    (lambda d: d["gates"][0].update(status="PASS"), "field 'gates[0].status' must be"),
     (lambda d: d.update(images=[]), "names no image"),
     (lambda d: d.update(format="patchbake-release/2"), "is not a patchbake-release/1 manifest"),
 ])

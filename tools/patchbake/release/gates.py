@@ -51,7 +51,8 @@ class Decision:
 
     @classmethod
     def load(cls, f: Fields) -> Decision:
-        return cls(f.text("channel"), f.text("gate"), f.text("status"), f.text("reason"))
+        return cls(f.text("channel"), f.text("gate"), f.one_of("status", STATUSES),
+                   f.text("reason"))
 
     def dump(self) -> dict[str, str]:
         return {"channel": self.channel, "gate": self.gate, "status": self.status,
