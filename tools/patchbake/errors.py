@@ -248,6 +248,20 @@ class LineageError(ImageError):
     kind = "lineage"
 
 
+class LockError(PatchbakeError):
+    """A lock file is missing, malformed, or no longer what its sources resolve to."""
+
+    exit_code = 38
+    kind = "lock"
+
+
+class CudaCodeError(ImageError):
+    """An image holds CUDA objects with no code the target GPU can run."""
+
+    exit_code = 39
+    kind = "cuda-code"
+
+
 class SuiteError(PatchbakeError):
     """A fixture suite failed, collected nothing, or cannot run on this machine."""
 
@@ -288,6 +302,13 @@ class EvidenceError(PatchbakeError):
 def refuse_evidence(reason: str, message: str, *, hint: str | None = None) -> NoReturn:
     """Fail closed: raise the EvidenceError saying why this evidence does not count."""
     raise EvidenceError(message, reason=reason, hint=hint)
+
+
+class AttestationError(PatchbakeError):
+    """An SBOM or provenance document is invalid against its schema or its subject."""
+
+    exit_code = 53
+    kind = "attestation"
 
 
 class GateError(PatchbakeError):
