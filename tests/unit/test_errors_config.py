@@ -65,7 +65,7 @@ def test_default_lineage_is_newest(tmp_path: Path) -> None:
         (lambda t: t.replace("name: t\n", "name: t\nchanels: {}\n"), "did you mean 'channels'"),
         (lambda t: t.replace("files: patch/v0.24.0/FILES.txt", "files: patch/FILES.txt"),
          ("'lineages.v0.25.1.files' names patch/FILES.txt, which 'lineages.v0.24.0.files' "
-          "names too: each lineage needs its own patch, FILES.txt, SOURCE and series")),
+          "names too: each lineage needs its own patch, FILES.txt, SOURCE, series and lock")),
     ],
 )
 def test_bad_pipeline_is_one_line_error(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]

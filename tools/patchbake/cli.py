@@ -55,6 +55,7 @@ JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
 COMMANDS = {
     "bake": "image:bake_cmd", "evidence": "evidence:evidence_group", "fetch": "fetch:fetch_cmd",
     "image": "image:image_group", "keys": "evidence:keys_group", "ledger": "release:ledger_group",
+    "lock": "lock:lock_cmd",
     "patch": "patch:patch_group", "port": "port:port_cmd", "pull": "registry:pull_cmd",
     "push": "registry:push_cmd", "release": "release:release_group",
     "report": "release:report_cmd", "run": "run:run_cmd", "series": "patch:series_group",

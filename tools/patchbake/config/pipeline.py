@@ -59,6 +59,7 @@ LINEAGE_SCHEMA = Schema({
     "files": Field(str, required=True, help="path of FILES.txt"),
     "source_record": Field(str, required=True, help="path of the SOURCE record"),
     "series": Field(str, default=None),
+    "lock": Field(str, default=None, help="the serving base's lock (`patchbake lock`)"),
     "name": Field(str, required=True, help="patch name, as in <name>-v<version>.patch"),
 })
 
@@ -106,6 +107,7 @@ class Lineage:
     files: Path
     source_record: Path
     series: Path | None
+    lock: Path | None = None  # the serving base's lock file (sources/lockfile.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +202,7 @@ def parse(data: Any, path: Path) -> Pipeline:
             patch=root / lin["patch"], files=root / lin["files"],
             source_record=root / lin["source_record"],
             series=(root / lin["series"]) if lin["series"] else None,
+            lock=(root / lin["lock"]) if lin["lock"] else None,
         )
     if not lineages:
         raise ConfigError(f"{source}: 'lineages' must name at least one lineage")
@@ -208,7 +211,8 @@ def parse(data: Any, path: Path) -> Pipeline:
     owner: dict[Path, str] = {}
     for each in lineages.values():
         for what, owned in (("patch", each.patch), ("files", each.files),
-                            ("source_record", each.source_record), ("series", each.series)):
+                            ("source_record", each.source_record), ("series", each.series),
+                            ("lock", each.lock)):
             if owned is None:
                 continue
             other = owner.setdefault(owned, f"lineages.{each.key}.{what}")
@@ -216,7 +220,7 @@ def parse(data: Any, path: Path) -> Pipeline:
                 raise ConfigError(f"{source}: 'lineages.{each.key}.{what}' names "
                                   f"{owned.relative_to(root) if owned.is_relative_to(root) else owned}"
                                   f", which '{other}' names too: each lineage needs its own "
-                                  "patch, FILES.txt, SOURCE and series")
+                                  "patch, FILES.txt, SOURCE, series and lock")
     default = top["default_lineage"] or max(
         lineages, key=lambda k: version_key(lineages[k].upstream.version))
     if default not in lineages:
