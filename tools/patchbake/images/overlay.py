@@ -19,6 +19,7 @@ from ..errors import ImageError, IntegrityError
 from ..fsutil import canonical_json
 from ..oci.tarwriter import Entry, file_entry, whiteout_entry
 from ..config.images import Definition
+from . import distrecord
 from .tree import TREE_PATH, BaseTree, full_tree, manifest_bytes
 
 IDENTITY_FORMAT = "patchbake-identity/2"
@@ -81,6 +82,20 @@ def decide_mode(defn: Definition, patched: Patched) -> tuple[str, list[str]]:
     return ("build" if native else "overlay"), warnings
 
 
+def _record_entry(base_tree: BaseTree, sp: str, baked: list[dict[str, Any]],
+                  patched: Patched) -> Entry | None:
+    """The base's vLLM RECORD with the baked files' new hashes and sizes and the deleted
+    files' rows dropped (None for a base without a dist-info, the stand-in)."""
+    data = base_tree.dist_info.get("RECORD")
+    if base_tree.dist_name is None or data is None:
+        return None
+    cut = len(sp) + 2
+    changed = {f["path"][cut:]: (f["sha256"], f["size"]) for f in baked}
+    removed = {p for p in patched.deleted if p.startswith(PACKAGE)}
+    return file_entry(f"{sp}/{base_tree.dist_name}/RECORD",
+                      data=distrecord.rewritten(data, changed, removed))
+
+
 def verifier_bytes() -> bytes:
     return resources.files("patchbake").joinpath("data/verify.py").read_bytes()
 
@@ -121,6 +136,9 @@ def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
                       "size": len(data), "sha256": got})
     deleted = [f"/{sp}/{p}" for p in sorted(patched.deleted) if p.startswith(PACKAGE)]
     entries += [whiteout_entry(d.lstrip("/")) for d in deleted]
+    record = _record_entry(base_tree, sp, baked, patched)
+    if record is not None:
+        entries.append(record)
     verifier = verifier_bytes()
     tree = full_tree(base_tree, baked, deleted, defn.site_packages)
     tree_data = manifest_bytes(tree, defn.site_packages)
@@ -145,6 +163,9 @@ def build_overlay(defn: Definition, patched: Patched, lineage: Lineage,
         "startup_allow": [{"path": p, "sha256": h} for p, h in defn.startup_allow],
         "entrypoint": ENTRYPOINT_PATH,
     }
+    if record is not None:  # a base with a vLLM dist-info: its RECORD names the patched hashes
+        identity["record"] = {"path": f"/{record.path}",
+                              "sha256": hashlib.sha256(record.data or b"").hexdigest()}
     identity_bytes = canonical_json(identity) + b"\n"
     entries.append(file_entry(IDENTITY_PATH.lstrip("/"), data=identity_bytes))
     entries.append(file_entry(TREE_PATH.lstrip("/"), data=tree_data))

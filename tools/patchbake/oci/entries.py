@@ -24,6 +24,7 @@ from .view import Scanner
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 KEEP = "opt/patchbake/"  # the identity record and verifier: kept in memory for checks
+KEEP_RECORD = ".dist-info/RECORD"  # a tracked distribution's RECORD: verify checks its rows
 _KEEP_MAX = 16 << 20
 
 
@@ -168,7 +169,8 @@ class EntryReader(Scanner):
         dest = self._dest(path)
         h = hashlib.sha256()
         out = None
-        keep: list[bytes | memoryview] | None = [] if path.startswith(KEEP) and m.size <= _KEEP_MAX else None
+        keep: list[bytes | memoryview] | None = [] if (
+            path.startswith(KEEP) or path.endswith(KEEP_RECORD)) and m.size <= _KEEP_MAX else None
         if dest is not None:
             self.remove(path, layer + 1)
             for anc in reversed(dest.relative_to(self.write_root).parents):  # type: ignore[arg-type]

@@ -23,7 +23,8 @@ from .layerdigests import LayerDigests, check_digests
 from .media import compression_of
 from .tarstream import HashedBlob, LayerBytes
 
-CACHE_FORMAT = "patchbake-layer-ops/3"  # /1 replayed no checks, /2 kept base64: never reused
+# /1 replayed no checks, /2 kept base64, /3 kept no RECORD contents: never reused
+CACHE_FORMAT = "patchbake-layer-ops/4"
 
 
 def _memo_name(desc_digest: Digest, tracked: tuple[str, ...]) -> str:

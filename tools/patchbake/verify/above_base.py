@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .expected import Expected
+from ..images import distrecord
 from ..images.overlay import ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH, Patched
 from ..images.tree import TREE_PATH
 from ..images.refs import Resolved
@@ -20,6 +21,41 @@ KEEP_DIR = "opt/patchbake/"
 # settings file there could be named by a variable a program reads at start
 KEEP_FILES = frozenset(p.lstrip("/") for p in (ENTRYPOINT_PATH, IDENTITY_PATH, VERIFIER_PATH,
                                                TREE_PATH))
+
+
+def is_dist_record(path: str, sp: str) -> bool:
+    """The vLLM distribution's RECORD, which a bake rewrites with the baked files' hashes
+    (verify then checks every row of it against the image: ``record_findings``)."""
+    folder, _, name = path.rpartition("/")
+    return name == "RECORD" and folder.startswith(f"{sp}/vllm-") \
+        and folder.endswith(".dist-info") and folder.count("/") == sp.count("/") + 1
+
+
+def dist_record_findings(view: View, sp: str) -> tuple[dict[str, int], list[str]]:
+    """Every row of the vLLM distribution's RECORD checked against the image (a base with
+    no dist-info -- the stand-in -- has none: no rows, no findings)."""
+    records = [p for p in view.files if is_dist_record(p, sp)]
+    if not records:
+        return {"rows": 0, "checked": 0}, []
+    if len(records) > 1:
+        return {"rows": 0, "checked": 0}, [f"several vLLM dist-infos: {', '.join(sorted(records))}"]
+    path = records[0]
+    data = view.contents.get(path)
+    if data is None:
+        return {"rows": 0, "checked": 0}, [f"/{path} could not be read"]
+    cut = len(sp) + 1
+    folder = path[cut:].rpartition("/")[0]
+    installed = {p[cut:]: f.sha256 for p, f in view.files.items()
+                 if f.kind == "file" and (p.startswith(f"{sp}/{PACKAGE}")
+                                          or p.startswith(f"{sp}/{folder}/"))}
+    try:
+        rows = distrecord.rows(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return {"rows": 0, "checked": 0}, [f"/{path} is not a RECORD file ({exc})"]
+    found = distrecord.problems(rows, installed, f"{folder}/RECORD", PACKAGE)
+    checked = sum(1 for r in rows if r.sha256 is not None)
+    return {"rows": len(rows), "checked": checked}, [f"RECORD: {m}" for m in found[:20]] + (
+        [f"RECORD: {len(found) - 20} more rows disagree"] if len(found) > 20 else [])
 
 
 def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[str, str],
@@ -51,6 +87,7 @@ def after_base(res: Resolved, exp: Expected, patched: Patched, pristine: dict[st
             path = op[1]
             if op[0] == "f":
                 if path in touched or (path in KEEP_FILES and op[2] == "file") or (
+                        op[2] == "file" and is_dist_record(path, exp.sp)) or (
                         path.startswith(pkg) and op[2] == "file"
                         and pristine.get(path[len(pkg):]) == op[5]):
                     continue

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import memo, startup_hooks
-from .above_base import after_base, drift_before_overlay, stale_bytecode
+from .above_base import after_base, dist_record_findings, drift_before_overlay, stale_bytecode
 from ..config import Lineage, Pipeline
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, VerifyError
@@ -214,7 +214,8 @@ def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: s
         recalled = memo.load(store, memo_key, len(res.image.layers)) if memo_key else None
         env = startup_hooks.env_of(res.image.config)
         where = startup_hooks.places(exp.definition.site_packages, env)
-        tracked = (f"{exp.sp}/{PACKAGE}", "opt/patchbake/", *where.tracked())
+        tracked = (f"{exp.sp}/{PACKAGE}", f"{exp.sp}/vllm-", "opt/patchbake/",
+                   *where.tracked())
         cache_dir = store.root / "bakes" / "layer-ops" if use_cache else None
         digests = _keep_hashing(early, res, exp, tracked, cache_dir, recalled is not None)
         if recalled is not None and digests is not None:
@@ -253,6 +254,8 @@ def _findings(view: View, res: Resolved, exp: Expected, lin: Lineage, patched: P
     after = after_base(res, exp, patched, pristine, cache_dir, digests)
     after += stale_bytecode(view, sp, patched)
     problems += record_checks(view, exp)
+    record_counts, record_problems = dist_record_findings(view, sp)
+    problems += record_problems
     problems += startup_hooks.findings(view, where, sp, startup_hooks.allow_list(
         exp.definition.startup_allow), env, exp.base_config, res.image.config,
         wrapped(exp.base_config), {"TORCH_CUDA_ARCH_LIST":
@@ -266,6 +269,7 @@ def _findings(view: View, res: Resolved, exp: Expected, lin: Lineage, patched: P
     if identity:
         problems += identity_binding(identity, exp.definition, lin, patched)
         problems += tree_manifest_checks(view, identity, exp.definition.site_packages)
+    drift["record"] = record_counts
     return {"matched": matched, "total": total, "mismatched": mismatched,
             "base_drift": drift, "problems": problems, "identity": identity}
 
