@@ -13,13 +13,14 @@ proof of its bytes; see docs/RELIABILITY.md).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from .. import proc
 from ..digest import Digest
-from ..errors import FetchError, IntegrityError, LockError, ProcessError
+from ..errors import FetchError, IntegrityError, LockError, ProcessError, shown
 from ..fsutil import sha256_file
 from ..store import Store
 from . import debian
@@ -53,10 +54,18 @@ def _pip_download(wheels: list[Wheel], lock: Lock, into: Path) -> None:
                  env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     except ProcessError as exc:
         text = str(exc)
-        if "HASHES" in text.upper():
-            raise IntegrityError(f"pip refused a wheel whose bytes do not match the lock: "
-                                 f"{text}") from None
-        raise FetchError(f"pip could not download every wheel of the lock: {text}",
+        expected = re.search(r"Expected sha256 ([0-9a-f]{64})", text)
+        got = re.search(r"Got +([0-9a-f]{64})", text)
+        if expected or "HASHES" in text.upper():
+            named = next((w for w in wheels if expected and w.sha256.hex == expected[1]), None)
+            what = f"{named.filename}" if named else "a wheel"
+            raise IntegrityError(
+                f"{what}: the index's file hashes to sha256:{got[1] if got else '?'}, the lock "
+                f"says {named.sha256 if named else '(see pip)'}; nothing was stored",
+                hint="if upstream replaced the file, review it and refresh with "
+                     "`patchbake lock`") from None
+        raise FetchError(f"pip could not download every wheel of the lock: "
+                         f"{shown(text, 300)}",
                          hint="check pip's index configuration (`pip config list`)") from None
 
 

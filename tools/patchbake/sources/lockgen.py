@@ -67,8 +67,17 @@ def resolve_wheels(requirement: str, target: Target, work: Path) -> Resolution:
              env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     try:
         doc = json.loads(report.read_bytes())
+    except ValueError as exc:
+        raise LockError(f"pip's resolution report is not JSON: {exc}") from None
+    return wheels_from_report(doc)
+
+
+def wheels_from_report(doc: object) -> Resolution:
+    """The wheels of a ``pip install --report`` document (pip's installation report format,
+    version 1), each with the sha256 the index gave."""
+    try:
         wheels = []
-        for item in doc["install"]:
+        for item in doc["install"]:  # type: ignore[index]
             url = item["download_info"]["url"]
             filename = url.rsplit("/", 1)[-1]
             sha = item["download_info"]["archive_info"]["hashes"]["sha256"]
@@ -79,10 +88,10 @@ def resolve_wheels(requirement: str, target: Target, work: Path) -> Resolution:
                                 item["metadata"]["version"], filename,
                                 Digest.parse(f"sha256:{sha}", f"pip's hash of {filename}",
                                              LockError)))
-        resolver = f"pip {doc['pip_version']}"
-    except (KeyError, TypeError, ValueError) as exc:
-        raise LockError(f"pip's resolution report is not what pip {sys.version_info[:2]} "
-                        f"writes: {exc!r}") from None
+        resolver = f"pip {doc['pip_version']}"  # type: ignore[index]
+    except (KeyError, TypeError) as exc:
+        raise LockError(f"pip's resolution report lacks what the lock needs ({exc!r}): "
+                        "an index that gives no sha256 cannot be locked") from None
     return Resolution(tuple(sorted(wheels, key=lambda w: w.name)), resolver)
 
 
