@@ -23,9 +23,10 @@ export PATCHBAKE_NO_PROGRESS ?=
 setup: setup-system setup-python
 
 # Debian packages the tests use (root + apt only); waits for another apt's dpkg lock.
-# umoci: the tar differential test's second unpacker; chromium: the release report's test.
+# umoci: the tar differential test's second unpacker; chromium: the release report's test;
+# mmdebstrap: the serving base's Debian root filesystem (`patchbake lock`, `image base`).
 SYSTEM_PACKAGES = dockerd:docker.io docker-registry:docker-registry busybox:busybox-static \
-                  curl:curl umoci:umoci chromium:chromium
+                  curl:curl umoci:umoci chromium:chromium mmdebstrap:mmdebstrap
 setup-system:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
@@ -38,7 +39,7 @@ setup-system:
 	    $(APT_GET) update -qq && \
 	    $(APT_GET) install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  fi; \
-	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, curl, umoci, chromium and python3-venv yourself"; fi
+	else echo "not root or no apt-get: install docker.io, docker-registry, busybox-static, curl, umoci, chromium, mmdebstrap and python3-venv yourself"; fi
 
 # The benchmark's anchors also need skopeo.
 setup-bench:
