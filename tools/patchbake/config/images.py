@@ -81,6 +81,9 @@ DEFINITION_SCHEMA = Schema({
     "source": Field(str, default="", help="org.opencontainers.image.source for this image"),
     "build": Field(dict, default={}),
     "labels": Field(dict, default={}),
+    "verify_on_start": Field(bool, default=False,
+                             help="the image checks itself at every start unless "
+                                  "PATCHBAKE_VERIFY_ON_START=0 (default: only when =1)"),
 })
 
 
@@ -115,6 +118,11 @@ class Definition:
     startup_allow: tuple[tuple[str, str], ...]  # (absolute path, sha256 hex)
     fingerprint: str  # sha256 of the validated definition (part of the bake key)
     repo_root: Path = Path(".")  # relative paths (base.path, upstream paths) resolve here
+    verify_on_start: bool = False
+
+    def baked_env(self) -> dict[str, str]:
+        """Variables bake sets in the image's config (verify admits exactly these values)."""
+        return {"PATCHBAKE_VERIFY_ON_START": "1"} if self.verify_on_start else {}
 
     @property
     def sp_rel(self) -> str:
@@ -167,7 +175,7 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
         max_jobs=build["max_jobs"],
         labels=tuple(sorted((str(k), str(v)) for k, v in top["labels"].items())),
         lineage=top["lineage"], startup_allow=allow,
-        fingerprint=fingerprint, repo_root=root,
+        fingerprint=fingerprint, repo_root=root, verify_on_start=top["verify_on_start"],
     )
 
 

@@ -60,7 +60,7 @@ def epoch_from_env() -> int:
 
 
 def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str], epoch: int,
-            created_by: str) -> tuple[Descriptor, Digest, Descriptor]:
+            created_by: str, env: dict[str, str]) -> tuple[Descriptor, Digest, Descriptor]:
     """Write the layer, config and manifest; return (manifest, config digest, layer)."""
     size = 0
 
@@ -80,6 +80,9 @@ def _append(store: Store, base: Image, overlay: Overlay, labels: dict[str, str],
     inner = config.setdefault("config", {}) or {}
     config["config"] = inner
     inner["Labels"] = {**(inner.get("Labels") or {}), **labels}
+    if env:  # the definition's variables replace the base's of the same name, in place
+        kept = [e for e in inner.get("Env") or [] if e.partition("=")[0] not in env]
+        inner["Env"] = kept + [f"{k}={v}" for k, v in sorted(env.items())]
     inner["Entrypoint"], cmd = wrapped_entrypoint(base.config)
     if cmd is None:
         inner.pop("Cmd", None)
@@ -156,7 +159,7 @@ def _bake_embedded(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: 
         created_by = (f"patchbake bake {defn.name}: overlay of {len(overlay.baked)} patched "
                       f"vLLM files + /opt/patchbake")
         manifest, cdigest, layer = _append(store, base.image, overlay, labels, epoch,
-                                           created_by)
+                                           created_by, defn.baked_env())
         layers = [*base.image.layers, layer]
         rec = build_record(defn, lin, patched, base, manifest, cdigest,
                            [*base.image.diff_ids, layer.digest], layers, overlay, labels,

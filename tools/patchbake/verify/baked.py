@@ -259,7 +259,8 @@ def _findings(view: View, res: Resolved, exp: Expected, lin: Lineage, patched: P
     problems += startup_hooks.findings(view, where, sp, startup_hooks.allow_list(
         exp.definition.startup_allow), env, exp.base_config, res.image.config,
         wrapped(exp.base_config), {"TORCH_CUDA_ARCH_LIST":
-                                   exp.definition.torch_cuda_arch_list}
+                                   exp.definition.torch_cuda_arch_list,
+                                   **exp.definition.baked_env()}
     ) + wrapper_checks(view, res)
     matched, total, mismatched, drift = compare(
         view, sp, patched, pristine, lin.upstream.generated, None)
