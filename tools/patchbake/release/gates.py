@@ -11,6 +11,7 @@ envelope, which record, which figures), each keyed by what it is about.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,12 +20,16 @@ from typing import Any
 from ..config import Lineage, Pipeline
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
+from ..cuda.check import check_image, gate_reading
+from ..cuda.verdict import Target
 from ..digest import Digest
 from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError
 from ..evidence import policy, records
 from ..evidence.records import Verified
 from ..fsutil import read_input, sha256_bytes
+from ..images import definition as definitions
 from ..images.record import ImageRecord
+from ..oci.image import StoreBlobs, load_image
 from ..patchset.guard import check_lineage
 from ..sources import fetch
 from ..store import Store
@@ -222,6 +227,29 @@ def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
     return "pass", "a second bake in a fresh store gave the same manifest digest"
 
 
+def gate_cuda_code(ev: Evaluation, g: Gate) -> Outcome:
+    """Every CUDA object of the image has code for the channel's target GPU; what zero
+    CUDA objects means is the definition's declaration (``cuda_code.expect``), taken from
+    the committed record's definition, never from the image."""
+    assert g.cuda_target is not None
+    rec = ev.record()
+    if rec is None:
+        return "fail", ("no image record: nothing says which definition (and so which CUDA "
+                        "code) this image is meant to have")
+    store = ev.need_store()
+    if not store.has(ev.digest):
+        return "fail", f"missing input: the image {ev.digest} is not in the store"
+    defn = definitions.load(ev.pipeline, rec.definition)
+    tmp = store.tmpdir("cuda-code")
+    try:
+        report = check_image(load_image(StoreBlobs(store), ev.digest), StoreBlobs(store),
+                             rec.definition, Target.parse(g.cuda_target), tmp,
+                             dict(defn.cuda_exempt))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return gate_reading(report, defn.cuda_expect)
+
+
 # -- validated ------------------------------------------------------------------------
 def _suite_problem(ev: Evaluation, name: str, v: Verified) -> str | None:
     """Why verified evidence ``v`` for suite ``name`` does not satisfy the pipeline's own
@@ -357,7 +385,8 @@ def gate_approval(ev: Evaluation, g: Gate) -> Outcome:
 
 GATES: dict[str, Callable[[Evaluation, Gate], Outcome]] = {
     "guard": gate_guard, "record": gate_record, "verify": gate_verify,
-    "reproducible": gate_reproducible, "evidence": gate_evidence,
+    "reproducible": gate_reproducible, "cuda-code": gate_cuda_code,
+    "evidence": gate_evidence,
     "capability": gate_capability, "benchmark": gate_benchmark, "approval": gate_approval,
 }
 
