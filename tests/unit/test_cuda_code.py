@@ -211,3 +211,21 @@ def test_the_gate_reads_the_declaration_of_the_recorded_definition(
     status, reason = gates.gate_cuda_code(ev, g)
     assert status == "fail" and "usr/lib/k.so: no SASS runnable on 8.9" in reason
     assert gates.gate_cuda_code(ev, Gate("cuda-code", "c", cuda_target="9.0"))[0] == "pass"
+
+
+def test_the_committed_compile_evidence_is_for_the_committed_patch() -> None:
+    """manifests/compile/dsv4-topk-sm89.json (tools/compile_sm89.py): compiled for 8.9 from
+    the committed patch's kernel; a patch change makes it stale, and this says so."""
+    import hashlib
+    doc = json.loads((REPO / "manifests" / "compile" / "dsv4-topk-sm89.json").read_text())
+    assert doc["label"] == "compiled for 8.9, not run on 8.9"
+    assert doc["target"] == {"backend": "cuda", "arch": 89, "warp_size": 32}
+    assert doc["compiler"]["triton"] == "3.6.0"
+    patch = (REPO / doc["patch"]["path"]).read_bytes()
+    assert doc["patch"]["sha256"] == hashlib.sha256(patch).hexdigest(), \
+        "the patch changed: run `make sm89-compile-evidence` and commit the result"
+    files = (REPO / "patch" / "FILES.txt").read_text()
+    assert f"{doc['source']['path']}  A  " in files and doc["source"]["sha256"] in files
+    assert doc["kernels"] and all(k["cubin_reads_as"] == ["sm_89"] and k["ptx_target"] ==
+                                  "sm_89" and len(k["cubin_sha256"]) == 64
+                                  for k in doc["kernels"])
