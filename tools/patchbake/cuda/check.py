@@ -3,10 +3,13 @@ of that report against what the image's definition declares."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ..oci.image import Blobs, Image
+from ..digest import Digest
+from ..oci.image import Blobs, Image, StoreBlobs, load_image
+from ..store import Store
 from .image import elf_objects
 from .verdict import CudaReport, ObjectCode, Target, judge, unreadable
 
@@ -51,3 +54,17 @@ def gate_reading(report: CudaReport, expect: str) -> Outcome:
         return "fail", (f"{len(bad)} of {len(cuda)} CUDA objects have no code for "
                         f"{report.target}; first: {first.path}: {first.why}")
     return "pass", report.summary()
+
+
+def check_stored(store: Store, digest: Digest, definition: str, target: Target, expect: str,
+                 exempt: Mapping[str, str]) -> Outcome:
+    """The gate on the image ``digest`` in ``store``, as ``definition`` declares it."""
+    if not store.has(digest):
+        return "fail", f"missing input: the image {digest} is not in the store"
+    tmp = store.tmpdir("cuda-code")
+    try:
+        report = check_image(load_image(StoreBlobs(store), digest), StoreBlobs(store),
+                             definition, target, tmp, exempt)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return gate_reading(report, expect)

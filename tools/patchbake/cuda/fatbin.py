@@ -7,7 +7,7 @@ entries; an entry is a header (kind 1 = PTX, 2 = ELF/SASS; the architecture; fla
 payload of the size the header states. Only headers are read: payloads, compressed or
 not, are skipped by their size, so a 1 GB ``libtorch_cuda.so`` costs a few thousand small
 reads. NVIDIA does not document the layout; the offsets below are the ones NVIDIA's own
-``cuobjdump`` agrees with on vLLM's and torch's wheels (tests/integration/test_cuda_code.py).
+``cuobjdump`` agrees with on vLLM's and torch's wheels (tests/integration/test_cuda_code_wheels.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ envelope, which record, which figures), each keyed by what it is about.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 from ..config import Lineage, Pipeline
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
-from ..cuda.check import check_image, gate_reading
+from ..cuda.check import check_stored
 from ..cuda.verdict import Target
 from ..digest import Digest
 from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError
@@ -29,7 +28,6 @@ from ..evidence.records import Verified
 from ..fsutil import read_input, sha256_bytes
 from ..images import definition as definitions
 from ..images.record import ImageRecord
-from ..oci.image import StoreBlobs, load_image
 from ..patchset.guard import check_lineage
 from ..sources import fetch
 from ..store import Store
@@ -228,26 +226,16 @@ def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
 
 
 def gate_cuda_code(ev: Evaluation, g: Gate) -> Outcome:
-    """Every CUDA object of the image has code for the channel's target GPU; what zero
-    CUDA objects means is the definition's declaration (``cuda_code.expect``), taken from
-    the committed record's definition, never from the image."""
+    # what zero CUDA objects means, and what is exempt, is the declaration of the definition
+    # the committed record names: never taken from the image
     assert g.cuda_target is not None
     rec = ev.record()
     if rec is None:
         return "fail", ("no image record: nothing says which definition (and so which CUDA "
                         "code) this image is meant to have")
-    store = ev.need_store()
-    if not store.has(ev.digest):
-        return "fail", f"missing input: the image {ev.digest} is not in the store"
     defn = definitions.load(ev.pipeline, rec.definition)
-    tmp = store.tmpdir("cuda-code")
-    try:
-        report = check_image(load_image(StoreBlobs(store), ev.digest), StoreBlobs(store),
-                             rec.definition, Target.parse(g.cuda_target), tmp,
-                             dict(defn.cuda_exempt))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return gate_reading(report, defn.cuda_expect)
+    return check_stored(ev.need_store(), ev.digest, rec.definition, Target.parse(g.cuda_target),
+                        defn.cuda_expect, dict(defn.cuda_exempt))
 
 
 # -- validated ------------------------------------------------------------------------
