@@ -18,7 +18,8 @@ APT_GET = DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 export PATCHBAKE_NO_PROGRESS ?=
 
 .PHONY: setup setup-python setup-suite setup-system setup-bench services services-stop demo test unit \
-        integration bench lint dist check clean venv reliability guard ci-gates
+        integration bench lint dist check clean venv reliability guard ci-gates \
+        sm89-compile-evidence
 
 setup: setup-system setup-python
 
@@ -105,6 +106,12 @@ guard:
 # Every channel's release gates for the offline image (ci/gates.sh; CI runs the same).
 ci-gates: setup-python
 	PY=$(PY) ./ci/gates.sh
+
+# The payload's Triton kernel compiled ahead of time for sm_89: compile evidence, not run
+# evidence (docs/cuda-code.md). TRITON_PYTHON: a Python with triton==3.6.0; no GPU needed.
+TRITON_PYTHON ?= python3
+sm89-compile-evidence:
+	$(TRITON_PYTHON) tools/compile_sm89.py
 
 lint: $(VENV_STAMP)
 	$(PIP) install -q -e '.[lint]'

@@ -21,10 +21,11 @@ def test_repository_channels_are_cumulative_in_order() -> None:
     chs = p.channels
     assert list(chs) == ["candidate", "validated", "sm89-stable"]
     assert [g.kind for g in chs["candidate"].gates] == ["guard", "record", "verify",
-                                                        "reproducible"]
+                                                        "reproducible", "cuda-code"]
+    assert chs["candidate"].gates[-1].cuda_target == "8.9"
     kinds = [g.kind for g in chs["sm89-stable"].gates]
-    assert kinds[:5] == [g.kind for g in chs["validated"].gates]
-    assert kinds[5:] == ["capability", "benchmark", "approval"]
+    assert kinds[:6] == [g.kind for g in chs["validated"].gates]
+    assert kinds[6:] == ["capability", "benchmark", "approval"]
     assert chs["validated"].gates[-1].suites == ("dsv4-topk-gpu", "dsv4-topk-cpu")
     assert chs["sm89-stable"].gates[-3].capability == "8.9"
 
@@ -48,6 +49,9 @@ def _load(tmp_path: Path, chans: Any) -> None:
      "tolerance' must be in [0, 1)"),
     ({"a": {"gates": ["guard"]}, "b": {"gates": ["guard"]}}, "repeats gate 'guard'"),
     ({"c": {"gates": ["guard"], "capability": "8.9"}}, "the channel has no 'capability' gate"),
+    ({"c": {"gates": ["cuda-code"]}}, "'channels.c.cuda_target' must be a compute capability"),
+    ({"c": {"gates": ["cuda-code"], "cuda_target": "sm_89"}}, "cuda_target' must be a compute"),
+    ({"c": {"gates": ["guard"], "cuda_target": "8.9"}}, "the channel has no 'cuda-code' gate"),
     ({"c": {}}, "missing required key 'channels.c.gates'"),
     ({"Bad Name": {"gates": []}}, "channel name 'Bad Name'"),
 ])

@@ -5,6 +5,7 @@ materialise``. Printing lives here; the work is in ``patchbake.bake`` and
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,9 @@ import click
 from .. import ui
 from ..images.bake import bake_image
 from ..cli import Ctx, pass_ctx
+from ..cuda.check import check_image
+from ..cuda.verdict import Target
+from ..digest import Digest
 from ..errors import ImageError
 from ..verify.baked import materialise, raise_on_failure, verify_image
 from ..images import definition as definitions
@@ -207,3 +211,44 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
     with did_you_mean(ctx, ref):
         out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
     ui.say(str(out / "vllm"))
+
+
+@image_group.command("cuda-code")
+@click.argument("ref")
+@click.option("--target", default="8.9", show_default=True,
+              help="compute capability the code must run on")
+@pass_ctx
+def image_cuda_code(ctx: Ctx, ref: str, target: str) -> None:
+    """The CUDA code (SASS architectures, PTX) of every ELF object in REF, and whether
+    each runs on TARGET. Exit 39 when a CUDA object has no code for it.
+
+    REF: as for `patchbake verify`. Exemptions come from REF's definition (the one REF
+    names, or the one whose image record names REF's digest), never from the image.
+    """
+    goal = Target.parse(target)
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res, \
+            ui.progress("cuda-code: layers read", None) as bar:
+        name = res.definition or _recorded_definition(ctx, res.image.manifest_digest)
+        defn = definitions.load(ctx.pipeline, name) if name else None
+        tmp = ctx.store.tmpdir("cuda-code")
+        try:
+            report = check_image(res.image, res.blobs, ref, goal, tmp,
+                                 dict(defn.cuda_exempt) if defn else None, bar.advance)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if ctx.as_json:
+        ui.emit_json({**report.to_json(), "definition": name,
+                      "expect": defn.cuda_expect if defn else None})
+    else:
+        ui.table(f"CUDA code in {ref} ({report.digest}), target {goal}",
+                 ["path", "SASS", "PTX", "verdict"],
+                 [(o.path, " ".join(o.sass) or "-", " ".join(o.ptx) or "-",
+                   o.verdict if o.verdict in ("pass", "not-cuda") else f"{o.verdict}: {o.why}")
+                  for o in report.objects])
+        ui.say(report.summary())
+    report.raise_on_failure()
+
+
+def _recorded_definition(ctx: Ctx, digest: Digest) -> str | None:
+    rec = record.find(ctx.pipeline.root, digest)
+    return rec.definition if rec else None

@@ -25,6 +25,7 @@ GATE_KINDS = {
     "record": "the image's record is committed and names this digest",
     "verify": "verify: every baked file matches a fresh apply (N/N), no problem",
     "reproducible": "a second bake in a fresh store gives the same manifest digest",
+    "cuda-code": "every CUDA object of the image has SASS or PTX that runs on the target GPU",
     "evidence": "every listed suite has trusted, passing evidence for this digest",
     "capability": "GPU evidence from a device of exactly the stated compute capability",
     "benchmark": "signed benchmark figures within tolerance of the channel's last release",
@@ -38,6 +39,8 @@ CHANNEL_SCHEMA = Schema({
     "gates": Field(list, required=True, help=f"gate kinds: {', '.join(GATE_KINDS)}"),
     "suites": Field(list, default=None, help="suites whose evidence the evidence gate needs"),
     "capability": Field(str, default=None, help='compute capability, e.g. "8.9"'),
+    "cuda_target": Field(str, default=None,
+                         help='the GPU the cuda-code gate checks code for, e.g. "8.9"'),
     "benchmark": Field(dict, default=None, help="{name, tolerance}"),
     "approvals": Field(int, default=1, check=lambda v: None if v >= 1 else "must be >= 1"),
 })
@@ -62,6 +65,7 @@ class Gate:
     declared_in: str
     suites: tuple[str, ...] = ()
     capability: str | None = None
+    cuda_target: str | None = None
     benchmark: Benchmark | None = None
     approvals: int = 1
 
@@ -92,6 +96,12 @@ def _gate(  # noqa: C901 - one branch per gate kind, each checking that kind's f
             raise ConfigError(f"{source}: '{where}.capability' must be a compute capability "
                               "such as \"8.9\" (the 'capability' gate needs it)")
         return Gate(kind, name, capability=cap)
+    if kind == "cuda-code":
+        target = c["cuda_target"]
+        if not target or not _CAPABILITY.match(target):
+            raise ConfigError(f"{source}: '{where}.cuda_target' must be a compute capability "
+                              "such as \"8.9\" (the 'cuda-code' gate needs it)")
+        return Gate(kind, name, cuda_target=target)
     if kind == "benchmark":
         if c["benchmark"] is None:
             raise ConfigError(f"{source}: '{where}.benchmark' ({{name, tolerance}}) is needed "
@@ -127,7 +137,7 @@ def parse(raw: dict[str, Any] | None, suites: Mapping[str, object],
                                   "already has the gates of the channels before it)")
             own.append(_gate(kind, name, c, where, source, suites))
         for key, needs in (("suites", "evidence"), ("capability", "capability"),
-                           ("benchmark", "benchmark")):
+                           ("benchmark", "benchmark"), ("cuda_target", "cuda-code")):
             if c[key] is not None and needs not in c["gates"]:
                 raise ConfigError(f"{source}: '{where}.{key}' is set but the channel has no "
                                   f"'{needs}' gate")

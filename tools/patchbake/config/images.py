@@ -66,6 +66,13 @@ BUILD_SCHEMA = Schema({
     "max_jobs": Field(int, default=2),
 })
 
+CUDA_CODE_SCHEMA = Schema({
+    "expect": Field(str, default="present", check=one_of("present", "none"),
+                    help="none: the image carries no CUDA code at all (the stand-in)"),
+    "exempt": Field(list, default=[],
+                    help="objects that never run on the target GPU: {path, why}"),
+})
+
 DEFINITION_SCHEMA = Schema({
     "version": Field(int, required=True, check=lambda v: None if v == 1 else "must be 1"),
     "description": Field(str, default=""),
@@ -84,6 +91,8 @@ DEFINITION_SCHEMA = Schema({
     "verify_on_start": Field(bool, default=False,
                              help="the image checks itself at every start unless "
                                   "PATCHBAKE_VERIFY_ON_START=0 (default: only when =1)"),
+    "cuda_code": Field(dict, default={},
+                       help="what the cuda-code gate expects: {expect, exempt} (docs/cuda-code.md)"),
 })
 
 
@@ -119,6 +128,8 @@ class Definition:
     fingerprint: str  # sha256 of the validated definition (part of the bake key)
     repo_root: Path = Path(".")  # relative paths (base.path, upstream paths) resolve here
     verify_on_start: bool = False
+    cuda_expect: str = "present"  # "none": no CUDA object at all is what this image holds
+    cuda_exempt: tuple[tuple[str, str], ...] = ()  # (absolute path, why it never runs)
 
     def baked_env(self) -> dict[str, str]:
         """Variables bake sets in the image's config (verify admits exactly these values)."""
@@ -147,6 +158,21 @@ def _startup_allow(items: list[Any], source: str) -> tuple[tuple[str, str], ...]
     return tuple(sorted(out))
 
 
+def _cuda_exempt(items: list[Any], source: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for i, item in enumerate(items):
+        where = f"{source}: 'cuda_code.exempt[{i}]'"
+        if not isinstance(item, dict) or set(item) != {"path", "why"}:
+            raise ConfigError(f"{where} must be a mapping with exactly 'path' and 'why'")
+        problem = _abs_path_check(item["path"])
+        if problem:
+            raise ConfigError(f"{where}.path {problem}")
+        if not isinstance(item["why"], str) or not item["why"].strip():
+            raise ConfigError(f"{where}.why must say why the object never runs on the target")
+        out.append((str(item["path"]), " ".join(item["why"].split())))
+    return tuple(sorted(out))
+
+
 def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
     source = f"{path.name}"
     top = validate(data, DEFINITION_SCHEMA, "", source)
@@ -161,6 +187,9 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
         raise ConfigError(f"{source}: mode 'build' needs 'build.builder' (a devel image by "
                           "digest that has the CUDA compiler)")
     allow = _startup_allow(top["startup_allow"], source)
+    cuda = validate(top.pop("cuda_code"), CUDA_CODE_SCHEMA, "cuda_code", source)
+    exempt = _cuda_exempt(cuda["exempt"], source)
+    # what the cuda-code gate expects changes nothing a bake writes: not in the bake key
     fingerprint = sha256_bytes(canonical_json({"top": {**top, "base": base, "build": build}}))
     return Definition(
         name=name, path=path, description=top["description"],
@@ -176,6 +205,7 @@ def parse(data: Any, name: str, path: Path, root: Path) -> Definition:
         labels=tuple(sorted((str(k), str(v)) for k, v in top["labels"].items())),
         lineage=top["lineage"], startup_allow=allow,
         fingerprint=fingerprint, repo_root=root, verify_on_start=top["verify_on_start"],
+        cuda_expect=cuda["expect"], cuda_exempt=exempt,
     )
 
 

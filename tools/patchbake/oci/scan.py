@@ -34,7 +34,8 @@ from .view import FileInfo, LayerReport, View
 def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
                write_root: Path | None = None, write_prefix: str = "",
                progress: Callable[[int], None] | None = None,
-               cache_dir: Path | None = None, digests: LayerDigests | None = None) -> View:
+               cache_dir: Path | None = None, digests: LayerDigests | None = None,
+               reader: EntryReader | None = None) -> View:
     """Stream every layer of ``image``; return the tracked region's final view.
 
     With ``cache_dir``, what a layer does to the tracked region (its "ops") is memoised by
@@ -46,8 +47,11 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
     memoised, the view comes back before the digests are checked and with no layer
     reports: ``digests.settle(view)`` checks every layer and adds them, and nothing may be
     taken from the view before it returned.
+
+    ``reader`` replaces the default ``EntryReader`` (a subclass that also notes where each
+    file's bytes lie, ``cuda.layerfiles``); it is built for ``tracked`` by the caller.
     """
-    scanner = EntryReader(tracked, write_root, write_prefix)
+    scanner = reader or EntryReader(tracked, write_root, write_prefix)
     diff_ids = image.diff_ids
     if write_root is None and cache_dir is not None:
         replayed = _replay_memoised(scanner, image, blobs, tracked, cache_dir, digests,

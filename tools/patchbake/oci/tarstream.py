@@ -46,6 +46,7 @@ class LayerBytes:
         self._thread.start()
         self._cur = b""
         self._off = 0
+        self._done = 0  # tar bytes of the chunks before ``_cur``
         self._eof = False
 
     def _put(self, item: object) -> bool:
@@ -101,8 +102,14 @@ class LayerBytes:
         if isinstance(item, BaseException):
             self._eof = True
             raise item
+        self._done += len(self._cur)
         self._cur, self._off = item, 0  # type: ignore[assignment]
         return True
+
+    def tell(self) -> int:
+        """How many tar bytes were consumed: a member's data offset in the tar stream
+        (for an uncompressed layer, in the blob) once its header was read."""
+        return self._done + self._off
 
     def read_exact(self, n: int) -> bytes | None:
         """``n`` bytes, or None at EOF (a short read at EOF is an error)."""
@@ -112,6 +119,7 @@ class LayerBytes:
             return out
         parts = [self._cur[self._off:]]
         have = len(parts[0])
+        self._done += len(self._cur)
         self._cur, self._off = b"", 0
         while have < n:
             if not self._next():

@@ -19,11 +19,14 @@ from typing import Any
 from ..config import Lineage, Pipeline
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
+from ..cuda.check import check_stored
+from ..cuda.verdict import Target
 from ..digest import Digest
 from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError
 from ..evidence import policy, records
 from ..evidence.records import Verified
 from ..fsutil import read_input, sha256_bytes
+from ..images import definition as definitions
 from ..images.record import ImageRecord
 from ..patchset.guard import check_lineage
 from ..sources import fetch
@@ -222,6 +225,19 @@ def gate_reproducible(ev: Evaluation, g: Gate) -> Outcome:
     return "pass", "a second bake in a fresh store gave the same manifest digest"
 
 
+def gate_cuda_code(ev: Evaluation, g: Gate) -> Outcome:
+    # what zero CUDA objects means, and what is exempt, is the declaration of the definition
+    # the committed record names: never taken from the image
+    assert g.cuda_target is not None
+    rec = ev.record()
+    if rec is None:
+        return "fail", ("no image record: nothing says which definition (and so which CUDA "
+                        "code) this image is meant to have")
+    defn = definitions.load(ev.pipeline, rec.definition)
+    return check_stored(ev.need_store(), ev.digest, rec.definition, Target.parse(g.cuda_target),
+                        defn.cuda_expect, dict(defn.cuda_exempt))
+
+
 # -- validated ------------------------------------------------------------------------
 def _suite_problem(ev: Evaluation, name: str, v: Verified) -> str | None:
     """Why verified evidence ``v`` for suite ``name`` does not satisfy the pipeline's own
@@ -357,7 +373,8 @@ def gate_approval(ev: Evaluation, g: Gate) -> Outcome:
 
 GATES: dict[str, Callable[[Evaluation, Gate], Outcome]] = {
     "guard": gate_guard, "record": gate_record, "verify": gate_verify,
-    "reproducible": gate_reproducible, "evidence": gate_evidence,
+    "reproducible": gate_reproducible, "cuda-code": gate_cuda_code,
+    "evidence": gate_evidence,
     "capability": gate_capability, "benchmark": gate_benchmark, "approval": gate_approval,
 }
 
