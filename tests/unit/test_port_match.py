@@ -99,6 +99,22 @@ def test_already_upstream_block_check() -> None:
     assert not already_upstream(L("d"), L("c", "d"), L("c", "Y"))
 
 
+def test_already_upstream_needs_the_change_in_place() -> None:
+    """Our added lines merely present in upstream's side are not our change taking
+    effect: each case is a conflict (the old subsequence check called them absorbed)."""
+    ours, base = L("A", "B", "C"), []
+    assert already_upstream(ours, base, L("A", "B", "C"))
+    assert already_upstream(ours, base, L("", "A", "B", "C"))  # a blank line before
+    assert not already_upstream(ours, base, L("A", "return", "B", "C"))
+    assert not already_upstream(ours, base, L("C", "A", "B", "C"))  # C moved before A
+    assert not already_upstream(ours, base, L("return f()", "def f():", "A", "B", "C"))
+    assert not already_upstream(ours, base, L('"""', "A", "B", "C", '"""'))
+    assert not already_upstream(ours, base, L("# A", "# B", "# C"))
+    # a deletion: nothing upstream wrote may stand where ours removed the line
+    assert already_upstream(L("a", "d"), L("a", "c", "d"), L("a", "d"))
+    assert not already_upstream(L("a", "d"), L("a", "c", "d"), L("a", "c2", "d"))
+
+
 def test_resolve_absorbed_keeps_upstream_side_or_refuses() -> None:
     labels = ("ours (a)", "base (b)", "theirs (c)")
     merged = b"".join(L("a", "<<<<<<< ours (a)", "X", "d", "||||||| base (b)", "c", "d",
