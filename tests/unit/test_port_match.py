@@ -102,7 +102,7 @@ def test_already_upstream_block_check() -> None:
 def test_already_upstream_needs_the_change_in_place() -> None:
     """Our added lines merely present in upstream's side are not our change taking
     effect: each case is a conflict (the old subsequence check called them absorbed)."""
-    ours, base = L("A", "B", "C"), []
+    ours, base = L("A", "B", "C"), L()
     assert already_upstream(ours, base, L("A", "B", "C"))
     assert already_upstream(ours, base, L("", "A", "B", "C"))  # a blank line before
     assert not already_upstream(ours, base, L("A", "return", "B", "C"))

@@ -490,3 +490,18 @@ def test_a_blob_under_the_pins_name_is_rehashed_before_it_is_used(net: FakeHTTP,
     f = fetch(lineage(), store)
     assert (f.root / "setup.py").read_bytes() == b"setup()\n"
     assert FILE_URL not in net.calls
+
+
+def test_a_tree_already_under_the_digest_is_hashed_in_place(tmp_path: Path, store: Store) -> None:
+    """A damaged tree under the right name (published earlier, touched since) is never
+    recorded as the pin's tree: the digest is computed again from the bytes in place."""
+    (tmp_path / "demo.tar.gz").write_bytes(ARCHIVE)
+    ref = fetch(lineage(kind="path", path="demo.tar.gz"), Store.open(tmp_path / "ref"),
+                base=tmp_path)
+    planted = store.tree_path(ref.tree_digest)
+    (planted / "demo").mkdir(parents=True)
+    (planted / "setup.py").write_bytes(b"setup()\n")  # demo/__init__.py is missing
+    with pytest.raises(IntegrityError, match="hashes to sha256:.* in place, not to") as e:
+        fetch(lineage(kind="path", path="demo.tar.gz"), store, base=tmp_path)
+    assert e.value.exit_code == 11
+    assert not list((store.root / "sources").iterdir())

@@ -10,13 +10,13 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from .errors import InputLimitError, PatchbakeError
+from .staging import new_file, reclaim
 
 
 CHUNK = 1 << 20
@@ -152,35 +152,25 @@ def fsync_tree(root: str | os.PathLike[str]) -> None:
         fsync_dir(dirpath)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def staging_owner(name: str) -> int | None:
-    """The pid in a staging name ``<what>.<pid>.<random>`` (or ``.<file>.<pid>.<r>.tmp``)."""
+    """The pid in a staging name ``<what>.<pid>.<random>`` (or ``.<file>.<pid>.<r>.tmp``):
+    a hint for a person reading the store, never a liveness test (see :mod:`staging`)."""
     m = re.match(r"^\.?[^.]+(?:\.[^.]+)*?\.(\d+)\.[^.]+(?:\.tmp)?$", name)
     return int(m.group(1)) if m else None
 
 
 def _sweep_siblings(target: Path) -> None:
-    """Remove ``.<name>.<pid>.<r>.tmp`` left beside ``target`` by a writer that died."""
+    """Remove ``.<name>.<pid>.<r>.tmp`` left beside ``target`` by a writer that died (one
+    nobody holds: see :mod:`staging`)."""
     try:
         stale = list(target.parent.glob(f".{glob.escape(target.name)}.*.tmp"))
     except OSError:
         return
     for p in stale:
-        pid = staging_owner(p.name)
-        if pid is not None and pid != os.getpid() and not pid_alive(pid):
-            try:
-                p.unlink()
-            except OSError:
-                pass
+        try:
+            reclaim(p)
+        except OSError:
+            pass
 
 
 def read_optional(path: str | os.PathLike[str], what: str, error: ErrorFactory,
@@ -198,16 +188,16 @@ def atomic_writer(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[B
     target.parent.mkdir(parents=True, exist_ok=True)
     _sweep_siblings(target)
 
-    # the pid in the name lets `patchbake store gc` tell a crash's leftovers from a live write
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
-                               dir=target.parent)
+    # held (locked) until renamed into place: a sweeper tells a crash's leftovers from a
+    # live write by that lock
+    fd, tmp = new_file(target.parent, f".{target.name}.{os.getpid()}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
         fsync_dir(target.parent)
     except BaseException:
         try:

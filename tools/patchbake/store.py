@@ -9,9 +9,10 @@ Layout under the store root (``PATCHBAKE_HOME`` or the user cache dir)::
     tmp/                    staging for downloads and extractions (same filesystem)
     quarantine/             blobs ``store fsck --quarantine`` moved aside
 
-Staging names carry the writer's process id (``<what>.<pid>.<random>``): an entry whose
-process is gone is litter from a crash, swept when the store is next opened (and by
-``patchbake store gc``). Disk full, quota and read-only file systems become one-line
+A staging entry is held by its writer with a lock on the entry itself (see
+:mod:`patchbake.staging`): one nobody holds is litter from a crash, swept when the store
+is next opened (and by ``patchbake store gc``). Liveness is never judged by a process id,
+which means nothing across PID namespaces (two containers sharing one store). Disk full, quota and read-only file systems become one-line
 StoreErrors (exit 13); whatever was being written is removed.
 """
 
@@ -23,7 +24,6 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -33,7 +33,9 @@ from typing import BinaryIO
 
 from .digest import Digest
 from .errors import IntegrityError, StoreError
-from .fsutil import CHUNK, fsync_dir, fsync_tree, pid_alive, staging_owner
+from .fsutil import CHUNK, fsync_dir, fsync_tree
+from .staging import is_litter as is_litter  # re-exported: the store's litter test
+from .staging import new_dir, new_file, reclaim, release
 from .userdirs import user_cache_dir
 
 
@@ -41,7 +43,6 @@ from .userdirs import user_cache_dir
 NO_WRITE = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
             errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
             errno.EPERM: "operation not permitted"}
-STALE_AGE_S = 24 * 3600  # staging entries without a readable pid are litter after this
 
 
 def write_failure(exc: OSError, where: object) -> StoreError | None:
@@ -52,20 +53,6 @@ def write_failure(exc: OSError, where: object) -> StoreError | None:
     return StoreError(f"cannot write {getattr(exc, 'filename', None) or where}: {why}; "
                       "nothing half-written was kept",
                       hint="free space or make the store writable (PATCHBAKE_HOME), then rerun")
-
-
-def is_litter(path: Path, now: float | None = None) -> bool:
-    """True for a staging entry whose writer is gone (or, with no pid, that is old)."""
-    pid = staging_owner(path.name)
-    if pid is not None and pid != os.getpid():
-        return not pid_alive(pid)
-    if pid == os.getpid():
-        return False
-    try:
-        age = (now or time.time()) - path.lstat().st_mtime
-    except FileNotFoundError:
-        return False
-    return age > STALE_AGE_S
 
 
 def remove_entry(path: Path) -> None:
@@ -122,12 +109,11 @@ class Store:
             return gone
         now = time.time()
         for p in entries:
-            if is_litter(p, now):
-                try:
-                    remove_entry(p)
-                except OSError:
-                    continue  # a read-only store: fsck reports it
-                gone.append(p)
+            try:
+                if reclaim(p, now):
+                    gone.append(p)
+            except OSError:
+                continue  # a read-only store: fsck reports it
         # half-written records (``.<name>.<pid>.<r>.tmp``) in the record directories
         for sub in ("", "sources", "patched", "bakes", "registry"):
             d = self.root / sub
@@ -137,8 +123,8 @@ class Store:
                 continue
             for p in found:
                 try:
-                    p.unlink()
-                    gone.append(p)
+                    if reclaim(p, now):
+                        gone.append(p)
                 except OSError:
                     continue
         return gone
@@ -152,8 +138,7 @@ class Store:
 
     def tmpdir(self, prefix: str = "tmp") -> Path:
         try:
-            return Path(tempfile.mkdtemp(prefix=f"{prefix}.{os.getpid()}.",
-                                         dir=self.root / "tmp"))
+            return new_dir(self.root / "tmp", f"{prefix}.{os.getpid()}.")
         except OSError as exc:
             raise write_failure(exc, self.root / "tmp") or exc
 
@@ -190,25 +175,26 @@ class Store:
     def put_stream(self, chunks: Iterable[bytes], expected: Digest | None = None) -> Digest:
         """Store a stream; verify ``expected`` before the blob becomes visible."""
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f"blob.{os.getpid()}.", dir=self.root / "tmp")
+            fd, tmp = new_file(self.root / "tmp", f"blob.{os.getpid()}.")
         except OSError as exc:
             raise write_failure(exc, self.root / "tmp") or exc
         h = hashlib.sha256()
         try:
+            # the file stays open (its lock held) until it is renamed into place
             with os.fdopen(fd, "wb") as f:
                 for chunk in chunks:
                     h.update(chunk)
                     f.write(chunk)
                 f.flush()
                 os.fsync(f.fileno())
-            got = Digest.from_hex(h.hexdigest())
-            if expected is not None and got != expected:
-                raise IntegrityError(
-                    f"content hashed to {got}, expected {expected}; nothing was stored"
-                )
-            dest = self.blob_path(got)
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, dest)
+                got = Digest.from_hex(h.hexdigest())
+                if expected is not None and got != expected:
+                    raise IntegrityError(
+                        f"content hashed to {got}, expected {expected}; nothing was stored"
+                    )
+                dest = self.blob_path(got)
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, dest)
             fsync_dir(dest.parent)
             return got
         except BaseException as exc:
@@ -247,6 +233,7 @@ class Store:
         dest = self.tree_path(key)
         if dest.exists():
             shutil.rmtree(staging, ignore_errors=True)
+            self.release(staging)
             return dest
         # every file and directory reaches the disk before the rename makes the tree
         # visible: after a power loss a final name never holds empty files
@@ -259,6 +246,20 @@ class Store:
             if not dest.is_dir():
                 raise
             shutil.rmtree(staging, ignore_errors=True)
+            self.release(staging)
             return dest
+        self.release(staging)
         fsync_dir(dest.parent)
         return dest
+
+    @staticmethod
+    def discard(staging: Path) -> None:
+        """Remove a staging directory from :meth:`tmpdir` and let go of it."""
+        shutil.rmtree(staging, ignore_errors=True)
+        release(staging)
+
+    @staticmethod
+    def release(staging: Path) -> None:
+        """Let go of a staging directory from :meth:`tmpdir` (a no-op for one inside it:
+        the lock is on the directory :meth:`tmpdir` made)."""
+        release(staging)

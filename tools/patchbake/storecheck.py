@@ -27,6 +27,7 @@ from pathlib import Path
 from .digest import Digest, is_digest, is_hex
 from .fsutil import CHUNK
 from .sources.digest import tree_digest
+from .staging import reclaim
 from .store import Store, is_litter, remove_entry
 
 HEX_IN_TEXT = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
@@ -116,8 +117,8 @@ def _is_idle(lock: Path) -> bool:
 
 
 def _litter(store: Store) -> list[Path]:
-    """Staging under tmp/ and half-written ``.<name>.<pid>.<r>.tmp`` record files whose
-    writer is gone."""
+    """Staging under tmp/ and half-written ``.<name>.<pid>.<r>.tmp`` record files that
+    no writer holds (see :mod:`patchbake.staging`)."""
     now = time.time()
     out = [p for p in sorted((store.root / "tmp").iterdir()) if is_litter(p, now)] \
         if (store.root / "tmp").is_dir() else []
@@ -254,8 +255,13 @@ def gc(store: Store, *, repo: Path | None = None, grace_s: float = DEFAULT_GRACE
     ``grace_s``. Never removes anything a record names (see the module docstring)."""
     rep = fsck(store, repo=repo, trees=False)
     now = time.time()
-    doomed: list[Path] = [store.root / rel for rel in rep.litter]
-    doomed += [store.root / "blobs" / "sha256" / h for h in rep.unreferenced_blobs]
+    for rel in rep.litter:  # removed only while gc holds its lock: never a live writer's
+        p = store.root / rel
+        size = _size(p)
+        if dry_run or reclaim(p, now):
+            rep.bytes_freed += size
+            rep.removed.append(rel)
+    doomed = [store.root / "blobs" / "sha256" / h for h in rep.unreferenced_blobs]
     doomed += [store.root / "trees" / t for t in rep.unreferenced_trees]
     for p in doomed:
         if p.parent.name in ("sha256", "trees") and not _old(p, grace_s, now):

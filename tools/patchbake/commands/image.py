@@ -5,7 +5,6 @@ materialise``. Printing lives here; the work is in ``patchbake.bake`` and
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +234,7 @@ def image_cuda_code(ctx: Ctx, ref: str, target: str) -> None:
             report = check_image(res.image, res.blobs, ref, goal, tmp,
                                  dict(defn.cuda_exempt) if defn else None, bar.advance)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            ctx.store.discard(tmp)
     if ctx.as_json:
         ui.emit_json({**report.to_json(), "definition": name,
                       "expect": defn.cuda_expect if defn else None})

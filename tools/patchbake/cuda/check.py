@@ -3,7 +3,6 @@ of that report against what the image's definition declares."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -66,5 +65,5 @@ def check_stored(store: Store, digest: Digest, definition: str, target: Target, 
         report = check_image(load_image(StoreBlobs(store), digest), StoreBlobs(store),
                              definition, target, tmp, exempt)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp)
     return gate_reading(report, expect)

@@ -8,7 +8,6 @@ from the registry.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def _from_engine(defn: Definition, store: Store) -> BaseImage:
         engine.save(defn.base.name, archive)
         return _from_archive(defn, store, archive, (image_id, *repo_digests))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp)
 
 
 def registry_repo(name: str) -> str:

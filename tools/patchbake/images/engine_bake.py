@@ -77,7 +77,7 @@ def _engine_base(defn: Definition, base: BaseImage, store: Store) -> str:
         archive = export_docker_archive(store, base.manifest_digest, tmp / "base.tar", [tag])
         engine.load(archive)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp)
     return tag
 
 
@@ -114,7 +114,7 @@ def _ensure_in_engine(store: Store, rec: dict[str, object]) -> None:
                                         [str(eng["tag"])])
         engine.load(archive)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp)
 
 
 def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched: Patched,
@@ -138,7 +138,7 @@ def bake_with_engine(pipeline: Pipeline, defn: Definition, lin: Lineage, patched
             archive = engine.save(built.tag, ctx / "image.tar")
             imp = import_docker_archive(store, archive)
         finally:
-            shutil.rmtree(ctx, ignore_errors=True)
+            store.discard(ctx)
         image = load_image(StoreBlobs(store), imp.manifest_digest)
         manifest = Descriptor(image.media_type, imp.manifest_digest, len(image.manifest_bytes))
         rec = build_record(defn, lin, patched, base, manifest, imp.config_digest,

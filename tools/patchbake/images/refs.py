@@ -17,7 +17,6 @@ refused image leaves nothing behind.
 from __future__ import annotations
 
 import re
-import shutil
 from functools import partial
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,7 +81,7 @@ def _temp_store(store: Store) -> Iterator[Store]:
     try:
         yield Store.open(tmp)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp)
 
 
 def store_digest(store: Store, ref: ImageRef, pipeline: Pipeline | None = None

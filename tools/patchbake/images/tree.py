@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,7 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
             if p is not None and p.is_file():
                 dist[name] = p.read_bytes()
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        store.discard(tmp)
     return _tree_of(view, base.name, sp_rel, dist, f"vllm-{dists[0]}" if dists else None)
 
 

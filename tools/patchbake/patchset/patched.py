@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +117,7 @@ def patched_tree(lineage: Any, store: Store) -> PatchedTree:
             digest = tree_digest(tree)
             root = store.publish_tree(tree, Digest.from_hex(key))
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            store.discard(staging)
         meta = {"version": CACHE_VERSION, "files": applied.files,
                 "deleted": sorted(applied.deleted), "tree_digest": str(digest),
                 "pristine_digest": str(fetched.tree_digest), "patch_sha256": lp.patch_sha256,

@@ -73,4 +73,4 @@ def rebake(pipeline: Pipeline, definition: str, lineage: Lineage, warm: Store,
                          record=False)
         return Rebake(got.digest, round(time.monotonic() - t0, 3))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        warm.discard(root)

@@ -14,7 +14,6 @@ a second fetch of the same pin reads one small file and touches nothing else.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +116,16 @@ def _publish(store: Store, tree_root: Path, progress: ProgressFactory | None
     with http.bar(progress, "tree digest", None, unit_bytes=False) as b:
         entries = tree_entries(tree_root, on_item=b.advance)
     digest = digest_entries(entries)
-    store.publish_tree(tree_root, digest)
+    placed = store.publish_tree(tree_root, digest)
+    # what a record names is what is at its final place: hashed again there (another
+    # process may have published this key first, or touched the tree on its way)
+    with http.bar(progress, "tree digest in place", None, unit_bytes=False) as b:
+        in_place = digest_entries(tree_entries(placed, on_item=b.advance))
+    if in_place != digest:
+        raise IntegrityError(
+            f"the tree published at {placed} hashes to {in_place} in place, not to "
+            f"{digest} as built; nothing was recorded",
+            hint=f"something modified the store: delete {placed} and fetch again")
     return digest, len(entries)
 
 
@@ -133,7 +141,7 @@ def _extract(store: Store, archive: Path, up: config.Upstream, *, auto_strip: bo
         digest, n = _publish(store, root, progress)
         return digest, n, used
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        store.discard(staging)
 
 
 def _held_intact(store: Store, pinned: Digest) -> bool:
@@ -228,7 +236,7 @@ def _fetch_locked(up: config.Upstream, key: str, store: Store, base: Path | None
             gitsrc.export(up.repo or "", up.commit or "", tar, root=base)
             digest, n, used = _extract(store, tar, up, auto_strip=False, progress=progress)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            store.discard(staging)
         origin = f"{_resolve_local(up.repo or '', base)}@{up.commit}"
         rec = _save(store, key, up, None, digest, n, used, origin)
         return Fetched(None, digest, store.tree_path(digest), up.pin, n, up.kind, rec)
@@ -263,7 +271,7 @@ def _fetch_dir(up: config.Upstream, src: Path, store: Store,
             ex.copy_tree(src, copy)
             got, n = _publish(store, copy, progress)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            store.discard(staging)
         if got != digest:
             raise IntegrityError(f"path source {src} changed while it was copied "
                                  f"({digest} then {got}); retry when it is quiet")

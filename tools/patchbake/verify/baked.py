@@ -443,7 +443,7 @@ def materialise(store: Store, ref: str | Digest, dest: Path, *, pipeline: Pipeli
             os.replace(staging, dest) if _same_fs(staging, dest.parent) else \
                 shutil.move(str(staging), str(dest))
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            store.discard(staging)
             raise
     return dest
 
