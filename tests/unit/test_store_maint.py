@@ -127,3 +127,45 @@ def test_cli_exit_codes(world: tuple[Store, Path, dict[str, str]], monkeypatch: 
     store.blob_path(Digest.from_hex(d["sdist"])).write_bytes(b"rot")
     assert main(["store", "fsck", "--repo", str(repo)]) == 11
     assert "do not match their name" in capsys.readouterr().err
+
+
+def test_fsck_sees_a_broken_index_json(world: tuple[Store, Path, dict[str, str]],
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    store, repo, _d = world
+    (store.root / "index.json").write_text('{"manifests": [')
+    rep = fsck(store, repo=repo)
+    assert not rep.clean and rep.missing and rep.missing[0].startswith("index.json: ")
+    monkeypatch.setenv("PATCHBAKE_HOME", str(store.root))
+    capsys.readouterr()
+    assert main(["store", "fsck", "--repo", str(repo)]) == 11
+    err = capsys.readouterr().err
+    assert "missing or unreadable: index.json:" in err and len(err.strip().splitlines()) <= 2
+
+
+@pytest.mark.parametrize("gone", ["manifest", "config", "layer"])
+def test_fsck_sees_an_object_a_named_image_needs_deleted(
+        world: tuple[Store, Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], gone: str) -> None:
+    store, repo, d = world
+    store.blob_path(Digest.from_hex(d[gone])).unlink()
+    rep = fsck(store, repo=repo)
+    assert [m for m in rep.missing if f"sha256:{d[gone]} is not in the store" in m], rep.missing
+    monkeypatch.setenv("PATCHBAKE_HOME", str(store.root))
+    capsys.readouterr()
+    assert main(["store", "fsck", "--repo", str(repo)]) == 11
+    assert d[gone] in capsys.readouterr().err
+
+
+def test_strays_are_leftovers_and_gc_removes_them(world: tuple[Store, Path, dict[str, str]],
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    store, repo, _d = world
+    stray = store.root / "blobs" / "sha256" / "not-a-digest"
+    stray.write_text("x")
+    monkeypatch.setenv("PATCHBAKE_HOME", str(store.root))
+    capsys.readouterr()
+    assert main(["store", "fsck", "--repo", str(repo)]) == 13  # not the corruption code
+    assert "blobs/sha256/not-a-digest" in capsys.readouterr().err
+    assert main(["store", "gc", "--repo", str(repo)]) == 0
+    assert not stray.exists() and fsck(store, repo=repo).clean

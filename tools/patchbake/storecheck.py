@@ -29,6 +29,7 @@ from .fsutil import CHUNK
 from .sources.digest import tree_digest
 from .staging import reclaim
 from .store import Store, is_litter, remove_entry
+from .storereach import unreachable
 
 HEX_IN_TEXT = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 SKIP_DIRS = frozenset({"blobs", "trees", "tmp", "locks", "quarantine"})
@@ -44,6 +45,7 @@ class Report:
     bad_blobs: list[str] = field(default_factory=list)
     bad_trees: list[str] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)  # names in blobs/ that are not digests
+    missing: list[str] = field(default_factory=list)  # what a name or record needs, absent
     litter: list[str] = field(default_factory=list)  # staging left by dead processes
     idle_locks: list[str] = field(default_factory=list)
     unreferenced_blobs: list[str] = field(default_factory=list)
@@ -54,11 +56,11 @@ class Report:
 
     @property
     def damaged(self) -> bool:
-        return bool(self.bad_blobs or self.bad_trees or self.stray)
+        return bool(self.bad_blobs or self.bad_trees or self.missing)
 
     @property
     def clean(self) -> bool:
-        return not self.damaged and not self.litter
+        return not self.damaged and not self.litter and not self.stray
 
 
 def hash_file(path: Path) -> str:
@@ -213,6 +215,7 @@ def fsck(store: Store, *, repo: Path | None = None, trees: bool = True,
             want = claims.get(t.name)
             if want is not None and tree_digest(t).hex != want:
                 rep.bad_trees.append(t.name)
+    rep.missing = unreachable(store)
     rep.litter = [str(p.relative_to(store.root)) for p in _litter(store)]
     rep.idle_locks = [p.name for p in _locks(store) if _is_idle(p)]
     names = referenced(store, repo)
@@ -261,6 +264,14 @@ def gc(store: Store, *, repo: Path | None = None, grace_s: float = DEFAULT_GRACE
         if dry_run or reclaim(p, now):
             rep.bytes_freed += size
             rep.removed.append(rel)
+    # a name in blobs/sha256/ that is no digest is nothing the store wrote (its writes go
+    # through tmp/): nothing can name it, whatever its age
+    for name in rep.stray:
+        p = store.root / "blobs" / "sha256" / name
+        rep.bytes_freed += _size(p)
+        rep.removed.append(f"blobs/sha256/{name}")
+        if not dry_run:
+            _remove(p)
     doomed = [store.root / "blobs" / "sha256" / h for h in rep.unreferenced_blobs]
     doomed += [store.root / "trees" / t for t in rep.unreferenced_trees]
     for p in doomed:

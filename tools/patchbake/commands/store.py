@@ -32,7 +32,8 @@ def _json(rep: Report, root: Path, repo: Path | None) -> dict[str, Any]:
     return {
         "version": JSON_VERSION, "store": str(root), "repository": str(repo) if repo else None,
         "clean": rep.clean, "blobs": rep.blobs, "trees": rep.trees,
-        "bad_blobs": rep.bad_blobs, "bad_trees": rep.bad_trees, "stray": rep.stray,
+        "bad_blobs": rep.bad_blobs, "bad_trees": rep.bad_trees, "missing": rep.missing,
+        "stray": rep.stray,
         "litter": rep.litter, "idle_locks": rep.idle_locks,
         "unreferenced_blobs": rep.unreferenced_blobs,
         "unreferenced_trees": rep.unreferenced_trees, "quarantined": rep.quarantined,
@@ -44,6 +45,7 @@ def _rows(rep: Report) -> list[tuple[str, Any]]:
     return [
         ("blobs checked", rep.blobs), ("trees checked", rep.trees),
         ("hash mismatches", describe(rep.bad_blobs + rep.bad_trees) or "none"),
+        ("missing or unreadable", describe(rep.missing, limit=3) or "none"),
         ("stray names in blobs/", describe(rep.stray) or "none"),
         ("litter (crashed runs)", describe(rep.litter) or "none"),
         ("idle lock files", len(rep.idle_locks)),
@@ -66,7 +68,9 @@ def store_group() -> None:
 @pass_ctx
 def fsck_cmd(ctx: Ctx, quarantine: bool, no_trees: bool, repo: str | None) -> None:
     """Re-hash every blob and recorded tree; report mismatches, crash litter, idle lock
-    files and objects nothing names. Exit 11 on a mismatch, 13 on litter."""
+    files and objects nothing names, and check that every object a name (index.json) or
+    a source record needs is there. Exit 11 on a mismatch or a missing object, 13 on
+    litter or stray files in blobs/."""
     store = Store.open(sweep=False)
     where = _repo(ctx, repo)
     rep = fsck(store, repo=where, trees=not no_trees, quarantine=quarantine)
@@ -74,17 +78,24 @@ def fsck_cmd(ctx: Ctx, quarantine: bool, no_trees: bool, repo: str | None) -> No
         ui.emit_json(_json(rep, store.root, where))
     else:
         ui.kv(f"store fsck {store.root}", _rows(rep))
-    if rep.damaged:
+    bad = rep.bad_blobs + rep.bad_trees
+    if bad:
         moved = "; moved to quarantine/" if quarantine else ""
         raise IntegrityError(
-            f"store {store.root}: {len(rep.bad_blobs) + len(rep.bad_trees) + len(rep.stray)} "
-            f"object(s) do not match their name: "
-            f"{describe(rep.bad_blobs + rep.bad_trees + rep.stray)}{moved}",
+            f"store {store.root}: {len(bad)} object(s) do not match their name: "
+            f"{describe(bad)}{moved}",
             hint="re-fetch or re-bake what they belonged to" if quarantine else
             "run `patchbake store fsck --quarantine`, then re-fetch or re-bake")
-    if rep.litter:
-        raise StoreError(f"store {store.root}: {len(rep.litter)} leftover(s) of crashed runs: "
-                         f"{describe(rep.litter)}", hint="run `patchbake store gc`")
+    if rep.missing:
+        raise IntegrityError(
+            f"store {store.root}: {len(rep.missing)} object(s) a name or record needs are "
+            f"missing or unreadable: {describe(rep.missing, limit=2)}",
+            hint="re-fetch or re-bake what they belong to (a broken index.json: remove it "
+                 "and name the images again)")
+    if rep.litter or rep.stray:
+        left = rep.litter + [f"blobs/sha256/{n}" for n in rep.stray]
+        raise StoreError(f"store {store.root}: {len(left)} leftover(s) of crashed runs or "
+                         f"stray files: {describe(left)}", hint="run `patchbake store gc`")
 
 
 @store_group.command("gc")

@@ -107,6 +107,11 @@ def add_ref(store: Store, name: str, desc: Descriptor) -> None:
         _write_index(store, manifests)
 
 
+def index_entries(store: Store) -> list[dict[str, Any]]:
+    """Every entry of the store's index.json, named or not (StoreError if it is broken)."""
+    return _read_index(store)
+
+
 def refs(store: Store) -> dict[str, Descriptor]:
     out: dict[str, Descriptor] = {}
     for i, m in enumerate(_read_index(store)):
