@@ -4,7 +4,8 @@ Every request is forwarded to the registry unless a rule matches it; a rule fire
 number of times (or always) and answers with one fault: an HTTP status (with optional
 Retry-After), a connection reset mid-body, a body cut short under the full
 Content-Length, a short body under a Content-Length that agrees with it (the consistent
-liar), a stall, a wrong Docker-Content-Digest header, a flipped byte, a 401 with a
+liar), a stall, silence after headers promising a length, a body dripped a byte at a
+time, a wrong Docker-Content-Digest header, a flipped byte, a 401 with a
 challenge, or a redirect. Loopback only; it counts every request it sees.
 """
 
@@ -23,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Rule:
     method: str  # "GET", "HEAD", ... or "*"
     path: str  # regex on the request path
-    fault: str  # status:<n>[:<retry-after>] | reset | truncate | short | stall:<s> | digest | flip | 401:<header> | redirect:<url>
+    fault: str  # status:<n>[:<retry-after>] | reset | truncate | short | stall:<s> | digest | flip | 401:<header> | redirect:<url> | silence:<content-length> | drip:<bytes/s>
     times: int = 1  # -1: always
     fired: int = 0
 
@@ -91,6 +92,38 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                     pass
                 self.close_connection = True
 
+        def _silence(self, length: int) -> None:
+            """Headers promising ``length`` bytes, then nothing until the client leaves."""
+            self.send_response(200)
+            self.send_header("Content-Length", str(length))
+            self.end_headers()
+            self.wfile.flush()
+            self.connection.settimeout(120)
+            try:
+                self.connection.recv(1)  # returns (b"") when the client hangs up
+            except OSError:
+                pass
+            self.close_connection = True
+
+        def _drip(self, status: int, headers: list[tuple[str, str]], data: bytes,
+                  per_s: float) -> None:
+            """The real answer, one byte every 1/``per_s`` seconds."""
+            self.send_response(status)
+            for k, v in headers:
+                if k.lower() not in ("content-length", "connection", "transfer-encoding",
+                                     "date", "server"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(1.0 / per_s)
+            except OSError:
+                pass  # the client gave up: the point
+            self.close_connection = True
+
         def _handle(self) -> None:
             rule = proxy.pick(self.command, self.path)
             if rule is None:
@@ -117,6 +150,12 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             if kind == "stall":
                 time.sleep(float(arg))
                 self._send(*self._forward())
+                return
+            if kind == "silence":
+                self._silence(int(arg))
+                return
+            if kind == "drip":
+                self._drip(*self._forward(), float(arg))
                 return
             status, headers, data = self._forward()
             if kind == "reset":

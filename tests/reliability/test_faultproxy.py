@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,25 @@ def test_stalled_registry_hits_the_deadline(pushed: tuple[str, str, Path]) -> No
                    extra_env={**FAST, "PATCHBAKE_DEADLINE_S": "4"})
     assert cp.returncode == 16, cp.stderr
     assert "deadline" in cp.stderr and proxy.requests <= 5
+
+
+@pytest.mark.parametrize(("name", "rule"), [
+    ("a blob dripped at 2 bytes/s", fp.Rule("GET", r"/blobs/sha256", "drip:2", -1)),
+    ("10 GiB promised, then silence", fp.Rule("GET", r"/blobs/sha256", f"silence:{10 << 30}", -1)),
+])
+def test_slow_or_silent_blob_ends_within_the_policy(pushed: tuple[str, str, Path], name: str,
+                                                     rule: fp.Rule) -> None:
+    """Whatever the chunking, a pull ends within the deadline (and the minimum rate ends
+    each attempt first), with one line, and leaves no tmp/blob.* behind."""
+    registry, _, tmp = pushed
+    home = tmp / "dst"
+    env = {**FAST, "PATCHBAKE_DEADLINE_S": "20", "PATCHBAKE_ATTEMPTS": "3"}
+    with fp.Running(fp.Proxy(registry, [rule])) as px:
+        t0 = time.monotonic()
+        cp = W.cli(tmp, home, "pull", f"{px.host}/faults/toy:1", check=False, extra_env=env)
+        took = time.monotonic() - t0
+    assert cp.returncode in (16, 31), (name, cp.stderr)
+    assert took < 20 + 8, (name, took)  # the deadline, plus start-up and one read timeout
+    lines = [ln for ln in cp.stderr.splitlines() if ln.startswith("patchbake: error")]
+    assert len(lines) == 1 and "Traceback" not in cp.stderr, cp.stderr
+    assert list((home / "tmp").glob("blob.*")) == []

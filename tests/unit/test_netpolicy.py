@@ -102,3 +102,41 @@ def test_limits_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATCHBAKE_EXTRACT_MEMBERS", "lots")
     with pytest.raises(ConfigError, match="PATCHBAKE_EXTRACT_MEMBERS='lots' is not a number"):
         limits.current()
+
+
+def test_a_body_is_bounded_whatever_its_chunking() -> None:
+    """One socket read at a time: a drip under the minimum rate fails its attempt after a
+    window; a faster one still ends at the deadline, checked between reads."""
+    from patchbake.netpolicy import Retryable
+
+    t = [0.0]
+    slow = Budget("pull", RetryPolicy(deadline_s=100.0, min_rate_bps=1024, read_timeout_s=10.0),
+                  clock=lambda: t[0])
+
+    def drip() -> bytes:  # one byte every 2 s
+        t[0] += 2.0
+        return b"x"
+
+    with pytest.raises(Retryable, match="under 1024 bytes/s"):
+        for _ in slow.body(drip, "GET blob"):
+            pass
+    assert t[0] <= 12.0
+    t[0] = 0.0
+    fast = Budget("pull", RetryPolicy(deadline_s=30.0, min_rate_bps=1024, read_timeout_s=10.0),
+                  clock=lambda: t[0])
+
+    def steady() -> bytes:  # 20 KB/s in small reads, forever
+        t[0] += 0.1
+        return b"x" * 2048
+
+    with pytest.raises(DeadlineError, match="30 s deadline"):
+        for _ in fast.body(steady, "GET blob"):
+            pass
+    assert t[0] <= 30.2
+    fresh = Budget("pull", RetryPolicy(), clock=lambda: 0.0)
+    assert list(fresh.body(iter([b"ab", b""]).__next__, "GET")) == [b"ab"]
+
+
+def test_a_silent_peer_is_given_up_within_minutes() -> None:
+    pol = RetryPolicy.from_limits()
+    assert pol.silent_peer_s() <= 90 and pol.silent_peer_s() < pol.deadline_s

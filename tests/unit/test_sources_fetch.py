@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import requests
+import urllib3
 from patchbake.digest import Digest
 from patchbake import config, netconfig
 from patchbake.errors import FetchError, IntegrityError, UnsafeArchiveError
@@ -64,8 +65,13 @@ class FakeHTTP(BaseAdapter):
         status, headers, body = step
         r = requests.Response()
         r.status_code, r.url, r.request, r.reason = status, url, request, "fake"
-        r.headers = CaseInsensitiveDict({"Content-Length": str(len(body)), **headers})
-        r.raw = io.BytesIO(body)
+        if isinstance(body, bytes):
+            r.headers = CaseInsensitiveDict({"Content-Length": str(len(body)), **headers})
+            # what requests' own adapter gives: the body is read from urllib3
+            r.raw = urllib3.HTTPResponse(body=io.BytesIO(body), preload_content=False,
+                                         status=status)
+        else:  # a body object of the test's own (a transfer that breaks)
+            r.headers, r.raw = CaseInsensitiveDict(headers), body
         return r
 
     def close(self) -> None:
@@ -241,19 +247,25 @@ def test_connection_errors_retried_then_give_up(net: FakeHTTP, store: Store) -> 
     assert leftovers(store) == []
 
 
-def test_broken_transfer_restarts(net: FakeHTTP, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = requests.Response.iter_content
-    state = {"n": 0}
+class CutTransfer:
+    """A body whose connection breaks after its first 10 bytes."""
 
-    def flaky(self: requests.Response, *a: Any, **k: Any) -> Any:
-        if self.url == FILE_URL:
-            state["n"] += 1
-        if state["n"] == 1 and self.url == FILE_URL:
-            yield ARCHIVE[:10]
-            raise requests.exceptions.ChunkedEncodingError("cut")
-        yield from real(self, *a, **k)
+    def __init__(self, data: bytes) -> None:
+        self.data, self.sent = data, 0
 
-    monkeypatch.setattr(requests.Response, "iter_content", flaky)
+    def read1(self, size: int = -1, decode_content: bool = False) -> bytes:
+        if self.sent >= 10:
+            raise urllib3.exceptions.ProtocolError("Connection broken: cut")
+        self.sent = 10
+        return self.data[:10]
+
+    def close(self) -> None:
+        pass
+
+
+def test_broken_transfer_restarts(net: FakeHTTP, store: Store) -> None:
+    net.routes[FILE_URL] = [(200, {"Content-Length": str(len(ARCHIVE))}, CutTransfer(ARCHIVE)),
+                            (200, {}, ARCHIVE)]
     assert fetch(lineage(), store).archive_sha256 == ARCHIVE_DIGEST
     assert net.calls.count(FILE_URL) == 2 and list((store.root / "tmp").iterdir()) == []
 

@@ -32,12 +32,13 @@ class Limits:
     yaml_depth: int = 64
     # network (netpolicy.py): per request, and per operation (push, pull, fetch)
     connect_timeout_s: float = 10.0
-    read_timeout_s: float = 60.0
+    read_timeout_s: float = 15.0
     attempts: int = 5
     backoff_s: float = 0.5
     max_backoff_s: float = 8.0
     max_retry_after_s: float = 30.0
     deadline_s: float = 900.0
+    min_rate_bps: int = 1024  # a body slower than this over a read timeout is retried
     requests_base: int = 40
     requests_per_blob: int = 12
 

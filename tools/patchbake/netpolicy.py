@@ -14,7 +14,13 @@ a pull):
   to the outer loop, so attempts never multiply (the outer loop restarts the whole step,
   e.g. a fresh upload session);
 - each request gets a connect timeout and a read timeout, the read timeout clipped to the
-  time left before the deadline.
+  time left before the deadline;
+- a body is read one socket read at a time (:meth:`Budget.body`), whatever the chunking:
+  the deadline is checked between reads, no read waits past the read timeout, and a body
+  averaging under ``min_rate_bps`` over a read timeout's span is a transient failure.
+  A peer that drips bytes or goes silent therefore ends one attempt within about a read
+  timeout, and the whole operation within the deadline
+  (:meth:`RetryPolicy.silent_peer_s`: how long a peer that never answers is waited for).
 
 Trust and proxies come from pip's configuration (:mod:`patchbake.netconfig`), the same
 for both users; a certificate the trust does not cover is a :class:`TrustError` at once,
@@ -30,7 +36,7 @@ import email.utils
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -60,10 +66,11 @@ class RetryPolicy:
     max_backoff_s: float = 8.0
     max_retry_after_s: float = 30.0  # a longer Retry-After is capped, not obeyed blindly
     connect_timeout_s: float = 10.0
-    read_timeout_s: float = 60.0
+    read_timeout_s: float = 15.0
     deadline_s: float = 900.0  # one whole operation
     requests_base: int = 40  # requests one operation may send ...
     requests_per_blob: int = 12  # ... plus this many per blob it moves
+    min_rate_bps: int = 1024  # a body slower than this over a read timeout's span fails
 
     @classmethod
     def from_limits(cls, lim: limits.Limits | None = None) -> RetryPolicy:
@@ -72,7 +79,13 @@ class RetryPolicy:
                    max_retry_after_s=lm.max_retry_after_s,
                    connect_timeout_s=lm.connect_timeout_s, read_timeout_s=lm.read_timeout_s,
                    deadline_s=lm.deadline_s, requests_base=lm.requests_base,
-                   requests_per_blob=lm.requests_per_blob)
+                   requests_per_blob=lm.requests_per_blob, min_rate_bps=lm.min_rate_bps)
+
+    def silent_peer_s(self) -> float:
+        """How long one operation waits on a peer that accepts and never answers: every
+        attempt's read timeout and the backoffs between them, within the deadline."""
+        waits = sum(self.backoff(n) for n in range(self.attempts - 1))
+        return min(self.deadline_s, self.attempts * self.read_timeout_s + waits)
 
     def backoff(self, n: int) -> float:
         return min(self.backoff_s * float(2 ** n), self.max_backoff_s)
@@ -81,6 +94,17 @@ class RetryPolicy:
         if retry_after is not None:
             return max(0.0, min(retry_after, self.max_retry_after_s))
         return self.backoff(n)
+
+
+def patience_help() -> str:
+    """The sentence ``--help`` of every network command carries (default figures)."""
+    pol = RetryPolicy()
+    return (f"Network: the whole operation ends within {pol.deadline_s:g} s "
+            f"(PATCHBAKE_DEADLINE_S); a server that never answers is given up after about "
+            f"{pol.silent_peer_s():.0f} s ({pol.attempts} tries of {pol.read_timeout_s:g} s, "
+            f"PATCHBAKE_READ_TIMEOUT_S), and a transfer slower than "
+            f"{pol.min_rate_bps} bytes/s over a read timeout is retried "
+            "(PATCHBAKE_MIN_RATE_BPS).")
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -167,6 +191,27 @@ class Budget:
             self.requests += 1
         left = max(0.1, self.left_s())
         return (min(self.policy.connect_timeout_s, left), min(self.policy.read_timeout_s, left))
+
+    def body(self, read_once: Callable[[], bytes], what: str) -> Iterator[bytes]:
+        """A response body, one socket read (``read_once``) at a time until it returns
+        b"": the deadline is checked between reads, and a body averaging under the
+        policy's minimum rate over a read timeout's span raises Retryable. (Each read itself waits at
+        most the request's read timeout, which :meth:`charge` clipped to the deadline.)"""
+        pol = self.policy
+        since, got = self.clock(), 0
+        while True:
+            self.check()
+            data = read_once()
+            if not data:
+                return
+            got += len(data)
+            now = self.clock()
+            if now - since >= pol.read_timeout_s:
+                if got < pol.min_rate_bps * (now - since):
+                    raise Retryable(f"{what}: the answer arrives at under {pol.min_rate_bps} "
+                                    "bytes/s (PATCHBAKE_MIN_RATE_BPS)")
+                since, got = now, 0
+            yield data
 
     def pause(self, seconds: float) -> None:
         if seconds >= self.left_s():

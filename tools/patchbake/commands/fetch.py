@@ -10,6 +10,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..sources import Fetched, fetch
+from ..netpolicy import patience_help
 
 FIELDS = ("lineage", "pin", "kind", "archive_sha256", "tree_digest", "files", "store_path")
 
@@ -22,7 +23,7 @@ def summary(lineage_key: str, f: Fetched) -> dict[str, Any]:
             "files": f.files, "store_path": str(f.root)}
 
 
-@click.command("fetch")
+@click.command("fetch", epilog=patience_help())
 @click.option("--all", "all_lineages", is_flag=True,
               help="fetch every lineage in pipeline.yaml (JSON: a 'lineages' list)")
 @click.option("--verify", is_flag=True,

@@ -17,6 +17,7 @@ from ..oci.media import Descriptor
 from ..oci.registry import DEFAULT_PLATFORM, PullResult, PushResult, RegistryClient, parse_pull_ref
 from ..oci.registry_ref import parse_ref
 from ..store import Store
+from ..netpolicy import patience_help
 from .names import did_you_mean
 
 PUSH_JSON_VERSION = 1
@@ -49,7 +50,7 @@ def _pull_json(res: PullResult, name: str) -> dict[str, Any]:
     }
 
 
-@click.command("push")
+@click.command("push", epilog=patience_help())
 @click.argument("source")
 @click.argument("dest")
 @click.option("--mount-from", "mount_from", multiple=True, metavar="REPO",
@@ -83,7 +84,7 @@ def push_cmd(ctx: Ctx, source: str, dest: str, mount_from: tuple[str, ...]) -> N
     ])
 
 
-@click.command("pull")
+@click.command("pull", epilog=patience_help())
 @click.argument("ref")
 @click.option("--platform", default=DEFAULT_PLATFORM, show_default=True,
               help="os/arch[/variant] to take from a multi-arch index")

@@ -63,7 +63,6 @@ Response = requests.Response
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, urllib3.exceptions.HTTPError)
 _PEEK_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, RetryableError)
 MAX_CONNECTIONS = 16  # per host: one per blob moving at once (registry_blobs caps them at 16)
-MIN_RATE = 1024  # bytes/s a body must average over each read timeout's span
 DRAIN_LIMIT = 64 << 10  # an answer's unread body up to this is read so its connection is reused
 BODY_LIMIT = 4 << 20  # an answer read whole (not streamed): an index of referrers, a token
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -200,25 +199,11 @@ class Transport:
 
     # -- bodies ------------------------------------------------------------------------
     def chunks(self, resp: Response) -> Iterator[bytes]:
-        """``resp``'s body as it arrives, one socket read at a time, so that a peer
-        dripping a byte per read timeout cannot hold us: the operation's deadline is
-        checked between reads, and a body averaging under MIN_RATE over a read timeout's
-        span is a transient failure. Transport errors are raised as they are."""
-        budget, span = self.budget, self.retry.read_timeout_s
-        since, got = budget.clock(), 0
-        while True:
-            budget.check()
-            data = resp.raw.read1(CHUNK, decode_content=False)
-            if not data:
-                return
-            got += len(data)
-            now = budget.clock()
-            if now - since >= span:
-                if got < MIN_RATE * (now - since):
-                    raise RetryableError(f"{urlsplit(resp.url).path}: the answer arrives at "
-                                         f"under {MIN_RATE} bytes/s")
-                since, got = now, 0
-            yield data
+        """``resp``'s body as it arrives, one socket read at a time, under the operation's
+        deadline and minimum rate (netpolicy's Budget.body). Transport errors are raised
+        as they are."""
+        return self.budget.body(lambda: resp.raw.read1(CHUNK, decode_content=False),
+                                urlsplit(resp.url).path)
 
     def read(self, resp: Response, limit: int, what: str) -> bytes:
         """The whole body, refusing more than ``limit`` bytes (a manifest, a config)."""

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import requests
+import urllib3
 
 from ..digest import Digest
 from ..errors import FetchError
@@ -34,8 +35,10 @@ from ..store import Store
 POLICY = RetryPolicy()  # the defaults; each fetch reads the live one (env overrides)
 ATTEMPTS = POLICY.attempts
 MAX_WAIT_S = POLICY.max_retry_after_s
+# the body is read from urllib3 directly (one socket read at a time): its errors too
 TRANSPORT_ERRORS = (requests.ConnectionError, requests.Timeout,
-                    requests.exceptions.ChunkedEncodingError)
+                    requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError,
+                    OSError)
 _sleep: Callable[[float], None] = time.sleep  # tests replace it
 
 
@@ -163,9 +166,10 @@ def download(url: str, store: Store, expected: Digest | None, *, what: str,
         resp = _get_once(sess, url, what=what, stream=True, headers=None)
         length = str(resp.headers.get("Content-Length", ""))
         total = int(length) if length.isdigit() else None
+        body = budget.body(lambda: resp.raw.read1(CHUNK, decode_content=False), what)
         try:
             with resp, bar(progress, f"download {name}", total) as b:
-                return store.put_stream(counted(resp.iter_content(CHUNK), b, budget), expected)
+                return store.put_stream(counted(body, b), expected)
         except TRANSPORT_ERRORS as exc:
             # the transfer broke mid-way: start over (the partial file is already gone)
             raise Retryable(f"{type(exc).__name__}: {exc}") from exc
@@ -173,12 +177,9 @@ def download(url: str, store: Store, expected: Digest | None, *, what: str,
     return retrying(budget, "download", attempt, _fail(what, url))
 
 
-def counted(chunks: Iterator[bytes], b: Any, budget: Budget | None = None) -> Iterator[bytes]:
-    """Progress per chunk; with a budget, a transfer past the deadline stops (a server
-    dripping a byte per read timeout would otherwise hold the fetch forever)."""
+def counted(chunks: Iterator[bytes], b: Any) -> Iterator[bytes]:
+    """Progress per chunk."""
     for c in chunks:
-        if budget is not None:
-            budget.check()
         if c:
             b.advance(len(c))
             yield c
