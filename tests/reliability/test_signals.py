@@ -94,3 +94,53 @@ def test_sigkill_litter_is_reported_then_reclaimed(tmp_path: Path,
     cp = W.cli(repo, home, "store", "gc", "--repo", str(repo))
     assert list((home / "tmp").iterdir()) == []
     assert W.cli(repo, home, "store", "fsck", "--no-trees", check=False).returncode == 0
+
+
+# The signal lands while the CLI is still being imported: the child sends it to itself
+# from the import hook the first time a module named here is imported, which happens
+# inside main() (click, the package's errors and ui) -- the old entry imported some of
+# them before main() had installed anything.
+AT_IMPORT = """
+import builtins, os, signal, sys, time
+sys.argv = ["patchbake", *sys.argv[1:]]
+real = builtins.__import__
+def hook(name, globals=None, locals=None, fromlist=(), level=0):
+    if name in ("click", "errors", "ui", "cli") and not os.environ.get("SENT"):
+        os.environ["SENT"] = "1"
+        os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
+        time.sleep(0.2)
+    return real(name, globals, locals, fromlist, level)
+builtins.__import__ = hook
+from patchbake.entry import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize(("sig", "code", "line"), [("SIGTERM", 143, "terminated (SIGTERM)"),
+                                                   ("SIGINT", 130, "aborted")])
+def test_a_signal_during_import_exits_with_one_line(tmp_path: Path, sig: str, code: int,
+                                                    line: str) -> None:
+    cp = subprocess.run([sys.executable, "-c", AT_IMPORT, "--version"],
+                        env={**W.env(tmp_path / "store"), "SIG": sig}, capture_output=True,
+                        text=True, timeout=60, check=False)
+    assert cp.returncode == code, (cp.returncode, cp.stderr)
+    [only] = cp.stderr.splitlines()
+    assert only.startswith(f"patchbake: error: {line}"), cp.stderr
+
+
+AFTER_MAIN = """
+import os, signal, sys
+sys.argv = ["patchbake", "--version"]
+from patchbake.entry import main
+code = main()
+os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))  # the work is done and printed
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_after_the_work_is_done_keeps_its_exit_code(tmp_path: Path, sig: str) -> None:
+    cp = subprocess.run([sys.executable, "-c", AFTER_MAIN],
+                        env={**W.env(tmp_path / "store"), "SIG": sig}, capture_output=True,
+                        text=True, timeout=60, check=False)
+    assert cp.returncode == 0 and cp.stdout.strip() and "Traceback" not in cp.stderr, cp
