@@ -403,11 +403,21 @@ as `tests/reliability/test_corpus.py` and `tests/reliability/test_diskfull.py`.
 | one member path | 1,024 bytes | `PATCHBAKE_PATH_BYTES` | ArchiveLimitError (14) |
 | a YAML file | 1 MiB | `PATCHBAKE_YAML_BYTES` | InputLimitError (15) |
 | YAML nesting | 64 | `PATCHBAKE_YAML_DEPTH` | InputLimitError (15) |
-| connect / read timeout per request | 10 s / 60 s | `PATCHBAKE_CONNECT_TIMEOUT_S`, `PATCHBAKE_READ_TIMEOUT_S` | retried, then 31 / 10 |
+| connect / read timeout per request (one socket read) | 10 s / 15 s | `PATCHBAKE_CONNECT_TIMEOUT_S`, `PATCHBAKE_READ_TIMEOUT_S` | retried, then 31 / 10 |
+| minimum transfer rate of a body, over each read timeout's span | 1,024 bytes/s | `PATCHBAKE_MIN_RATE_BPS` | retried, then 31 / 10 |
 | attempts per step, backoff | 5; 0.5 s doubling, capped at 8 s | `PATCHBAKE_ATTEMPTS`, `PATCHBAKE_BACKOFF_S`, `PATCHBAKE_MAX_BACKOFF_S` | 31 (registry), 10 (fetch) |
 | Retry-After honoured up to | 30 s | `PATCHBAKE_MAX_RETRY_AFTER_S` | — |
 | deadline per operation (push, pull, fetch) | 900 s | `PATCHBAKE_DEADLINE_S` | DeadlineError (16) |
 | requests per operation | 40 + 12 per blob | `PATCHBAKE_REQUESTS_BASE`, `PATCHBAKE_REQUESTS_PER_BLOB` | DeadlineError (16) |
+
+A body (a download, a blob) is read one socket read at a time whatever its size, so
+the deadline is checked between reads and a peer dripping bytes under the minimum rate ends its attempt after one read timeout's
+span; a peer that promises a body and goes silent ends it after one read
+timeout. By default a server that never answers is given up after about 82 s (5 tries
+of 15 s, plus backoff), which `--help` of `fetch`, `push` and `pull` says; the deadline
+bounds a transfer that keeps moving. Whatever ends a transfer, its `tmp/blob.*` is
+removed (tests/integration/test_fetch_slow_peers.py, the drip and silence faults of
+tests/reliability/test_faultproxy.py).
 
 The overrides are environment variables only: the caps guard the reading of pipeline.yaml
 itself, so they cannot live in it. One retry policy (`tools/patchbake/netpolicy.py`)
@@ -417,14 +427,50 @@ budget and never multiply (the outer loop restarts the step with a fresh upload 
 ## Store maintenance
 
 `patchbake store fsck [--quarantine] [--no-trees] [--json]` re-hashes every blob and every
-tree a record names, and lists crash litter (staging entries whose writer process is
-gone), idle lock files and objects nothing names; exit 11 on a mismatch, 13 on litter.
-`patchbake store gc [--dry-run] [--grace S]` removes litter, idle locks and unreferenced
+tree a record names, checks that every object a name reaches is there (index.json
+parses; each image it names has its manifest, config and every layer, base layers
+included: `tools/patchbake/storereach.py`), and lists crash litter (staging entries no
+writer holds), stray files in `blobs/sha256/` (names that are no digest), idle lock
+files and objects nothing names; exit 11 on a mismatch or a missing object, 13 on litter
+or strays (`store gc` removes both).
+`patchbake store gc [--dry-run] [--grace S]` removes litter, strays, idle locks and unreferenced
 blobs and trees older than the grace period (1 h). Anything whose sha256 appears in the
 store's records (index.json, sources/, patched/, bakes/, registry/) or the repository's
 (pipeline.yaml, patch/, images/, manifests/: image records, evidence, releases, ledger),
 or inside a JSON blob so named, is kept. Every command sweeps the litter of dead writers
-when it opens the store; SIGTERM unwinds like Ctrl-C (exit 143).
+when it opens the store; SIGTERM unwinds like Ctrl-C (exit 143). The handler is the first
+instruction of `patchbake.entry.main`, and the rest of the program is imported after it,
+so a SIGTERM or Ctrl-C that lands while the CLI is still loading also exits 143 or 130
+with one line; one that lands after the command's result was written is ignored (the
+exit code is the command's). Only a signal during the interpreter's own start-up, before
+any code of ours runs, still ends the process by the signal (tests/reliability/test_signals.py). Outside the store, the
+scratch directories that `patch check`'s re-export and `patch export`'s diff make on
+`/dev/shm` (`patchbake-reexport.*`, `patchbake-export.*`: tens of megabytes of memory
+for a large patch) and git's empty HOME in the temporary directory
+(`patchbake-git-home.*`, one per process, removed as the process ends) are held with a
+lock on their `.held` file while in use (`tools/patchbake/scratch.py`). Making the next
+one removes this user's directories of the same kind whose lock nobody holds and that
+have not changed for 10 minutes (a process killed with SIGKILL; on a file system whose
+locks are not shared between hosts, such as NFS with local locks, those 10 minutes are
+all that keeps a running owner's directory), and those that never got a lock file after
+an hour; `.held` is opened without following links or waiting,
+and the removal follows no symbolic link.
+
+## A store shared between containers and hosts
+
+A writer holds each of its staging entries (`tmp/blob.*`, `tmp/<what>.*/`, a half-written
+`.<name>.*.tmp` record) with `flock` on the entry itself until it is renamed into place
+or removed (`tools/patchbake/staging.py`); a sweep or `store gc` removes an entry only
+after taking that lock itself, and removes it while holding it. Process ids are never
+consulted (the number in a staging name is a hint for a person): they mean nothing
+across PID namespaces. A tree is recorded only with its digest computed again from the
+bytes at its final place in `trees/`.
+
+| where the store is shared | supported | why |
+|---|---|---|
+| processes on one host, any PID namespaces (containers bind-mounting one store) | yes | one kernel holds every `flock`; tests/integration/test_store_namespaces.py runs a writer under `unshare --pid --fork` |
+| hosts over NFSv4 (or v3 with a lock manager) whose client maps `flock` to byte-range locks (Linux >= 2.6.12, the default `local_lock=none`) | yes | the server sees each host's locks |
+| hosts over NFS mounted `local_lock=flock`/`all` or `nolock`, or another file system whose locks stay on one host | no | each host sees only its own writers: a sweep on one host can remove another host's live staging; give each host its own store (`PATCHBAKE_HOME`) |
 
 ## Hostile inputs
 
