@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import InputLimitError, PatchbakeError
+from .errors import InputLimitError, OutputPathError, PatchbakeError
 from .staging import new_file, reclaim
 
 
@@ -234,3 +234,25 @@ def write_once(path: str | os.PathLike[str], data: bytes) -> bool:
         raise FileExistsError(str(p))
     atomic_write(p, data)
     return True
+
+
+def _related(path: Path, dest: Path) -> bool:
+    """Is ``path`` (an OSError's file) part of writing ``dest``: dest itself, inside it,
+    one of its parents being made, or a temp file beside it?"""
+    p, d = Path(os.path.abspath(path)), Path(os.path.abspath(dest))
+    return p == d or d in p.parents or p in d.parents or p.parent == d.parent
+
+
+@contextmanager
+def output_to(dest: Path, option: str) -> Iterator[None]:
+    """Turn a write the file system refuses at ``dest`` (under /proc, read-only, a file in
+    the way, full) into one OutputPathError (17) naming it; other failures pass."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename
+        if where is None or not _related(Path(os.fsdecode(where)), dest):
+            raise
+        raise OutputPathError(f"{dest} cannot be written: {exc.strerror or exc} "
+                              f"({os.fsdecode(where)})",
+                              hint=f"pass {option} a path on a writable file system") from exc

@@ -24,6 +24,7 @@ from ..images.refs import resolve
 from ..images.standin import build_standin
 from ..oci import layout
 from ..oci.archive import export_docker_archive
+from ..fsutil import output_to
 from .names import did_you_mean
 
 
@@ -196,8 +197,9 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
         if res.kind not in ("definition", "store"):
             raise ImageError(f"export reads images from the store; {ref} is a {res.kind}")
         digest = res.image.manifest_digest
-    export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
-                                                    f":{digest.short()}"])
+    with output_to(dest, "DEST"):
+        export_docker_archive(ctx.store, digest, dest,
+                              [tag or f"patchbake/{ref.replace(':', '-')}:{digest.short()}"])
     ui.say(f"{dest}: {digest}")
 
 
@@ -207,7 +209,7 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
 @pass_ctx
 def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
     """Write REF's verified vLLM tree (all layers, whiteouts applied) to DEST/vllm."""
-    with did_you_mean(ctx, ref):
+    with did_you_mean(ctx, ref), output_to(dest, "DEST"):
         out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
     ui.say(str(out / "vllm"))
 

@@ -12,7 +12,7 @@ from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..config.pipeline import version_key
 from ..errors import PortError, PortUnresolvedError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, output_to
 from ..port.replay import port
 from ..port.pin import (
     check_names,
@@ -91,11 +91,13 @@ def port_cmd(ctx: Ctx, version: str, new_key: str | None, sha256: str | None,
     new, pipeline_text = _target_lineage(ctx, old, version, key, sha256)
     dest = workspace or ctx.pipeline.root / ".work" / f"workspace-{key}"
     ui.step(f"port {old.key} -> {key} in {dest}")
-    report = port(old, new, ctx.store, dest)
+    with output_to(dest, "--workspace"):
+        report = port(old, new, ctx.store, dest)
     if pipeline_text is not None:
         write_pipeline(ctx.pipeline.path, pipeline_text)
     if markdown:
-        atomic_write(markdown, report.markdown().encode())
+        with output_to(markdown, "--markdown"):
+            atomic_write(markdown, report.markdown().encode())
     if ctx.as_json:
         doc = report.as_json()
         doc["pipeline_updated"] = pipeline_text is not None

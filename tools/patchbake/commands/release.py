@@ -13,6 +13,7 @@ from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..digest import Digest
 from ..errors import GateError, LedgerError, ReleaseError, UsageError
+from ..fsutil import output_to
 
 # The release stage is imported inside each command: it signs and verifies with
 # cryptography, which machines that only run suites (the GPU box) lack, and
@@ -152,8 +153,9 @@ def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
     """Write an offline bundle (manifest, ledger slice, evidence, VSA, policy, record)."""
     from ..release import bundle as bundlemod
 
-    out = bundlemod.export(ctx.pipeline.root, ctx.pipeline.signing.trust_policy, release,
-                           dest)
+    with output_to(dest, "--to"):
+        out = bundlemod.export(ctx.pipeline.root, ctx.pipeline.signing.trust_policy, release,
+                               dest)
     listing = json.loads((out / bundlemod.BUNDLE).read_bytes())
     if ctx.as_json:
         ui.emit_json({"bundle": str(out), **listing})
@@ -258,5 +260,6 @@ def report_cmd(ctx: Ctx, release: str, out: Path) -> None:
     """Write a static HTML page about a release (no external assets)."""
     from ..release import report
 
-    page = report.write(ctx.pipeline, ctx.pipeline.signing.trust_policy, release, out)
+    with output_to(out, "--out"):
+        page = report.write(ctx.pipeline, ctx.pipeline.signing.trust_policy, release, out)
     ui.emit_json({"report": str(page)}) if ctx.as_json else ui.out_console().print(str(page))
