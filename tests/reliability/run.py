@@ -466,6 +466,11 @@ consulted (the number in a staging name is a hint for a person): they mean nothi
 across PID namespaces. A tree is recorded only with its digest computed again from the
 bytes at its final place in `trees/`.
 
+A read-only store serves what needs no write: `pull` of an image it already holds under
+that name compares the manifest with the stored bytes and writes nothing (exit 0), and
+a command that must write says so as a store error (13), never as a verdict: `release
+gates` on a read-only store is exit 13, not "blocked" (60), since no gate could be judged.
+
 | where the store is shared | supported | why |
 |---|---|---|
 | processes on one host, any PID namespaces (containers bind-mounting one store) | yes | one kernel holds every `flock`; tests/integration/test_store_namespaces.py runs a writer under `unshare --pid --fork` |

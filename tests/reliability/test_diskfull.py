@@ -161,3 +161,45 @@ def test_push_succeeds_from_a_read_only_store_and_pull_into_it_fails_cleanly(
         rc, _, err = run(capsys, "pull", f"{registry}/faults/ro:push")
         assert rc == 13 and "the disk is full" in one_error(err), err
         assert list((fs2 / "store" / "tmp").iterdir()) == []
+
+
+def test_pull_of_an_image_the_read_only_store_holds_under_that_name_succeeds(
+        tmp_path: Path, registry: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing needs writing, so nothing is written: the manifest is compared with the
+    stored bytes and the name is already there."""
+    with tmpfs(tmp_path / "fs", "64m") as fs:
+        repo = make_repo(tmp_path, store_dir=fs / "store")
+        res = bake_image(repo.pipeline, "offline", repo.store, patched=repo.patched)
+        monkeypatch.setenv("PATCHBAKE_HOME", str(fs / "store"))
+        monkeypatch.chdir(repo.root)
+        ref = f"{registry}/faults/ro-present:1"
+        assert run(capsys, "push", str(res.digest), ref)[0] == 0
+        assert run(capsys, "pull", ref)[0] == 0
+        remount_ro(fs)
+        rc, out, err = run(capsys, "--json", "pull", ref)
+        assert rc == 0, err
+        assert "Traceback" not in err
+
+
+def test_gates_on_a_read_only_store_are_a_store_error_not_a_verdict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from patchbake import config
+    from patchbake.errors import StoreError
+    from patchbake.release import create, gates
+    from release_support import make_repo as make_release_repo
+    from release_support import sign_all
+
+    root = tmp_path / "repo"
+    keys = make_release_repo(root, tmp_path / "keys")
+    digest = "sha256:" + "ab" * 32
+    sign_all(root, keys, "sm89-serving-offline", digest)
+    with tmpfs(tmp_path / "fs", "8m") as fs:
+        store = Store.open(fs / "store")
+        remount_ro(fs)
+        p = config.load(root / "pipeline.yaml")
+        ev = create.evaluation(p, store, f"sm89-serving-offline@{digest}")
+        with pytest.raises(StoreError, match="read-only") as e:
+            gates.evaluate(ev, p.channels["sm89-stable"])
+        assert e.value.exit_code == 13

@@ -91,11 +91,13 @@ def _write_index(store: Store, manifests: list[dict[str, Any]]) -> None:
 
 def add_ref(store: Store, name: str, desc: Descriptor) -> None:
     """Point ``name`` at the manifest ``desc`` (replacing an older entry of that name)."""
-    ensure_layout(store)
     if not store.has(desc.digest):
         raise ImageError(f"cannot name {desc.digest}: the manifest is not in the store")
     entry = desc.to_json()
     entry["annotations"] = {**entry.get("annotations", {}), REF_NAME: name}
+    if (store.root / "oci-layout").exists() and entry in _read_index(store):
+        return  # already named so: nothing to write (a read-only store is enough)
+    ensure_layout(store)
     with store.lock(INDEX_LOCK):
         current = _read_index(store)
         if entry in current:

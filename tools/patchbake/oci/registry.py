@@ -227,9 +227,9 @@ class RegistryClient:
         nbytes = sum(blobs.each_concurrently(
             lambda d: blobs.fetch_blob(self.http, store, r.repo, d, progress), wanted))
         fetched = [d.digest for d in wanted]
-        store.put_bytes(data, expected=digest)
+        store.hold_bytes(data, digest)
         if index_digest:
-            store.put_bytes(index_data, expected=index_digest)
+            store.hold_bytes(index_data, index_digest)
         warnings = self.note_blobs(store, r.repo, [*fetched, *present])
         return PullResult(str(r), digest, mt, index_digest, chosen, m.blobs[0].digest,
                           tuple(fetched), tuple(present), nbytes, warnings,

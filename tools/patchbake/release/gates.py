@@ -22,7 +22,7 @@ from ..config.suites import get as get_suite
 from ..cuda.check import check_stored
 from ..cuda.verdict import Target
 from ..digest import Digest
-from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError
+from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError, StoreError
 from ..evidence import policy, records
 from ..evidence.records import Verified
 from ..fsutil import read_input, sha256_bytes
@@ -385,6 +385,10 @@ def evaluate(ev: Evaluation, channel: Channel) -> Table:
     for g in channel.gates:
         try:
             status, reason = GATES[g.kind](ev, g)
+        except StoreError:
+            # the store itself is unusable (read-only, broken): no gate can be judged, so
+            # this is the store's error (13), not a verdict on the image (blocked, 60)
+            raise
         except PatchbakeError as exc:
             status, reason = "error", exc.one_line()
         except Exception as exc:  # noqa: BLE001 - fail closed: an unexpected crash blocks
