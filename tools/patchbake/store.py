@@ -45,13 +45,30 @@ NO_WRITE = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is e
             errno.EPERM: "operation not permitted"}
 
 
+def file_system_of(path: str | os.PathLike[str]) -> str:
+    """The mount point of the file system holding ``path`` (or its nearest existing
+    parent): what a person frees space on."""
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        dev = p.stat().st_dev
+        while p != p.parent and p.parent.stat().st_dev == dev:
+            p = p.parent
+    except OSError:
+        pass
+    return str(p)
+
+
 def write_failure(exc: OSError, where: object) -> StoreError | None:
-    """A StoreError for a write the file system refused (full, read-only, ...), else None."""
+    """A StoreError for a write the file system refused (full, read-only, ...), else None.
+    It names the file and the file system (its mount point)."""
     why = NO_WRITE.get(exc.errno or 0)
     if why is None:
         return None
-    return StoreError(f"cannot write {getattr(exc, 'filename', None) or where}: {why}; "
-                      "nothing half-written was kept",
+    name = getattr(exc, "filename", None) or where
+    return StoreError(f"cannot write {name}: {why} (the file system at "
+                      f"{file_system_of(os.fsdecode(str(name)))}); nothing half-written was kept",
                       hint="free space or make the store writable (PATCHBAKE_HOME), then rerun")
 
 

@@ -16,11 +16,11 @@ from typing import Any
 from ..config import Pipeline, channels
 from ..errors import ConfigError, GateError, ReleaseError
 from ..evidence import keys, policy
-from ..fsutil import atomic_write, read_input
+from ..fsutil import read_input
 from ..images import definition as definitions
 from ..store import Store
 from ..suites import image as imagemod
-from . import ledger, manifest, vsa
+from . import journal, ledger, manifest
 from .gates import Evaluation, Table, evaluate
 
 
@@ -114,14 +114,6 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
     require_pass(table)
     data = manifest.build(table, ev.facts, pipeline.name, ev.lineage.key,
                           read_input(sig.trust_policy, "the trust policy", ConfigError))
-    with ledger.locked(rdir):
-        entries = ledger.verify(rdir, pol)
-        rid = data.release_id()
-        if ledger.find(entries, "release", release=rid):
-            return Created(manifest.load_from(rdir, rid), table, False, None)
-        rel, _ = manifest.write(pipeline.root, data)
-        vsa_path = rel.path.parent / manifest.VSA_NAME
-        atomic_write(vsa_path, vsa.sign(rel, key))
-        entry = ledger.make_entry(entries, "release", rel, key)
-        ledger.append(rdir, entry)
-    return Created(rel, table, True, entry)
+    with ledger.locked(rdir):  # one transaction: release dir and ledger entry (journal.py)
+        rel, entry = journal.record(rdir, pol, data, key)
+    return Created(rel, table, entry is not None, entry)
