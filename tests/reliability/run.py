@@ -6,9 +6,12 @@
 1. the hostile-input corpus (corpus.py), each case as a real process;
 2. the fault proxy (faultproxy.py) in front of the real registry: push and pull under
    5xx, 429 + Retry-After, resets, truncation (with and without a lying Content-Length),
-   stalls, a wrong Docker-Content-Digest, flipped bytes, 401, redirects;
+   stalls, a dripped body, silence after a 10 GiB promise, a wrong Docker-Content-Digest,
+   flipped bytes, 401, redirects;
 3. seeded kill -9 / SIGTERM trials over fetch, export, bake, run, push and evidence sign;
-4. 4-way concurrency on one store and one registry.
+4. 4-way concurrency on one store and one registry;
+5. SIGTERM / SIGINT at a seeded instant while the CLI is still importing;
+6. a fetch in another PID namespace while `store gc` loops on the same store.
 
 Bounded: loopback only, every process under a timeout, the world a few hundred files.
 Exit status 1 if any check failed.
@@ -139,6 +142,8 @@ PULL_FAULTS = [
     ("401 without a challenge", [fp.Rule("*", r"/", "401:", -1)], 31),
     ("redirect to user-info URL", [fp.Rule("GET", r"/blobs/sha256", "redirect:http://[::1]@registry.test/x", -1)], 31),
     ("redirect to plain http off loopback", [fp.Rule("GET", r"/blobs/sha256", "redirect:http://registry.test/x", -1)], 31),
+    ("blob dripped at 2 bytes/s, every time", [fp.Rule("GET", r"/blobs/sha256", "drip:2", -1)], 31),
+    ("10 GiB promised on a blob GET, then silence", [fp.Rule("GET", r"/blobs/sha256", f"silence:{10 << 30}", -1)], 31),
 ]
 
 
@@ -361,6 +366,82 @@ def run_concurrency(w: W.World, registry: str) -> Section:
     return sec
 
 
+# -- 5. signals at any instant ----------------------------------------------------------------
+def run_signals(w: W.World, seed: int, trials: int = 24) -> Section:
+    """SIGTERM / SIGINT at a seeded instant in the first 300 ms of `store fsck` (the CLI
+    still importing, or running): 143 / 130 with one line, or the command's own result;
+    death by the signal only if it landed before the interpreter ran any code of ours."""
+    sec = Section()
+    rng = random.Random(seed)
+    outcomes: Counter[str] = Counter()
+    for n in range(trials):
+        sig = rng.choice([signal.SIGTERM, signal.SIGINT])
+        after = rng.uniform(0.0, 0.3)
+        proc = subprocess.Popen(W.argv("store", "fsck", "--no-trees"), cwd=w.repo,
+                                env=W.env(w.home), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(after)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        rc = proc.returncode
+        want = 143 if sig == signal.SIGTERM else 130
+        # the interpreter's start-up (and runpy finding the package) is not ours: a signal
+        # there ends the process by the signal, or as runpy reports it, with no frame of ours
+        before_ours = rc in (-sig, 1) and "tools/patchbake/" not in err
+        problems = []
+        if not before_ours and "Traceback" in err:
+            problems.append("traceback")
+        if rc == want and not one_error_line(err):
+            problems.append("not one clean line")
+        if rc not in (0, want) and not before_ours:
+            problems.append(f"exit {rc}")
+        outcomes["landed before our code" if before_ours and rc else
+                 {0: "finished first", want: f"{want} with one line"}.get(rc, f"exit {rc}")] += 1
+        sec.rows.append([str(n), signal.Signals(sig).name, f"{after:.3f}", str(rc),
+                         "ok" if not problems else "FAIL: " + ", ".join(problems)])
+        if problems:
+            sec.failures.append(f"signal {n} {signal.Signals(sig).name} at {after:.3f} s: "
+                                f"{', '.join(problems)}: {err[-300:]}")
+    sec.figures = {"trials": trials, "failed": len(sec.failures), "outcomes": dict(outcomes)}
+    return sec
+
+
+# -- 6. one store, two PID namespaces --------------------------------------------------------
+def run_namespaces(w: W.World, trials: int = 3) -> Section:
+    """A `fetch` in another PID namespace (`unshare --pid --fork`) while this one runs
+    `store gc` over and over on the same store (it sweeps staging nobody holds): the fetch's tree must be the
+    reference tree, and the store clean afterwards."""
+    sec = Section()
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        sec.figures = {"trials": 0, "failed": 0, "skipped": "needs root and unshare"}
+        return sec
+    for n in range(trials):
+        _uncache(w, "fetch")
+        inner = subprocess.Popen(["unshare", "--pid", "--fork", *W.argv("--json", "fetch")],
+                                 cwd=w.repo, env=W.env(w.home), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        sweeps = 0
+        while inner.poll() is None:
+            W.cli(w.repo, w.home, "store", "gc", check=False)  # sweeps staging
+            sweeps += 1
+        out, err = inner.communicate(timeout=600)
+        problems = []
+        got = _digest_of(w, "fetch", out) if inner.returncode == 0 else f"exit {inner.returncode}"
+        if got != w.ref["fetch"]:
+            problems.append(f"tree {got[:19]}, reference {w.ref['fetch'][:19]}")
+        verify = W.cli(w.repo, w.home, "fetch", "--verify", check=False)
+        if verify.returncode:
+            problems.append(f"fetch --verify exit {verify.returncode}")
+        if not fsck(w.home, w.repo).get("clean"):
+            problems.append("store not clean")
+        sec.rows.append([str(n), str(sweeps), got[:19], "ok" if not problems else
+                         "FAIL: " + ", ".join(problems)])
+        if problems:
+            sec.failures.append(f"namespaces {n}: {', '.join(problems)}: {err[-300:]}")
+    sec.figures = {"trials": trials, "failed": len(sec.failures)}
+    return sec
+
+
 # -- report --------------------------------------------------------------------------------
 def table(head: list[str], rows: list[list[str]]) -> str:
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]
@@ -370,6 +451,7 @@ def table(head: list[str], rows: list[list[str]]) -> str:
 
 def write_report(out: Path, cmd: str, secs: dict[str, Section], seconds: float) -> None:
     c, f, t, k = secs["corpus"], secs["faults"], secs["trials"], secs["concurrency"]
+    sg, ns = secs["signals"], secs["namespaces"]
     tf = t.figures
     text = f"""# Reliability
 
@@ -389,6 +471,8 @@ as `tests/reliability/test_corpus.py` and `tests/reliability/test_diskfull.py`.
 | fault proxy | {f.figures['scenarios']} push/pull scenarios against the real registry | {f.figures['scenarios'] - f.figures['failed']}/{f.figures['scenarios']} as expected; at most {f.figures['max_requests']} requests for one operation (budget {f.figures['budget']}) |
 | crash trials | {tf['trials']} seeded kill -9 / SIGTERM trials (seed {tf['seed']}) over {', '.join(OPS)} | {tf['trials'] - tf['failed']}/{tf['trials']} with no damaged object, no litter after the next run, the reference digest |
 | concurrency | 4 processes at once on one store and one registry (fetch, bake, push) | {len(k.rows) - len([r for r in k.rows if r[-1] != 'ok'])}/{len(k.rows)} identical digests, no lock errors; store clean after: {k.figures['store_clean_after']} |
+| signals | {sg.figures['trials']} seeded SIGTERM / SIGINT trials in a command's first 300 ms (the CLI importing) | {sg.figures['trials'] - sg.figures['failed']}/{sg.figures['trials']} as expected; outcomes {json.dumps(sg.figures['outcomes'], sort_keys=True)} |
+| PID namespaces | {ns.figures['trials']} `fetch` runs under `unshare --pid --fork` while `store gc` loops outside on the same store | {ns.figures['trials'] - ns.figures['failed']}/{ns.figures['trials']} with the reference tree, `fetch --verify` passing, the store clean{(' (' + ns.figures['skipped'] + ')') if ns.figures.get('skipped') else ''} |
 
 `release promote` is not in this tree yet, so it is not among the crash trials.
 
@@ -517,6 +601,18 @@ completion, compares its digest with the reference and runs `store fsck` again.
 ## Concurrency
 
 {table(['op', 'processes', 'digests', 'lock errors', 'check'], k.rows)}
+
+## Signals at any instant
+
+An exit by the signal itself (-15, -2; or runpy's report, exit 1, with no frame of ours)
+is allowed only for a signal that landed before the interpreter ran any code of ours; a
+traceback through our code, or 143/130 without its one line, fails.
+
+{table(['#', 'signal', 'after s', 'exit', 'check'], sg.rows)}
+
+## One store, two PID namespaces
+
+{table(['#', 'gc runs meanwhile', 'tree', 'check'], ns.rows)}
 """
     if any(s.failures for s in secs.values()):
         text += "\n## Failures\n\n" + "\n".join(f"- {x}" for s in secs.values()
@@ -530,7 +626,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--registry", default="127.0.0.1:5000")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "RELIABILITY.md")
-    ap.add_argument("--skip", default="", help="comma list of corpus,faults,trials,concurrency")
+    ap.add_argument("--skip", default="", help="comma list of corpus,faults,trials,"
+                    "concurrency,signals,namespaces")
     a = ap.parse_args()
     skip = set(a.skip.split(",")) - {""}
     t0 = time.monotonic()
@@ -554,6 +651,12 @@ def main() -> int:
         secs["concurrency"] = run_concurrency(w, a.registry) \
             if "concurrency" not in skip else Section(figures={"store_clean_after": True})
         print(f"concurrency: {secs['concurrency'].rows}", flush=True)
+        secs["signals"] = run_signals(w, a.seed) if "signals" not in skip else Section(
+            figures={"trials": 0, "failed": 0, "outcomes": {}})
+        print(f"signals: {secs['signals'].figures}", flush=True)
+        secs["namespaces"] = run_namespaces(w) if "namespaces" not in skip else Section(
+            figures={"trials": 0, "failed": 0})
+        print(f"namespaces: {secs['namespaces'].figures}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     cmd = "PYTHONPATH=tools python3 tests/reliability/run.py " + " ".join(sys.argv[1:])
