@@ -6,7 +6,7 @@ import random
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pymerkle import InmemoryTree
+from pymerkle import InmemoryTree  # type: ignore[import-untyped]
 
 from patchbake.errors import LedgerError
 from patchbake.release import checkpoint, merkle

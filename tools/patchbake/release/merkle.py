@@ -72,6 +72,15 @@ def _subproof(m: int, leaves: Sequence[bytes], complete: bool) -> list[bytes]:
     return _subproof(m - k, leaves[k:], False) + [root(leaves[:k])]
 
 
+def _to_right_child(fn: int, sn: int) -> tuple[int, int]:
+    """Shift both until ``fn``'s lowest bit is set or it is 0 (RFC 9162's "if LSB(fn) is not
+    set, right-shift both fn and sn equally until ...")."""
+    while fn % 2 == 0 and fn != 0:
+        fn >>= 1
+        sn >>= 1
+    return fn, sn
+
+
 def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
                      expected_root: bytes) -> bool:
     """RFC 9162 2.1.3.2: whether ``proof`` shows ``leaf`` at ``index`` under ``expected_root``."""
@@ -84,10 +93,7 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
             return False
         if fn % 2 == 1 or fn == sn:
             r = node_hash(p, r)
-            if fn % 2 == 0:
-                while fn % 2 == 0 and fn != 0:
-                    fn >>= 1
-                    sn >>= 1
+            fn, sn = _to_right_child(fn, sn)
         else:
             r = node_hash(r, p)
         fn >>= 1
@@ -119,10 +125,7 @@ def verify_consistency(m: int, n: int, first_root: bytes, second_root: bytes,
         if fn % 2 == 1 or fn == sn:
             fr = node_hash(c, fr)
             sr = node_hash(c, sr)
-            if fn % 2 == 0:
-                while fn % 2 == 0 and fn != 0:
-                    fn >>= 1
-                    sn >>= 1
+            fn, sn = _to_right_child(fn, sn)
         else:
             sr = node_hash(sr, c)
         fn >>= 1
