@@ -13,10 +13,10 @@ from typing import Any
 import yaml
 from patchbake.digest import Digest
 from patchbake import config
-from patchbake.evidence import keys, records, statement
+from patchbake.evidence import keys, policy, records, statement
 from patchbake.fsutil import atomic_write
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
-from patchbake.release import attest, create, gates, ledger, manifest, vsa
+from patchbake.release import attest, create, gates, ledger, manifest, tlog, vsa
 from patchbake.config import suites as spec
 from patchbake.suites.run import suite_content_sha256
 
@@ -150,6 +150,9 @@ def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
     atomic_write(rel.path.parent / manifest.VSA_NAME, vsa.sign(rel, key))
     rdir = manifest.releases_dir(root)
     assert rel.image == IMAGE and str(rel.digest) == digest
-    entry = ledger.make_entry(ledger.read(rdir), "release", rel, key)
+    entries = ledger.read(rdir)
+    entry = ledger.make_entry(entries, "release", rel, key)
     ledger.append(rdir, entry)
+    tlog.publish(rdir, [*entries, entry], tlog.origin_of(p.name), key,
+                 policy.load(root / "manifests" / "trust-policy.yaml"))
     return rel

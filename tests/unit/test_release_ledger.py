@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake import config
 from patchbake.entry import main
 from patchbake.errors import LedgerError, ReleaseError
 from patchbake.evidence import dsse, keys, policy
 from patchbake.fsutil import canonical_json
-from patchbake.release import bundle, ledger, manifest, vsa
+from patchbake.release import bundle, ledger, manifest, tlog, vsa
 from patchbake.release.referrers import Attached
 from release_support import Keys, make_release, make_repo, write_policy
 
@@ -112,9 +113,17 @@ def _lines(root: Path) -> list[bytes]:
 
 def _second_entry(root: Path, k: Keys, rel: manifest.Release) -> None:
     key = keys.load_private(k.release)
-    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), "promotion", rel,
-                                                key, to="127.0.0.1:5000/x:1",
-                                                attached=ATTACHED))
+    entry = ledger.make_entry(ledger.read(rdir(root)), "promotion", rel, key,
+                              to="127.0.0.1:5000/x:1", attached=ATTACHED)
+    ledger.append(rdir(root), entry)
+    _checkpoint(root, k)
+
+
+def _checkpoint(root: Path, k: Keys) -> bytes:
+    """Sign the ledger's checkpoint as promote does (the release key holder)."""
+    name = config.load(root / "pipeline.yaml").name
+    return tlog.publish(rdir(root), ledger.read(rdir(root)), tlog.origin_of(name),
+                        keys.load_private(k.release), pol(root))
 
 
 def test_ledger_verifies_and_cli_lists_it(released: tuple[Path, Keys, manifest.Release],
@@ -383,6 +392,7 @@ def test_a_known_head_must_stay_in_the_chain(
     second = ledger.head(ledger.read(rdir(root)))
     assert main(["ledger", "verify", "--known-head", first, "--known-head", second]) == 0
     (rdir(root) / ledger.NAME).write_bytes(_lines(root)[0])  # the promotion is cut off
+    _checkpoint(root, k)  # by someone who holds the release key: the checkpoint agrees
     assert main(["ledger", "verify", "--known-head", first]) == 0  # still a prefix
     capsys.readouterr()
     assert main(["ledger", "verify", "--known-head", f"sha256:{second}"]) == 61
@@ -482,3 +492,65 @@ def test_a_malformed_ledger_entry_is_one_line_naming_the_field(
     assert line.startswith(f"{path}:1: ") and message in line and "\n" not in line
     assert main(["ledger", "verify"]) == LedgerError.exit_code
     assert message in capsys.readouterr().err
+
+
+def test_the_signed_checkpoint_catches_a_rollback(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """The ledger as a transparency log: the committed checkpoint refuses a cut ledger, a
+    missing checkpoint is refused, and a reader's kept checkpoint (--since) catches a
+    rollback even when the release key's holder signed a new checkpoint for it."""
+    root, k, rel = released
+    _second_entry(root, k, rel)
+    kept = tmp_path / "kept-checkpoint"
+    kept.write_bytes((rdir(root) / tlog.NAME).read_bytes())
+    assert main(["ledger", "verify", "--since", str(kept)]) == 0
+    (rdir(root) / ledger.NAME).write_bytes(_lines(root)[0])  # the promotion is cut off
+    capsys.readouterr()
+    assert main(["ledger", "verify"]) == 61
+    assert "signed a ledger of 2 entries; the ledger now has 1: entries were removed" in \
+        capsys.readouterr().err
+    (rdir(root) / tlog.NAME).unlink()
+    assert main(["ledger", "verify"]) == 61
+    assert "checkpoint is missing: a ledger of 1 entries has no signed checkpoint" in \
+        capsys.readouterr().err
+    _checkpoint(root, k)  # re-signed by the key's holder: only the kept checkpoint knows
+    assert main(["ledger", "verify"]) == 0
+    capsys.readouterr()
+    assert main(["ledger", "verify", "--since", str(kept)]) == 61
+    assert "entries were removed (a rollback)" in capsys.readouterr().err
+
+
+def test_a_rewritten_history_has_no_consistency_proof(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    root, k, rel = released
+    kept = tmp_path / "kept-checkpoint"
+    kept.write_bytes((rdir(root) / tlog.NAME).read_bytes())
+    # a new history of the same length and more: the first entry signed again, later
+    key = keys.load_private(k.release)
+    first = ledger.make_entry([], "release", rel, key, when=0)
+    ledger.write(rdir(root), [first])
+    _second_entry(root, k, rel)
+    assert main(["ledger", "verify"]) == 0
+    capsys.readouterr()
+    assert main(["ledger", "verify", "--since", str(kept)]) == 61
+    assert "are not the ones this checkpoint signed: the history was rewritten" in \
+        capsys.readouterr().err
+    forged = (rdir(root) / tlog.NAME).read_bytes().replace(b"\n2\n", b"\n3\n")
+    (rdir(root) / tlog.NAME).write_bytes(forged)
+    assert main(["ledger", "verify"]) == 61
+    assert "does not verify: the checkpoint was altered" in capsys.readouterr().err
+
+
+def test_ledger_checkpoint_signs_only_with_a_release_key(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    root, k, _ = released
+    (rdir(root) / tlog.NAME).unlink()
+    assert main(["ledger", "checkpoint", "--key", str(k.evidence)]) == ReleaseError.exit_code
+    assert "has no 'release' role" in capsys.readouterr().err
+    assert not (rdir(root) / tlog.NAME).exists()
+    assert main(["ledger", "checkpoint", "--key", str(k.release)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "1"  # the tree size
+    assert main(["ledger", "verify"]) == 0

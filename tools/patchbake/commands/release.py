@@ -13,6 +13,7 @@ from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..digest import Digest
 from ..errors import GateError, LedgerError, ReleaseError, UsageError
+from ..fsutil import read_input
 
 # The release stage is imported inside each command: it signs and verifies with
 # cryptography, which machines that only run suites (the GPU box) lack, and
@@ -218,15 +219,20 @@ def ledger_group() -> None:
 @click.option("--known-head", "known", multiple=True, metavar="SHA256",
               help="a head printed by an earlier verify: it must still be in the chain "
                    "(the ledger only grows; repeatable)")
+@click.option("--since", "since", type=click.Path(path_type=Path), metavar="CHECKPOINT",
+              help="a signed checkpoint kept from earlier (manifests/releases/checkpoint): "
+                   "today's ledger must extend the one it signed (no rollback, no rewrite)")
 @pass_ctx
-def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
-    """Check the chain, every signature, that each entry's release is committed and that
-    every committed release has its entry."""
+def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...], since: Path | None) -> None:
+    """Check the chain, every signature, the signed checkpoint (the ledger as a Merkle
+    tree), that each entry's release is committed and that every committed release has
+    its entry."""
     from ..evidence import policy
-    from ..release import ledger, manifest
+    from ..release import ledger, manifest, tlog
 
     rdir = manifest.releases_dir(ctx.pipeline.root)
-    entries = ledger.verify(rdir, policy.load(ctx.pipeline.signing.trust_policy))
+    pol = policy.load(ctx.pipeline.signing.trust_policy)
+    entries = ledger.verify(rdir, pol)
     ledger.check_known(entries, known, ledger.path_of(rdir))
     if (rdir / "promotion.pending.json").exists():
         raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
@@ -238,16 +244,56 @@ def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
                           "ledger, or a release was interrupted before its entry",
                           hint="an interrupted release completes with `patchbake release "
                                "create` again; otherwise restore the ledger")
+    origin = tlog.origin_of(ctx.pipeline.name)
+    committed = tlog.check_committed(rdir, entries, pol, origin)
+    if since is not None:
+        old = tlog.read_note(read_input(since, "checkpoint", LedgerError), pol, origin,
+                             str(since))
+        tlog.check_extends(old, entries, str(since))
     rows = [(e.seq, e.kind, e.channel, e.release[:16], e.digest, e.to or "", e.time)
             for e in entries]
+    head = tlog.head_of(entries, origin)
+    tree = {"size": head.size, "root": head.root.hex(),
+            "checkpoint_size": committed.size if committed else None,
+            "since_size": None if since is None else old.size}
     if ctx.as_json:
         ui.emit_json({"ok": True, "entries": [e.dump() for e in entries],
-                      "head": ledger.head(entries)})
+                      "head": ledger.head(entries), "tree": tree})
         return
     ui.table(f"ledger {ledger.path_of(rdir)}", ["seq", "kind", "channel", "release", "digest",
                                                  "to", "time"], rows)
-    ui.out_console().print(f"ledger intact: {len(entries)} entries, head {ledger.head(entries)}",
-                 markup=False)
+    signed = (f"signed checkpoint covers {committed.size} of {len(entries)}" if committed
+              else "no signed checkpoint yet (the ledger predates checkpoints)")
+    ui.out_console().print(f"ledger intact: {len(entries)} entries, head {ledger.head(entries)}"
+                           f"; tree root {head.root.hex()[:16]}…, {signed}"
+                           + ("" if since is None else
+                              f"; extends the checkpoint of {old.size} in {since}"),
+                           markup=False)
+
+
+@ledger_group.command("checkpoint")
+@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
+@pass_ctx
+def ledger_checkpoint_cmd(ctx: Ctx, key_path: Path | None) -> None:
+    """Sign the checkpoint of a ledger that verifies (release create and promote do this
+    with every entry; this signs one for a ledger without it). Keep a copy: `ledger verify
+    --since FILE` later shows the ledger only grew."""
+    from ..evidence import policy
+    from ..release import create, ledger, manifest, tlog
+
+    rdir = manifest.releases_dir(ctx.pipeline.root)
+    pol = policy.load(ctx.pipeline.signing.trust_policy)
+    key = create.release_key(ctx.pipeline, pol, key_path)
+    origin = tlog.origin_of(ctx.pipeline.name)
+    with ledger.locked(rdir):
+        entries = ledger.verify(rdir, pol)
+        if (rdir / tlog.NAME).exists():
+            tlog.check_committed(rdir, entries, pol, origin)  # only ever extended
+        note = tlog.publish(rdir, entries, origin, key, pol)
+    if ctx.as_json:
+        ui.emit_json({"checkpoint": note.decode(), "path": str(rdir / tlog.NAME)})
+        return
+    ui.out_console().print(note.decode(), markup=False, end="")
 
 
 @click.command("report")

@@ -20,7 +20,7 @@ from ..fsutil import atomic_write, read_input
 from ..images import definition as definitions
 from ..store import Store
 from ..suites import image as imagemod
-from . import ledger, manifest, vsa
+from . import ledger, manifest, tlog, vsa
 from .gates import Evaluation, Table, evaluate
 
 
@@ -114,8 +114,10 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
     require_pass(table)
     data = manifest.build(table, ev.facts, pipeline.name, ev.lineage.key,
                           read_input(sig.trust_policy, "the trust policy", ConfigError))
+    origin = tlog.origin_of(pipeline.name)
     with ledger.locked(rdir):
         entries = ledger.verify(rdir, pol)
+        tlog.check_committed(rdir, entries, pol, origin)  # no append to a rolled-back log
         rid = data.release_id()
         if ledger.find(entries, "release", release=rid):
             return Created(manifest.load_from(rdir, rid), table, False, None)
@@ -124,4 +126,5 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
         atomic_write(vsa_path, vsa.sign(rel, key))
         entry = ledger.make_entry(entries, "release", rel, key)
         ledger.append(rdir, entry)
+        tlog.publish(rdir, [*entries, entry], origin, key, pol)
     return Created(rel, table, True, entry)

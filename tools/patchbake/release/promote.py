@@ -42,7 +42,7 @@ from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef, parse_ref
 from ..store import Store
-from . import create, ledger, manifest, referrers, vsa
+from . import create, ledger, manifest, referrers, tlog, vsa
 from .attest import APPROVAL_TYPE, BENCHMARK_TYPE
 
 JOURNAL = "promotion.pending.json"
@@ -162,6 +162,8 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
     with ledger.locked(rdir):
         recovered = recover(rdir, pol)
         entries = ledger.verify(rdir, pol)
+        origin = tlog.origin_of(pipeline.name)
+        tlog.check_committed(rdir, entries, pol, origin)  # no append to a rolled-back log
         rel = manifest.load(root, release)
         if not ledger.find(entries, "release", release=rel.id):
             raise LedgerError(f"release {rel.id[:16]} is not in the ledger",
@@ -201,6 +203,7 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
                 pass  # the registry is gone too: the journal stays for the next run
             raise
         ledger.append(rdir, entry)
+        tlog.publish(rdir, [*entries, entry], origin, key, pol)
         (rdir / JOURNAL).unlink()
         fsync_dir(rdir)
     return Promoted(rel.id, str(dest), rel.digest, False, attached, recovered)
