@@ -84,7 +84,8 @@ def make_repo(root: Path, key_dir: Path, channels: dict[str, Any] | None = None)
 
 def suite_result(root: Path, suite: str, image: str, digest: str, *,
                  capability: str | None = None, passed: int | None = None,
-                 sensitivity: str = "ok", determinism: str = "ok") -> SuiteResult:
+                 sensitivity: str = "ok", determinism: str = "ok",
+                 environment: dict[str, Any] | None = None) -> SuiteResult:
     pipe = yaml.safe_load((root / "pipeline.yaml").read_text())
     s = spec.get(spec.parse_all(pipe["suites"], root), suite)
     n = passed if passed is not None else s.requires.min_tests + 2
@@ -98,7 +99,8 @@ def suite_result(root: Path, suite: str, image: str, digest: str, *,
         "counts": {"tests": n, "passed": n, "failed": 0, "skipped": 0, "errors": 0},
         "environment": {"compute_capability": capability,
                         "gpu_name": "NVIDIA L40S" if capability == "8.9" else
-                        ("NVIDIA H200" if gpu else None), "cuda_available": gpu},
+                        ("NVIDIA H200" if gpu else None), "cuda_available": gpu,
+                        **(environment or {})},
         "runner": s.runner,
         "probes": {"patch_sensitivity": {"status": sensitivity, "failed": n, "tests": n},
                    "determinism": {"status": determinism, "repeats": s.repeats,

@@ -34,6 +34,7 @@ from ..store import Store
 from ..suites.image import find_record
 from ..suites.run import suite_content_sha256
 from ..verify import baked
+from . import gpus, units
 from .attest import benchmark_path, verify_approvals, verify_benchmark
 from .facts import Approval, Benchmark, Evidence, Facts, Patch, Record, Upstream, Verification
 from ..fields import Fields
@@ -308,7 +309,7 @@ def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
         cap = v.statement.environment.get("compute_capability")
         # held to the suite's declaration here too: a channel need not list the suite in
         # an evidence gate, and "PASSED" alone says nothing of counts or probes
-        problem = _suite_problem(ev, name, v)
+        problem = _suite_problem(ev, name, v) or gpus.claim_problem(v.statement.environment)
         if problem is None and cap == g.capability:
             ev.facts.evidence[name] = _evidence_fact(ev, v)
             return "pass", (f"suite '{name}' passed on {v.statement.environment.get('gpu_name')}"
@@ -322,16 +323,27 @@ def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
 
 
 def _regressions(now: dict[str, Any], before: dict[str, Any], tol: float) -> list[str]:
+    """Each figure of the previous release against today's, in one unit (a figure moved
+    from 12.9 ms to 0.0155 s is 20 % slower, not 1000 times faster)."""
     out = []
     for metric, old in sorted(before.items()):
         new = now.get(metric)
         if new is None:
             out.append(f"{metric} is no longer measured")
             continue
-        change = (new["value"] - old["value"]) / old["value"]
+        try:
+            old_v, new_v = units.comparable(old, new)
+        except ValueError as exc:
+            out.append(f"{metric}: {exc}")
+            continue
+        change = (new_v - old_v) / old_v
         worse = change if old.get("better") == "lower" else -change
-        if worse > tol:
-            out.append(f"{metric} {old['value']} -> {new['value']} ({worse:+.1%} worse)")
+        if new.get("better") != old.get("better"):
+            out.append(f"{metric}: 'better' changed from {old.get('better')} to "
+                       f"{new.get('better')}")
+        elif worse > tol:
+            out.append(f"{metric} {old['value']} {old.get('unit', '')} -> {new['value']} "
+                       f"{new.get('unit', '')} ({worse:+.1%} worse)")
     return out
 
 
