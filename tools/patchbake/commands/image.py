@@ -108,7 +108,8 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | 
 
 @click.group("image")
 def image_group() -> None:
-    """Image definitions, the offline stand-in base, export and materialise."""
+    """Image definitions, the offline stand-in base, export, materialise, SBOM and
+    provenance."""
 
 
 @image_group.command("ls")
@@ -207,3 +208,12 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
     with did_you_mean(ctx, ref):
         out = materialise(ctx.store, ref, dest, pipeline=ctx.pipeline)
     ui.say(str(out / "vllm"))
+
+
+def _add_attest_commands() -> None:
+    from .attest import provenance_cmd, sbom_cmd
+    image_group.add_command(sbom_cmd)
+    image_group.add_command(provenance_cmd)
+
+
+_add_attest_commands()
