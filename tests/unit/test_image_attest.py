@@ -22,6 +22,7 @@ from patchbake.fsutil import pretty_json, sha256_bytes
 from patchbake.images.record import ImageRecord, record_path
 from patchbake.release import bundle, create, imageattest, manifest
 from patchbake.release.facts import Attestation
+from patchbake.sources import lockfile
 from patchbake.sources.lockfile import DebPackage, Lock, OsRoot, Target, Wheel
 from patchbake.store import Store
 from release_support import CHANNELS, REPO, Keys, make_release, make_repo
@@ -132,6 +133,22 @@ def test_an_sbom_with_a_lock_lists_every_wheel_and_debian_package() -> None:
         assert (parsed.type, parsed.namespace, parsed.name, parsed.version) == \
             ("deb", "debian", p.name, p.version)
         assert parsed.qualifiers["arch"] == "amd64" and c["hashes"][0]["content"] == p.sha256.hex
+
+
+def test_the_lineages_real_lock_gives_a_valid_sbom_of_every_artifact() -> None:
+    path = REPO / "images/locks/vllm-0.25.1.lock"
+    if not path.is_file():
+        pytest.skip("images/locks/vllm-0.25.1.lock is not in this checkout")
+    lock, digest = lockfile.load(path)
+    b = dataclasses.replace(_facts(), lock=bakefacts.LockInput(
+        "images/locks/vllm-0.25.1.lock", digest, lock))
+    doc = sbom.build(b)
+    assert _cyclonedx_errors(doc) is None
+    # the base, the patched vLLM, every other wheel and every Debian package
+    assert len(doc["components"]) == 2 + len(lock.wheels) - 1 + len(lock.os.packages)
+    hashes = {h["content"] for c in doc["components"] for h in c.get("hashes", [])}
+    assert {w.sha256.hex for w in lock.wheels if w.name != "vllm"} <= hashes
+    assert {p.sha256.hex for p in lock.os.packages} <= hashes
 
 
 def test_the_validators_and_the_reader_refuse_a_broken_sbom() -> None:

@@ -22,7 +22,8 @@ def _documents(ctx: Ctx, ref: str) -> imageattest.Documents:
         imagemod.identify(ctx.store, ref, ctx.pipeline)
     docs = imageattest.documents(ctx.pipeline, resolved.digest)
     if docs is None:
-        raise ImageError(f"{ref} ({resolved.digest}) has no committed image record: its SBOM "
+        named = ref if ref == str(resolved.digest) else f"{ref} ({resolved.digest})"
+        raise ImageError(f"{named} has no committed image record: its SBOM "
                          "and provenance are made from the bake's record",
                          hint="bake it with `patchbake bake` and commit manifests/images/")
     return docs

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config import Pipeline
 from ..config.pipeline import Lineage
-from ..digest import Digest
+from ..digest import Digest, is_hex
 from ..errors import AttestationError, ImageError, LockError
 from ..fields import Fields
 from ..images import definition as definitions
@@ -94,10 +94,10 @@ def _lock(pipeline: Pipeline, rec: ImageRecord, lin: Lineage, base_source: str
     except LockError as exc:
         raise AttestationError(f"the lineage's lock: {exc.message}") from None
     if named is not None:
-        f = Fields({"lock": named}, f"image record of {rec.definition}", AttestationError,
-                   ("lock",))
-        want = f.member("lock", ("sha256",), others=True).digest("sha256") \
-            if isinstance(named, dict) else f.digest("lock")
+        # the record names its lock by digest, alone or as {"sha256": ..., "path": ...}
+        text = named.get("sha256") if isinstance(named, dict) else named
+        want = Digest.from_hex(text) if is_hex(text) else Digest.parse(
+            text, f"image record of {rec.definition}: its lock's sha256", AttestationError)
         if want != digest:
             raise AttestationError(f"the image {rec.manifest_digest} was baked from lock "
                                    f"{want}; {_rel(pipeline, lin.lock)} is now {digest}")
