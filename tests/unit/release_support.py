@@ -17,6 +17,7 @@ from patchbake.evidence import keys, policy, records, statement
 from patchbake.fsutil import atomic_write
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
 from patchbake.release import attest, create, gates, ledger, manifest, tlog, vsa
+from patchbake.release.facts import Attestation
 from patchbake.config import suites as spec
 from patchbake.suites.run import suite_content_sha256
 
@@ -133,8 +134,10 @@ def sign_all(root: Path, k: Keys, image: str, digest: str, *,
 
 
 def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
-                 capability: str = "8.9") -> manifest.Release:
-    """A release of the signed gates only (the store-bound ones are integration tests)."""
+                 capability: str = "8.9",
+                 attestations: tuple[Attestation, ...] = ()) -> manifest.Release:
+    """A release of the signed gates only (the store-bound ones are integration tests),
+    recording ``attestations`` (release/imageattest.py) as its SBOM and provenance."""
     sign_all(root, k, IMAGE, digest, capability=capability)
     p = config.load(root / "pipeline.yaml")
     ev = create.evaluation(p, None, f"{IMAGE}@{digest}")
@@ -146,7 +149,7 @@ def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
     table = gates.Table(channel, IMAGE, Digest.parse(digest), decisions)
     assert table.passed, table.decisions
     data = manifest.build(table, ev.facts, p.name, "v0.25.1",
-                          (root / "manifests/trust-policy.yaml").read_bytes())
+                          (root / "manifests/trust-policy.yaml").read_bytes(), attestations)
     rel, _ = manifest.write(root, data)
     key = keys.load_private(k.release)
     atomic_write(rel.path.parent / manifest.VSA_NAME, vsa.sign(rel, key))

@@ -199,7 +199,10 @@ def test_bundle_exports_and_verifies_offline(released: tuple[Path, Keys, manifes
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["release"] == rel.id and verdict["ok"]
     assert [c["check"] for c in verdict["checks"]] == [
-        "ledger", "release manifest", "ledger entry", "digest", "VSA", "evidence", "gates"]
+        "ledger", "release manifest", "ledger entry", "digest", "VSA", "evidence",
+        "sbom and provenance", "gates"]
+    # no image record for this digest: the release carries none, and says so
+    assert verdict["checks"][6]["detail"].startswith("none recorded")
 
 
 @pytest.mark.parametrize("what, code, message", [

@@ -112,7 +112,8 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | 
 
 @click.group("image")
 def image_group() -> None:
-    """Image definitions, the offline stand-in base, export and materialise."""
+    """Image definitions, the offline stand-in base, export, materialise, SBOM and
+    provenance."""
 
 
 @image_group.command("ls")
@@ -252,3 +253,10 @@ def image_cuda_code(ctx: Ctx, ref: str, target: str) -> None:
 def _recorded_definition(ctx: Ctx, digest: Digest) -> str | None:
     rec = record.find(ctx.pipeline.root, digest)
     return rec.definition if rec else None
+def _add_attest_commands() -> None:
+    from .attest import provenance_cmd, sbom_cmd
+    image_group.add_command(sbom_cmd)
+    image_group.add_command(provenance_cmd)
+
+
+_add_attest_commands()

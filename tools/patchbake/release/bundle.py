@@ -8,7 +8,8 @@ the image record, plus ``bundle.json`` listing each file's sha256. No store, no 
 ``verify`` checks, in order: the ledger (chain, canonical lines, signatures by a
 ``release`` key), the release manifest's hash (its id) and its ledger entry, the VSA,
 each envelope (recorded sha256, trusted signature, subject = the release's digest), the
-image record, and that every recorded gate passed. Each check is a row; the first break
+image's SBOM and provenance (the same, signed by a ``release`` key, and valid documents:
+AttestationError otherwise), the image record, and that every recorded gate passed. Each check is a row; the first break
 raises (LedgerError for the ledger, ReleaseError for the rest).
 """
 
@@ -28,7 +29,7 @@ from ..fsutil import atomic_write, pretty_json, read_input, sha256_bytes
 from ..images.record import ImageRecord
 from ..images.refs import ImageRef
 from ..verify import baked
-from . import ledger, manifest, vsa
+from . import imageattest, ledger, manifest, vsa
 from .attest import verify_approvals, verify_benchmark
 
 BUNDLE = "bundle.json"
@@ -125,8 +126,23 @@ def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
                                    rel.digest, pol, rel.channel)
         if not want <= {a.envelope_sha256 for a in good}:
             raise ReleaseError("an approval the release recorded no longer verifies")
-    n = len(rel.envelopes())
+    n = len(rel.envelopes()) - len(m.attestations)
     return f"{n} signed statement(s) verified; every subject is {rel.digest}"
+
+
+def _attestations(root: Path, rel: manifest.Release, pol: Any) -> str:
+    """The image's SBOM and provenance: both recorded by every release that has them;
+    a release without (no image record, or made before they existed) says so."""
+    atts = rel.manifest.attestations
+    if not atts:
+        return "none recorded (the release names no image record, or predates them)"
+    if sorted(a.kind for a in atts) != ["provenance", "sbom"]:
+        raise ReleaseError(f"release {rel.id[:16]} records {[a.kind for a in atts]}, not "
+                           "one SBOM and one provenance")
+    try:
+        return "; ".join(imageattest.verify(root, a, rel.digest, pol) for a in atts)
+    except EvidenceError as exc:
+        raise ReleaseError(f"attestation: {exc.message}") from None
 
 
 def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
@@ -171,6 +187,7 @@ def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = Non
         out.checks.append(("evidence", _envelopes(root, rel, pol)))
     except EvidenceError as exc:
         raise ReleaseError(f"evidence: {exc.message}") from None
+    out.checks.append(("sbom and provenance", _attestations(root, rel, pol)))
     record = rel.manifest.images[0].record
     if record:
         out.checks.append(("image record", _image_record(root, rel, record)))

@@ -7,7 +7,8 @@ All-or-nothing, in this order (under the ledger lock):
    now and must all pass; every signed input still has the bytes the release recorded and
    the VSA verifies (GateError 60 / LedgerError 61 otherwise: nothing was sent);
 2. blobs and the manifest go up by digest (invisible: no tag names them yet), read back;
-3. the statements are attached (referrers.py);
+3. the statements are attached (referrers.py): evidence, benchmark, approvals, the image's
+   SBOM and provenance, the VSA;
 4. a journal (``promotion.pending.json``) records the signed ledger entry about to be
    appended; 5. the tag is set and read back; 6. the entry is appended, the journal removed.
 
@@ -125,7 +126,8 @@ def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
     m = rel.manifest
     inputs = [*((e.path, PREDICATE_TYPE) for e in m.evidence),
               *([(m.benchmark.path, BENCHMARK_TYPE)] if m.benchmark else []),
-              *((a.path, APPROVAL_TYPE) for a in m.approvals)]
+              *((a.path, APPROVAL_TYPE) for a in m.approvals),
+              *((a.path, a.predicate_type) for a in m.attestations)]
     out = [referrers.Statement(read_input(root / path, "a signed input", GateError), ptype,
                                Path(path).name)
            for path, ptype in inputs]
