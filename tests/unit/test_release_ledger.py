@@ -16,7 +16,7 @@ from patchbake.entry import main
 from patchbake.errors import LedgerError, ReleaseError
 from patchbake.evidence import dsse, keys, policy
 from patchbake.fsutil import canonical_json
-from patchbake.release import bundle, ledger, manifest, tlog, vsa
+from patchbake.release import bundle, checkpoint, ledger, manifest, tlog, vsa
 from patchbake.release.referrers import Attached
 from release_support import Keys, make_release, make_repo, write_policy
 
@@ -199,10 +199,12 @@ def test_bundle_exports_and_verifies_offline(released: tuple[Path, Keys, manifes
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["release"] == rel.id and verdict["ok"]
     assert [c["check"] for c in verdict["checks"]] == [
-        "ledger", "release manifest", "ledger entry", "digest", "VSA", "evidence",
-        "sbom and provenance", "gates"]
+        "bundle", "ledger", "release manifest", "ledger entry", "transparency log", "digest",
+        "VSA", "evidence", "sbom and provenance", "gates"]
     # no image record for this digest: the release carries none, and says so
-    assert verdict["checks"][6]["detail"].startswith("none recorded")
+    assert verdict["checks"][8]["detail"].startswith("none recorded")
+    assert verdict["checks"][4]["detail"] == \
+        "entry 0 is in the signed log of 1 (checkpoint, audit path)"
 
 
 @pytest.mark.parametrize("what, code, message", [
@@ -235,7 +237,55 @@ def test_tampered_bundle_is_refused(released: tuple[Path, Keys, manifest.Release
         write_policy(out, k, drop="release")
     named = ["--trust-policy", str(out / "manifests/trust-policy.yaml")] \
         if what == "policy" else []
+    assert main(["release", "verify", rel.id, "--bundle", str(out), *named]) == 62
+    assert "was changed after export" in capsys.readouterr().err  # bundle.json holds first
+    _relist(out)  # an attacker rewrites the unsigned listing too: the signatures still hold
     assert main(["release", "verify", rel.id, "--bundle", str(out), *named]) == code
+    assert message in capsys.readouterr().err
+
+
+def _relist(out: Path) -> None:
+    doc = json.loads((out / bundle.BUNDLE).read_text())
+    doc["files"] = {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                    for p in out.rglob("*") if p.is_file() and p.name != bundle.BUNDLE}
+    (out / bundle.BUNDLE).write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("change, message", [
+    ("add", "is not in bundle.json"),
+    ("escape", "is not a file of the bundle"),
+    ("other-release", "is the listing of release 0000000000000000, not of"),
+    ("proof", "the inclusion proof does not verify"),
+    ("checkpoint", "no trusted key signed this checkpoint"),
+])
+def test_bundle_listing_and_log_proof_are_checked(
+        released: tuple[Path, Keys, manifest.Release], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], change: str, message: str) -> None:
+    root, k, rel = released
+    out = tmp_path / "bundle"
+    bundle.export(root, root / "manifests/trust-policy.yaml", rel.id, out)
+    doc = json.loads((out / bundle.BUNDLE).read_text())
+    releases = out / manifest.RELEASES_DIR
+    if change == "add":
+        (out / "extra.sh").write_text("echo hi\n")
+    elif change == "escape":
+        doc["files"]["../outside"] = "0" * 64
+        (out / bundle.BUNDLE).write_text(json.dumps(doc))
+    elif change == "other-release":
+        doc["release"] = "0" * 64
+        (out / bundle.BUNDLE).write_text(json.dumps(doc))
+    elif change == "proof":
+        proof = json.loads((releases / bundle.INCLUSION).read_text())
+        proof["proof"] = ["00" * 32]
+        (releases / bundle.INCLUSION).write_text(json.dumps(proof))
+        _relist(out)
+    else:  # a checkpoint signed by a key the policy does not give the release role
+        entries = ledger.read(releases)
+        cp = tlog.head_of(entries, tlog.origin_of(config.load(root / "pipeline.yaml").name))
+        (releases / tlog.NAME).write_bytes(
+            checkpoint.sign(cp, "someone", keys.load_private(k.outsider)))
+        _relist(out)
+    assert main(["release", "verify", rel.id, "--bundle", str(out)]) in (61, 62)
     assert message in capsys.readouterr().err
 
 
