@@ -18,6 +18,7 @@ from ..verify.baked import materialise, raise_on_failure, verify_image
 from ..images import definition as definitions
 from ..images import record
 from ..images.refs import resolve
+from ..images.servingbase import build_serving_base
 from ..images.standin import build_standin
 from ..oci import layout
 from ..oci.archive import export_docker_archive
@@ -180,6 +181,37 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
         ui.emit_json(out)
     else:
         ui.kv(f"stand-in base ({variant})", list(out.items()))
+
+
+@image_group.command("base")
+@click.option("--lineage", "lineage_key", default=None,
+              help="the lineage whose lock is built (default: the global --lineage, or "
+                   "pipeline.yaml's default)")
+@pass_ctx
+def image_base(ctx: Ctx, lineage_key: str | None) -> None:
+    """Build the serving base from the lineage's lock (no daemon; reproducible).
+
+    Downloads what the store lacks (wheels through pip, Debian packages through apt's
+    sources), each checked against the lock's sha256."""
+    lineage = ctx.pipeline.lineage(lineage_key or ctx.lineage_key)
+    if not ctx.as_json:
+        ui.step(f"serving base of lineage {lineage.key} from {lineage.lock}")
+    with ui.progress("serving base: layer bytes written", None) as bar:
+        base = build_serving_base(ctx.store, lineage, step=ui.step, advance=bar.advance)
+    out = base.to_json()
+    if ctx.as_json:
+        ui.emit_json(out)
+        return
+    for c in base.conflicts:
+        ui.warn(f"warning: {c.path} is written by {c.dropped} and {c.kept} with different "
+                f"bytes; {c.kept}'s is installed (the later in install order)")
+    ui.kv(f"serving base {lineage.key}: {'cached' if base.cached else 'built'}", [
+        ("manifest digest", base.manifest.digest), ("config digest", base.config_digest),
+        ("lock digest", base.lock_digest), ("size", out["size"]),
+        ("seconds", out["seconds"])])
+    ui.table("layers", ["layer", "digest", "size", "files", "wheels", "cached"],
+             [(x["group"], x["digest"], x["size"], x["files"], x["wheels"], x["cached"])
+              for x in out["layers"]])
 
 
 @image_group.command("export")
