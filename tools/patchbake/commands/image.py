@@ -205,6 +205,9 @@ def image_base(ctx: Ctx, lineage_key: str | None) -> None:
     for c in base.conflicts:
         ui.warn(f"warning: {c.path} is written by {c.dropped} and {c.kept} with different "
                 f"bytes; {c.kept}'s is installed (the later in install order)")
+    for f in base.record_fixed:
+        ui.warn(f"note: {f}: the wheel's RECORD gives another size; installed as it is in "
+                "the pinned wheel, RECORD written with its real hash")
     ui.kv(f"serving base {lineage.key}: {'cached' if base.cached else 'built'}", [
         ("manifest digest", base.manifest.digest), ("config digest", base.config_digest),
         ("lock digest", base.lock_digest), ("size", out["size"]),

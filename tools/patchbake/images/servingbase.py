@@ -56,6 +56,7 @@ class ServingBase:
     lock_digest: Digest
     layers: tuple[Layer, ...]
     conflicts: tuple[Conflict, ...]
+    record_fixed: tuple[str, ...]  # "project: member" whose wheel RECORD row was wrong
     cached: bool
     seconds: float
 
@@ -66,6 +67,7 @@ class ServingBase:
                 "layers": [layer.to_json() for layer in self.layers],
                 "conflicts": [{"path": c.path, "kept": c.kept, "dropped": c.dropped}
                               for c in self.conflicts],
+                "record_fixed": list(self.record_fixed),
                 "seconds": round(self.seconds, 3)}
 
 
@@ -100,12 +102,13 @@ def find_serving_base(store: Store, lineage: Lineage) -> ServingBase | None:
         conflicts = tuple(Conflict(c["path"], c["kept"], c["dropped"])
                           for c in rec["conflicts"])
         config = Digest.parse(rec["config_digest"])
+        fixed = tuple(str(x) for x in rec["record_fixed"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not all(store.has(d) for d in (desc.digest, config,
                                       *(x.descriptor.digest for x in layers))):
         return None
-    return ServingBase(desc, config, digest, layers, conflicts, True, 0.0)
+    return ServingBase(desc, config, digest, layers, conflicts, fixed, True, 0.0)
 
 
 def _os_layer(store: Store, lock: lockfile.Lock, work: Path, step: Step,
@@ -128,7 +131,8 @@ def _os_layer(store: Store, lock: lockfile.Lock, work: Path, step: Step,
 
 
 def _wheel_layers(store: Store, lock: lockfile.Lock, work: Path, step: Step,
-                  advance: baselayers.Advance) -> tuple[list[Layer], list[Conflict]]:
+                  advance: baselayers.Advance
+                  ) -> tuple[list[Layer], list[Conflict], list[str]]:
     blobs = artifacts.fetch_wheels(store, lock, work, step)
     scheme = Scheme.debian_local(lock.target.site_packages, lock.target.python)
     order = baselayers.install_order(lock.wheels)
@@ -136,6 +140,7 @@ def _wheel_layers(store: Store, lock: lockfile.Lock, work: Path, step: Step,
     with ExitStack() as stack:
         plans = baselayers.plan_wheels(stack, order, blobs, scheme)
         conflicts = baselayers.conflicts_of(plans, order)
+        fixed = [f"{w.name}: {m}" for w in order for m in plans[w.name].record_fixed]
         for group in baselayers.GROUPS[1:]:
             wheels = [w for w in order if baselayers.group_of(w.name) == group]
             key = baselayers.layer_key(group, {"scheme": scheme.__dict__, "wheels": [
@@ -147,7 +152,7 @@ def _wheel_layers(store: Store, lock: lockfile.Lock, work: Path, step: Step,
                 found = baselayers.write(store, group, key, entries, lock.source_date_epoch,
                                          len(wheels), advance)
             layers.append(found)
-    return layers, conflicts
+    return layers, conflicts, fixed
 
 
 def _config(lineage: Lineage, lock: lockfile.Lock, lock_digest: Digest,
@@ -186,7 +191,7 @@ def build_serving_base(store: Store, lineage: Lineage, *, step: Step = _quiet,
     work = store.tmpdir("servingbase")
     try:
         layers = [_os_layer(store, lock, work, step, advance)]
-        wheel_layers, conflicts = _wheel_layers(store, lock, work, step, advance)
+        wheel_layers, conflicts, fixed = _wheel_layers(store, lock, work, step, advance)
         layers += wheel_layers
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -197,8 +202,8 @@ def build_serving_base(store: Store, lineage: Lineage, *, step: Step = _quiet,
     mdigest, msize, _ = layout.put_json(store, manifest)
     desc = Descriptor(OCI_MANIFEST, mdigest, msize)
     layout.add_ref(store, f"serving-base/vllm-{lineage.upstream.version}", desc)
-    result = ServingBase(desc, cdigest, lock_digest, tuple(layers), tuple(conflicts), False,
-                         time.monotonic() - t0)
+    result = ServingBase(desc, cdigest, lock_digest, tuple(layers), tuple(conflicts),
+                         tuple(fixed), False, time.monotonic() - t0)
     record = {**result.to_json(), "manifest_size": msize}
     cache_write(_record_path(store, base_key(lineage, lock_digest)), canonical_json(record))
     return result

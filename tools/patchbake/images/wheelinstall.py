@@ -83,6 +83,7 @@ class Installed:
 class WheelInstall:
     project: str  # as the .dist-info directory spells it ("torch")
     files: tuple[Installed, ...]
+    record_fixed: tuple[str, ...] = ()  # members whose RECORD size was wrong (re-hashed)
 
 
 def _b64(hexdigest: str) -> str:
@@ -194,19 +195,32 @@ def _memory(path: str, data: bytes, executable: bool) -> Installed:
                            size=len(data)), hashlib.sha256(data).hexdigest())
 
 
+def _hashed(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
+    h = hashlib.sha256()
+    with zf.open(info) as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str,
-            row: tuple[str, int] | None, wheel: str) -> Installed:
+            row: tuple[str, int] | None, wheel: str) -> tuple[Installed, bool]:
+    """The member as an entry, and whether its RECORD row was wrong (and replaced)."""
     executable = bool((info.external_attr >> 16) & 0o111)
     if row is None:
         if not info.filename.endswith(("/RECORD.jws", "/RECORD.p7s")):
             raise IntegrityError(f"wheel {wheel}: {info.filename} is not in its RECORD")
-        return _memory(path, zf.read(info), executable)  # signatures: not in RECORD by spec
-    if row[1] != info.file_size:
-        raise IntegrityError(f"wheel {wheel}: {info.filename} is {info.file_size} bytes, its "
-                             f"RECORD says {row[1]}")
+        return _memory(path, zf.read(info), executable), False  # signatures: not in RECORD
+    fixed = row[1] != info.file_size
+    if fixed:
+        # a RECORD row whose size is not the member's is the wheel's own mistake (the wheel
+        # file is pinned by sha256, so these bytes are the pinned ones): hash what is there
+        # and install that, reported rather than refused (pip does not check RECORD at all)
+        row = (_hashed(zf, info), info.file_size)
+    want = row[0]
     what = f"wheel {wheel}: {info.filename}"
     return Installed(Entry(path, "file", 0o755 if executable else 0o644, size=info.file_size,
-                           opener=lambda: _Checked(zf.open(info), row[0], what)), row[0])
+                           opener=lambda: _Checked(zf.open(info), want, what)), want), fixed
 
 
 def install_wheel(zf: zipfile.ZipFile, wheel: str, scheme: Scheme) -> WheelInstall:
@@ -215,10 +229,11 @@ def install_wheel(zf: zipfile.ZipFile, wheel: str, scheme: Scheme) -> WheelInsta
     for i in infos:
         _safe(i.filename, wheel)
     dist_info = _dist_info([i.filename for i in infos], wheel)
-    project = dist_info.rsplit("-", 1)[0]
+    project = dist_info.removesuffix(".dist-info").rsplit("-", 1)[0]
     data_dir = dist_info.removesuffix(".dist-info") + ".data"
     record = _record(zf, dist_info, wheel)
     files: list[Installed] = []
+    fixed: list[str] = []
     for info in infos:
         name = info.filename
         if name == f"{dist_info}/RECORD" or name == f"{dist_info}/INSTALLER":
@@ -231,7 +246,10 @@ def install_wheel(zf: zipfile.ZipFile, wheel: str, scheme: Scheme) -> WheelInsta
                 raise IntegrityError(f"wheel {wheel}: {name} does not match its RECORD hash")
             files.append(_memory(path, _script(data, scheme.interpreter), True))
         else:
-            files.append(_member(zf, info, path, row, wheel))
+            installed, was_fixed = _member(zf, info, path, row, wheel)
+            files.append(installed)
+            if was_fixed:
+                fixed.append(name)
     ep = f"{dist_info}/entry_points.txt"
     if ep in zf.namelist():
         files += [_memory(p, body, True)
@@ -239,7 +257,7 @@ def install_wheel(zf: zipfile.ZipFile, wheel: str, scheme: Scheme) -> WheelInsta
     sp = scheme.site_packages
     files.append(_memory(f"{sp}/{dist_info}/INSTALLER", INSTALLER, False))
     files.append(_memory(f"{sp}/{dist_info}/RECORD", record_bytes(files, sp, dist_info), False))
-    return WheelInstall(project, tuple(files))
+    return WheelInstall(project, tuple(files), tuple(fixed))
 
 
 def record_bytes(files: list[Installed], site_packages: str, dist_info: str) -> bytes:
