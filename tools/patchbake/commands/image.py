@@ -5,6 +5,7 @@ materialise``. Printing lives here; the work is in ``patchbake.bake`` and
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..images import record
 from ..images.refs import resolve
 from ..images.servingbase import build_serving_base
 from ..images.standin import build_standin
-from ..oci import layout
+from ..oci import engine, layout
 from ..oci.archive import export_docker_archive
 from .names import did_you_mean
 
@@ -202,9 +203,13 @@ def image_base(ctx: Ctx, lineage_key: str | None) -> None:
     if ctx.as_json:
         ui.emit_json(out)
         return
+    pairs: dict[tuple[str, str], list[str]] = {}
     for c in base.conflicts:
-        ui.warn(f"warning: {c.path} is written by {c.dropped} and {c.kept} with different "
-                f"bytes; {c.kept}'s is installed (the later in install order)")
+        pairs.setdefault((c.dropped, c.kept), []).append(c.path)
+    for (dropped, kept), paths in sorted(pairs.items()):
+        ui.warn(f"warning: {len(paths)} path(s) written by both {dropped} and {kept} with "
+                f"different bytes (first: {paths[0]}); {kept}'s are installed, the later in "
+                "install order (--json lists them all)")
     for f in base.record_fixed:
         ui.warn(f"note: {f}: the wheel's RECORD gives another size; installed as it is in "
                 "the pinned wheel, RECORD written with its real hash")
@@ -231,6 +236,33 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
     export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
                                                     f":{digest.short()}"])
     ui.say(f"{dest}: {digest}")
+
+
+@image_group.command("load")
+@click.argument("ref")
+@click.option("--tag", default=None, help="the name it gets in the engine (default: from REF)")
+@pass_ctx
+def image_load(ctx: Ctx, ref: str, tag: str | None) -> None:
+    """Load REF (definition, store name or digest) into the Docker engine (`docker load`
+    of a docker-archive written from the store, removed afterwards)."""
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
+        if res.kind not in ("definition", "store"):
+            raise ImageError(f"load reads images from the store; {ref} is a {res.kind}")
+        digest = res.image.manifest_digest
+        config = res.image.config_desc.digest
+    name = tag or f"patchbake/{ref.replace(':', '-')}:{digest.short()}"
+    tmp = ctx.store.tmpdir("engine-load")
+    try:
+        if not ctx.as_json:
+            ui.step(f"docker load {name}")
+        engine.load(export_docker_archive(ctx.store, digest, tmp / "image.tar", [name]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"tag": name, "digest": str(digest), "image_id": str(config)}
+    if ctx.as_json:
+        ui.emit_json(out)
+    else:
+        ui.kv(f"loaded into the engine: {name}", list(out.items()))
 
 
 @image_group.command("materialise")
