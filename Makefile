@@ -19,7 +19,7 @@ export PATCHBAKE_NO_PROGRESS ?=
 
 .PHONY: setup setup-python setup-suite setup-system setup-bench services services-stop demo test unit \
         integration bench lint dist check clean venv reliability guard ci-gates \
-        sm89-compile-evidence
+        sm89-compile-evidence serving-image
 
 setup: setup-system setup-python
 
@@ -90,6 +90,16 @@ test: setup setup-suite services
 
 unit: setup-python
 	$(PY) -m pytest -q tests/unit
+
+# The real sm89 serving image (README, docs/images.md): the lineage's committed lock -> the
+# serving base (downloads about 5 GB of wheels and 130 Debian packages the first time) ->
+# the patch baked on it -> loaded into the engine. Prints the digests.
+SERVING_IMAGE ?= sm89-serving-local
+SERVING_LINEAGE ?= v0.25.1
+serving-image: setup-python
+	$(PY) -m patchbake image base --lineage $(SERVING_LINEAGE)
+	$(PY) -m patchbake --lineage $(SERVING_LINEAGE) bake $(SERVING_IMAGE)
+	$(PY) -m patchbake image load $(SERVING_IMAGE)
 
 bench: setup setup-bench services
 	PYTHONPATH=tools $(PY) bench/run.py

@@ -22,8 +22,9 @@ from ..verify.baked import materialise, raise_on_failure, verify_image
 from ..images import definition as definitions
 from ..images import record
 from ..images.refs import resolve
+from ..images.servingbase import build_serving_base
 from ..images.standin import build_standin
-from ..oci import layout
+from ..oci import engine, layout
 from ..oci.archive import export_docker_archive
 from .names import did_you_mean
 
@@ -187,6 +188,44 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
         ui.kv(f"stand-in base ({variant})", list(out.items()))
 
 
+@image_group.command("base")
+@click.option("--lineage", "lineage_key", default=None,
+              help="the lineage whose lock is built (default: the global --lineage, or "
+                   "pipeline.yaml's default)")
+@pass_ctx
+def image_base(ctx: Ctx, lineage_key: str | None) -> None:
+    """Build the serving base from the lineage's lock (no daemon; reproducible).
+
+    Downloads what the store lacks (wheels through pip, Debian packages through apt's
+    sources), each checked against the lock's sha256."""
+    lineage = ctx.pipeline.lineage(lineage_key or ctx.lineage_key)
+    if not ctx.as_json:
+        ui.step(f"serving base of lineage {lineage.key} from {lineage.lock}")
+    with ui.progress("serving base: layer bytes written", None) as bar:
+        base = build_serving_base(ctx.store, lineage, step=ui.step, advance=bar.advance)
+    out = base.to_json()
+    if ctx.as_json:
+        ui.emit_json(out)
+        return
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for c in base.conflicts:
+        pairs.setdefault((c.dropped, c.kept), []).append(c.path)
+    for (dropped, kept), paths in sorted(pairs.items()):
+        ui.warn(f"warning: {len(paths)} path(s) written by both {dropped} and {kept} with "
+                f"different bytes (first: {paths[0]}); {kept}'s are installed, the later in "
+                "install order (--json lists them all)")
+    for f in base.record_fixed:
+        ui.warn(f"note: {f}: the wheel's RECORD gives another size; installed as it is in "
+                "the pinned wheel, RECORD written with its real hash")
+    ui.kv(f"serving base {lineage.key}: {'cached' if base.cached else 'built'}", [
+        ("manifest digest", base.manifest.digest), ("config digest", base.config_digest),
+        ("lock digest", base.lock_digest), ("size", out["size"]),
+        ("seconds", out["seconds"])])
+    ui.table("layers", ["layer", "digest", "size", "files", "wheels", "cached"],
+             [(x["group"], x["digest"], x["size"], x["files"], x["wheels"], x["cached"])
+              for x in out["layers"]])
+
+
 @image_group.command("export")
 @click.argument("ref")
 @click.argument("dest", type=click.Path(path_type=Path))
@@ -201,6 +240,33 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
     export_docker_archive(ctx.store, digest, dest, [tag or f"patchbake/{ref.replace(':', '-')}"
                                                     f":{digest.short()}"])
     ui.say(f"{dest}: {digest}")
+
+
+@image_group.command("load")
+@click.argument("ref")
+@click.option("--tag", default=None, help="the name it gets in the engine (default: from REF)")
+@pass_ctx
+def image_load(ctx: Ctx, ref: str, tag: str | None) -> None:
+    """Load REF (definition, store name or digest) into the Docker engine (`docker load`
+    of a docker-archive written from the store, removed afterwards)."""
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
+        if res.kind not in ("definition", "store"):
+            raise ImageError(f"load reads images from the store; {ref} is a {res.kind}")
+        digest = res.image.manifest_digest
+        config = res.image.config_desc.digest
+    name = tag or f"patchbake/{ref.replace(':', '-')}:{digest.short()}"
+    tmp = ctx.store.tmpdir("engine-load")
+    try:
+        if not ctx.as_json:
+            ui.step(f"docker load {name}")
+        engine.load(export_docker_archive(ctx.store, digest, tmp / "image.tar", [name]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"tag": name, "digest": str(digest), "image_id": str(config)}
+    if ctx.as_json:
+        ui.emit_json(out)
+    else:
+        ui.kv(f"loaded into the engine: {name}", list(out.items()))
 
 
 @image_group.command("materialise")

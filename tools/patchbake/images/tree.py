@@ -21,7 +21,9 @@ size, sha256, mode], ...]}`` sorted by path.
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 import shutil
 from dataclasses import dataclass
@@ -142,9 +144,11 @@ def _version(metadata: bytes) -> str | None:
 
 def _record_problems(tree: BaseTree) -> list[str]:
     rows: dict[str, str] = {}
-    for line in tree.dist_info.get("RECORD", b"").decode("utf-8", "replace").splitlines():
-        path, _, rest = line.partition(",")
-        rows[path] = rest.partition(",")[0]
+    # RECORD is CSV: a path with a comma (vLLM's fused_moe configs) is a quoted field
+    text = tree.dist_info.get("RECORD", b"").decode("utf-8", "replace")
+    for row in csv.reader(io.StringIO(text)):
+        if row:
+            rows[row[0]] = row[1] if len(row) > 1 else ""
     bad = []
     for rel, f in sorted(tree.files.items()):
         want = rows.get(rel)
