@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from . import memo, startup_hooks
-from .above_base import after_base, dist_record_findings, drift_before_overlay, stale_bytecode
+from .above_base import (after_base, dist_record_findings, drift_before_overlay,
+                         scripts_dir, stale_bytecode)
 from ..config import Lineage, Pipeline
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, VerifyError
@@ -214,8 +215,10 @@ def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: s
         recalled = memo.load(store, memo_key, len(res.image.layers)) if memo_key else None
         env = startup_hooks.env_of(res.image.config)
         where = startup_hooks.places(exp.definition.site_packages, env)
-        tracked = (f"{exp.sp}/{PACKAGE}", f"{exp.sp}/vllm-", "opt/patchbake/",
-                   *where.tracked())
+        tracked = (f"{exp.sp}/{PACKAGE}", f"{exp.sp}/vllm-", scripts_dir(exp.sp),
+                   "opt/patchbake/",
+                   *where.tracked(),
+                   *startup_hooks.allowed_paths(exp.definition.startup_allow))
         cache_dir = store.root / "bakes" / "layer-ops" if use_cache else None
         digests = _keep_hashing(early, res, exp, tracked, cache_dir, recalled is not None)
         if recalled is not None and digests is not None:
