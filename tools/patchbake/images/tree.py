@@ -60,7 +60,8 @@ class BaseTree:
 
 
 def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
-    """The base image's installed ``vllm/`` tree (every layer read and digest-checked)."""
+    """The base image's installed ``vllm/`` tree (each layer read and digest-checked once, then
+    replayed from its memo: see ``scan_image(stored=True)``)."""
     for d in base.image.layers:
         if not store.has(d.digest):
             raise ImageError(f"base {base.name} layer {d.digest} is not in the store; its "
@@ -68,10 +69,12 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
                              hint="give the base as an OCI layout or docker-archive with "
                                   "its layers, or a registry that serves them")
     tracked = (f"{sp_rel}/vllm/", f"{sp_rel}/vllm-")
-    # the layers' ops memoised by layer digest (every byte still hashed to EOF); a base
-    # that installs a vLLM dist-info is read again with it written out (RECORD, METADATA)
+    # the layers' ops memoised by layer digest; once every layer has its memo the blobs
+    # are not hashed again (the store hashed them on write; `store fsck` re-checks, and
+    # verify hashes every byte of the baked image). A base that installs a vLLM
+    # dist-info is read again with it written out (RECORD, METADATA)
     view = scan_image(base.image, StoreBlobs(store), tracked,
-                      cache_dir=store.root / "bakes" / "layer-ops")
+                      cache_dir=store.root / "bakes" / "layer-ops", stored=True)
     if not any(k.startswith(f"{sp_rel}/vllm-") for k in view.files):
         return _tree_of(view, base.name, sp_rel, {}, None)
     tmp = store.tmpdir("base-dist-info")
