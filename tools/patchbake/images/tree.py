@@ -36,6 +36,7 @@ from ..oci.scan import scan_image
 from ..oci.view import View
 from ..sources import fetch
 from ..sources.digest import MODE_LINK, digest_entries, tree_entries
+from ..sources.treememo import TreeMemo
 from ..store import Store
 from .base import BaseImage
 
@@ -121,7 +122,7 @@ def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, st
             return {str(k): str(v) for k, v in data["files"].items()}
     except (OSError, ValueError):
         pass  # absent or damaged: rebuilt below
-    entries = tree_entries(fetched.root)
+    entries = tree_entries(fetched.root, memo=TreeMemo.for_tree(store.root, fetched.root))
     if digest_entries(entries) != fetched.tree_digest:
         raise ImageError(f"the pristine tree at {fetched.root} does not hash to "
                          f"{fetched.tree_digest}", hint="run `patchbake fetch --verify`")
