@@ -131,9 +131,14 @@ def test_new_patched_tree_reads_only_what_the_patch_wrote(shared_home: Path, tmp
 
     from patchbake.sources import fetch
 
-    fetch(lin, store)
+    from patchbake.sources.digest import tree_entries
+    from patchbake.sources.treememo import TreeMemo
+
+    fetched = fetch(lin, store)
     time.sleep(0.2)  # files are memoised once older than RACY_NS (their ctime is now)
-    first = patched_tree(lin, store)  # memoises the pristine tree, then applies
+    # verify and the pristine package hash the pristine tree with its memo: so does this
+    tree_entries(fetched.root, memo=TreeMemo.for_tree(store.root, fetched.root))
+    first = patched_tree(lin, store)
     for meta in (home / "patched").glob("*.json"):  # the next edit: a tree not built yet
         meta.unlink()
     # moved, not deleted: deleting the links would move the pristine files' ctimes

@@ -149,20 +149,31 @@ def test_memo_is_written_atomically_and_an_unwritable_store_is_no_error(tmp_path
     assert blocked.changed  # nothing saved: the next run hashes again
 
 
+def test_confirm_leaves_out_changed_files(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    _tree(root)
+    memo = _memo(tmp_path, root)
+    tree_entries(root, memo=memo)
+    os.chmod(root / "pkg" / "m1.py", 0o600)  # ctime moves
+    (root / "pkg" / "m2.py").unlink()
+    assert memo.confirm(root) == {b"pkg/m0.py", b"pkg/m3.py", b"pkg/m4.py"}
+
+
 def test_hard_links_from_a_confirmed_tree_are_seeded(tmp_path: Path,
                                                      reads: list[bytes]) -> None:
     src, dst = tmp_path / "src", tmp_path / "dst"
     _tree(src)
     source = _memo(tmp_path, src)
-    tree_entries(src, memo=source)  # confirmed just before linking
-    confirmed = time.time_ns()
+    tree_entries(src, memo=source)
+    confirmed, confirmed_at = source.confirm(src), time.time_ns()  # right before linking
+    assert len(confirmed) == 5
     for p in sorted(src.rglob("*.py")):
         (dst / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
         os.link(p, dst / p.relative_to(src))
     (dst / "pkg" / "m0.py").unlink()
     (dst / "pkg" / "m0.py").write_bytes(b"patched\n")  # a file the patch wrote
     target = _memo(tmp_path, dst)
-    assert target.seed_links(source, dst, confirmed) == 4
+    assert target.seed_links(source, confirmed, dst, confirmed_at) == 4
     source.save()
     reads.clear()
     got = tree_entries(dst, memo=target)

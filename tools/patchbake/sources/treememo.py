@@ -87,21 +87,37 @@ class TreeMemo:
             self.files[rel] = entry
             self.changed = True
 
-    def seed_links(self, source: TreeMemo, root: Path, stat_after_ns: int) -> int:
+    def confirm(self, root: Path) -> set[bytes]:
+        """The memoised files of the tree at ``root`` whose stat is unchanged now (one
+        lstat each, no walk): what ``seed_links`` may take after linking them."""
+        base = os.fsencode(root)
+        ok = set()
+        for rel, (st, _) in self.files.items():
+            try:
+                if stat_key(os.lstat(os.path.join(base, rel))) == st:
+                    ok.add(rel)
+            except OSError:
+                continue
+        return ok
+
+    def seed_links(self, source: TreeMemo, confirmed: set[bytes], root: Path,
+                   stat_after_ns: int) -> int:
         """Memoise the files of the tree at ``root`` that were just hard-linked from the
-        tree whose memo ``source`` was confirmed (every entry checked against its file)
-        right before the links were made; ``stat_after_ns`` is a clock reading taken
-        after that check. A link with the confirmed entry's inode, size and mtime is that
-        same file, and its mtime being old means no write came since (a write sets it to
-        the current time). Making the link gave the inode a new ctime: both memos take it,
-        so the source tree stays memoised too. Returns how many files were seeded."""
+        tree of memo ``source``, whose ``confirmed`` entries (``source.confirm``) matched
+        their files right before the links were made; ``stat_after_ns`` is a clock
+        reading taken after that check. A link with the confirmed entry's inode, size and
+        mtime is that same file, and its mtime being old means no write came since (a
+        write sets it to the current time). Making the link gave the inode a new ctime:
+        both memos take it, so the source tree stays memoised too. Returns how many files
+        were seeded."""
         base = os.fsencode(root)
         n = 0
-        for rel, ((size, mtime, ino, _), sha) in list(source.files.items()):
+        for rel in confirmed:
+            (size, mtime, ino, _), sha = source.files[rel]
             try:
                 st = os.lstat(os.path.join(base, rel))
             except OSError:
-                continue  # deleted by the patch, or not linked
+                continue  # deleted by the patch
             if (st.st_ino, st.st_size, st.st_mtime_ns) != (ino, size, mtime) or \
                     not stat.S_ISREG(st.st_mode) or st.st_mtime_ns >= stat_after_ns - RACY_NS:
                 continue
