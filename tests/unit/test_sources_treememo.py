@@ -13,6 +13,8 @@ import pytest
 from patchbake.sources import digest as digestmod
 from patchbake.sources.digest import digest_entries, tree_entries
 from patchbake.sources.treememo import RACY_NS, TreeMemo
+from patchbake.store import Store
+from patchbake.storecheck import gc
 
 
 def _tree(root: Path, n: int = 5) -> None:
@@ -38,7 +40,29 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
 
 def _memo(tmp_path: Path, root: Path) -> TreeMemo:
-    return TreeMemo.for_tree(tmp_path / "store", root)
+    return TreeMemo(tmp_path / "memos" / f"{root.name}.json")
+
+
+def test_only_trees_the_store_holds_have_a_memo(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "store")
+    inside = store.root / "trees" / ("a" * 64)
+    memo = TreeMemo.for_tree(store.root, inside)
+    assert memo is not None and memo.path == store.root / "bakes" / "tree-memo" / \
+        f"{'a' * 64}.json"
+    assert TreeMemo.for_tree(store.root, tmp_path / "elsewhere") is None
+
+
+def test_gc_removes_a_tree_with_its_memo(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "store")
+    tree = store.root / "trees" / ("b" * 64)
+    _tree(tree)
+    memo = TreeMemo.for_tree(store.root, tree)
+    assert memo is not None
+    tree_entries(tree, memo=memo)
+    assert memo.path.is_file()
+    rep = gc(store, repo=tmp_path, grace_s=0)
+    assert f"trees/{'b' * 64}" in rep.removed and not tree.exists()
+    assert f"bakes/tree-memo/{'b' * 64}.json" in rep.removed and not memo.path.exists()
 
 
 def test_unchanged_tree_reads_no_file(tmp_path: Path, reads: list[bytes]) -> None:

@@ -1,6 +1,7 @@
 """A tree's file hashes memoised by their stat, the way git's index memoises them.
 
-One memo per tree, kept in the store (``bakes/tree-memo/``): relative path ->
+One memo per tree the store holds, kept beside it (``bakes/tree-memo/<tree name>.json``,
+removed with the tree by ``store gc``): relative path ->
 (size, mtime_ns, inode, ctime_ns, sha256). A file is re-hashed unless all five match
 what ``lstat`` says now, so an edit (new mtime and ctime), a replaced file (new inode) or
 a chmod (new ctime) is hashed again; only what changed costs a read.
@@ -18,7 +19,6 @@ by convention; ``store fsck`` and ``fetch --verify`` re-hash them without any me
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -32,6 +32,10 @@ FORMAT = "patchbake-tree-memo/1"
 RACY_NS = 50_000_000
 
 Stat = tuple[int, int, int, int]  # size, mtime_ns, inode, ctime_ns
+
+
+def memo_path(store_root: Path, tree_name: str) -> Path:
+    return store_root / "bakes" / "tree-memo" / f"{tree_name}.json"
 
 
 def stat_key(st: os.stat_result) -> Stat:
@@ -50,11 +54,14 @@ class TreeMemo:
         self._load()
 
     @classmethod
-    def for_tree(cls, store_root: Path, root: Path) -> TreeMemo:
-        """The memo of the tree at ``root`` (named by its resolved path: the stored
-        trees never move, and a moved tree has new stats anyway)."""
-        name = hashlib.sha256(os.fsencode(Path(root).resolve())).hexdigest()[:40]
-        return cls(store_root / "bakes" / "tree-memo" / f"{name}.json")
+    def for_tree(cls, store_root: Path, root: Path) -> TreeMemo | None:
+        """The memo of a tree the store holds (``trees/<name>``: ``bakes/tree-memo/
+        <name>.json``, removed with the tree by ``store gc``); None for a tree elsewhere,
+        which is then hashed in full."""
+        path = Path(root).resolve()
+        if path.parent != (store_root / "trees").resolve():
+            return None
+        return cls(memo_path(store_root, path.name))
 
     def _load(self) -> None:
         try:
