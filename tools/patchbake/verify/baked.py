@@ -54,6 +54,7 @@ from ..patchset.patched import patched_tree
 from ..sources import fetch
 from ..sources import tree_digest as compute_digest
 from ..sources.digest import MODE_LINK, digest_entries, tree_entries
+from ..sources.treememo import TreeMemo
 from ..store import Store
 
 PACKAGE = "vllm/"
@@ -108,7 +109,7 @@ def _pristine_hashes(root: Path, tree_digest: Digest, store: Store) -> dict[str,
             return dict(data["files"])
     except (OSError, ValueError):
         pass
-    entries = tree_entries(root)
+    entries = tree_entries(root, memo=TreeMemo.for_tree(store.root, root))
     got = digest_entries(entries)
     if got != tree_digest:
         raise IntegrityError(f"the pristine tree at {root} hashes to {got}, its record says "
@@ -314,7 +315,8 @@ def _fresh_inputs(pipeline: Pipeline, lin: Lineage, store: Store, patched: Patch
         fetched = fetch(lin, store, base=pipeline.root)
         return patched, fetched.root, fetched.tree_digest
 
-    return patched, pristine_root, compute_digest(pristine_root)
+    return patched, pristine_root, compute_digest(
+        pristine_root, TreeMemo.for_tree(store.root, pristine_root))
 
 
 def _patch_checks(identity: dict[str, Any] | None, patched: Patched) -> list[str]:
