@@ -183,6 +183,22 @@ def test_evidence_verify_by_suite_finds_the_images_own_file(
     assert rc == 50 and "does not exist" in err
 
 
+def test_evidence_verify_takes_the_digest_prefix_people_see(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Evidence is verified with no store: a short digest expands against the committed
+    records and evidence directories; one that names nothing there is refused."""
+    committed = sorted((REPO / "manifests" / "evidence").glob("*/dsv4-topk-gpu.dsse.json"))
+    hex_ = committed[0].parent.name
+    for short in (f"sha256:{hex_[:12]}", hex_[:16]):
+        rc, out, err = run(capsys, "--json", "evidence", "verify", "--suite", "dsv4-topk-gpu",
+                           "--image", f"sm89-serving-offline@{short}")
+        assert rc == 0, err
+        assert json.loads(out)["subject"]["digest"] == f"sha256:{hex_}"
+    rc, _, err = run(capsys, "evidence", "verify", "--suite", "dsv4-topk-gpu",
+                     "--image", "sm89-serving-offline@sha256:0123456789ab")
+    assert rc == 30 and "no image digest starts with 0123456789ab" in err
+
+
 def test_evidence_verify_needs_file_or_suite(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "evidence", "verify", "--image", "sm89-serving-offline")
     assert rc == 2 and "give the evidence FILE or --suite SUITE" in err
