@@ -508,3 +508,14 @@ def test_a_release_is_named_by_the_prefix_people_see(
     assert rel.id in err and twin in err and "give more hex digits" in err
     assert main(["release", "verify", rel.id[:11]]) == 62
     assert "is not a release id" in capsys.readouterr().err
+
+
+def test_approve_names_an_unknown_channel_before_any_key(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    _, k, _ = released
+    assert main(["release", "approve", "--channel", "sm89-stabel", "--image", DIGEST,
+                 "--key", str(k.approver)]) == 3
+    err = capsys.readouterr().err
+    assert "no channel 'sm89-stabel'; did you mean 'sm89-stable'?" in err
+    assert "approver role" not in err

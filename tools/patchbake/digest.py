@@ -104,6 +104,15 @@ def expand(text: object, candidates: Iterable[Digest], what: str = "digest",
                 hint="give more hex digits")
 
 
+def differing(a: str, b: str, n: int = MIN_PREFIX) -> tuple[str, str]:
+    """Prefixes of two hashes (or any two texts) long enough to tell apart: at least ``n``
+    characters, and past the first that differs. A mismatch message that shortens both
+    to the same text tells its reader nothing."""
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    cut = max(n, first + 1)
+    return a[:cut], b[:cut]
+
+
 def is_digest(text: object) -> bool:
     """Whether ``text`` is ``sha256:<64 lowercase hex>`` (for checks that report a list of
     problems rather than stop at the first)."""
@@ -114,4 +123,5 @@ def is_digest(text: object) -> bool:
     return True
 
 
-__all__ = ["ALGORITHM", "MIN_PREFIX", "Digest", "expand", "is_digest", "is_hex", "is_short"]
+__all__ = ["ALGORITHM", "MIN_PREFIX", "Digest", "differing", "expand", "is_digest", "is_hex",
+           "is_short"]

@@ -131,9 +131,7 @@ def check_cmd(ctx: Ctx, no_tree: bool) -> None:
         if report.problems:
             ui.table("problems", ["kind", "path", "message"],
                      [(p.kind, p.path or "-", p.message) for p in report.problems])
-    if not report.ok:
-        first = report.problems[0]
-        raise GuardError(f"{len(report.problems)} problem(s); first: {first.message}")
+    report.raise_for_problems(GuardError)
 
 
 @patch_group.command("apply")

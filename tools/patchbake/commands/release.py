@@ -22,11 +22,15 @@ KEY_HELP = "private key [default: signing.key from pipeline.yaml, $PATCHBAKE_SIG
            "or the user config dir]"
 
 
-def print_table(table: Any) -> None:
+def print_table(table: Any, verdict: bool = True) -> None:
+    """The gate table, then its verdict; ``verdict=False`` where the command's error line
+    says it (a blocked `release gates`), so the sentence is printed once."""
     ui.table(f"gates of channel '{table.channel}' for {table.image} {table.digest}",
              ["channel", "gate", "status", "reason"],
              [(d.channel, d.gate, d.status.upper(), d.reason) for d in table.decisions])
-    ui.out_console().print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(), markup=False)
+    if verdict:
+        ui.out_console().print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(),
+                               markup=False)
 
 
 def _store(ctx: Ctx) -> Any:
@@ -50,7 +54,7 @@ def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
     if ctx.as_json:
         ui.emit_json(table.to_json())
     else:
-        print_table(table)
+        print_table(table, verdict=table.passed)
     if not table.passed:
         raise GateError(table.verdict())
 
@@ -170,9 +174,11 @@ def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
 def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str,
                 key_path: Path | None) -> None:
     """Sign an approval of an image for a channel (the key needs role approver)."""
+    from ..config import channels
     from ..evidence import keys, policy
     from ..release import attest, create
 
+    channels.get(ctx.pipeline.channels, channel)  # an unknown channel, before any key
     ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
     key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
     pol = policy.load(ev.policy_path)

@@ -190,6 +190,10 @@ def _images(raw: dict[str, Any], root: Path, source: str) -> Mapping[str, Path]:
 
 def parse(data: Any, path: Path) -> Pipeline:
     source = str(path.name)
+    if data is None:
+        raise ConfigError(f"{path} is empty (no YAML document, or only comments)",
+                          hint="`patchbake init --vllm VERSION` writes a new one; "
+                               "docs/pipeline.md describes every key")
     top = validate(data, PIPELINE_SCHEMA, "", source)
     root = path.parent.resolve()
     lineages: dict[str, Lineage] = {}

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..digest import Digest, expand, is_hex, is_short
+from ..digest import Digest, differing, expand, is_hex, is_short
 from ..errors import ReleaseError
 from ..fsutil import canonical_json, read_input, sha256_bytes, write_once
 from .facts import (
@@ -198,8 +198,9 @@ def load_from(dir_: Path, rid: str) -> Release:
                           f"release {rid[:16]} has no manifest at {path}",
                           hint="create it with `patchbake release create`"))
     if sha256_bytes(body) != rid:
-        raise ReleaseError(f"{path} hashes to {sha256_bytes(body)[:16]}…, not its release id "
-                           f"{rid[:16]}…: the release manifest was altered")
+        got, want = differing(sha256_bytes(body), rid, 16)
+        raise ReleaseError(f"{path} hashes to {got}…, not its release id "
+                           f"{want}…: the release manifest was altered")
     data = Manifest.load(body, str(path))
     if data.canonical() != body:  # the id names these bytes: no other spelling of them
         raise ReleaseError(f"{path} is not in canonical form (sorted keys, compact "
