@@ -202,3 +202,35 @@ def test_evidence_verify_takes_the_digest_prefix_people_see(
 def test_evidence_verify_needs_file_or_suite(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "evidence", "verify", "--image", "sm89-serving-offline")
     assert rc == 2 and "give the evidence FILE or --suite SUITE" in err
+
+
+def test_lineage_goes_where_people_put_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--lineage` after the command name means what it means before it; two different
+    ones are refused; the help says default_lineage wins over "the newest"."""
+    rc, out, err = run(capsys, "patch", "check", "--lineage", "v0.33.0", "--no-tree", "--json")
+    assert rc == 0, err
+    after = json.loads(out)
+    rc, out, err = run(capsys, "--lineage", "v0.33.0", "patch", "check", "--no-tree", "--json")
+    assert rc == 0, err
+    assert json.loads(out) == after
+    rc, out, _ = run(capsys, "patch", "check", "--no-tree", "--json")
+    assert json.loads(out)["patch_sha256"] != after["patch_sha256"]
+    rc, _, err = run(capsys, "--lineage", "v0.25.1", "patch", "check", "--lineage", "v0.33.0")
+    assert rc == 2 and "--lineage v0.25.1 was given before the command and --lineage " \
+                       "v0.33.0 after it" in err
+    rc, out, _ = run(capsys, "patch", "check", "--help")
+    assert "default_lineage" in " ".join(out.split())
+    rc, out, _ = run(capsys, "--help")
+    assert "default_lineage" in " ".join(out.split())
+    rc, out, _ = run(capsys, "port", "--help")  # port's own --lineage (the new lineage) stays
+    assert "default_lineage" not in " ".join(out.split())
+
+
+def test_the_default_image_is_the_requested_lineages() -> None:
+    """`--lineage v0.33.0 run` bakes the image of that lineage, not the default one."""
+    from patchbake import config
+    from patchbake.images.definition import default_name
+
+    p = config.load(REPO / "pipeline.yaml")
+    assert default_name(p) == default_name(p, "v0.25.1") == "sm89-serving-offline"
+    assert default_name(p, "v0.33.0") == "sm89-serving-offline-v0.33.0"

@@ -65,16 +65,43 @@ COMMANDS = {
 ALIASES = {"fixtures": "suites"}
 
 
-def _show_json_option(cmd: click.Command) -> None:
-    """Every command's --help lists --json. The flag itself is read once, globally
-    (``entry.hoist_json`` moves it before the command name), so the option added here
-    only documents it and passes nothing to the command."""
-    if not any("--json" in getattr(p, "opts", ()) for p in cmd.params):
+LINEAGE_HELP = ("lineage (upstream pin) to act on; default: pipeline.yaml's default_lineage, "
+                "else the newest")
+
+
+def _set_lineage(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """``--lineage`` after the command name (``patch check --lineage v0.33.0``) means what
+    it means before it; naming two different lineages is refused."""
+    if value is None:
+        return
+    obj = ctx.find_object(Ctx)
+    if obj is None:  # --help of a command reached without the group (completion)
+        return
+    if obj.lineage_key is not None and obj.lineage_key != value:
+        raise click.BadParameter(f"--lineage {obj.lineage_key} was given before the "
+                                 f"command and --lineage {value} after it; give one")
+    obj.lineage_key = value
+
+
+def _has(cmd: click.Command, opt: str) -> bool:
+    return any(opt in getattr(p, "opts", ()) for p in cmd.params)
+
+
+def _global_options(cmd: click.Command) -> None:
+    """Options people put after the command name. ``--json`` is read once, globally
+    (``entry.hoist_json`` moves it before the command name), so the option added here only
+    documents it. ``--lineage`` sets the global choice, on every command that has no
+    ``--lineage`` of its own (``port``'s names the new lineage)."""
+    if not _has(cmd, "--json"):
         cmd.params.append(click.Option(["--json"], is_flag=True, expose_value=False,
                                        help=JSON_HELP))
+    if not _has(cmd, "--lineage"):
+        cmd.params.append(click.Option(["--lineage"], metavar="KEY", expose_value=False,
+                                       callback=_set_lineage, is_eager=True,
+                                       help=LINEAGE_HELP))
     if isinstance(cmd, click.Group):
         for sub in cmd.commands.values():
-            _show_json_option(sub)
+            _global_options(sub)
 
 
 class LazyGroup(click.Group):
@@ -99,7 +126,7 @@ class LazyGroup(click.Group):
         cmd = getattr(importlib.import_module(f"{__package__}.commands.{module}"), attr)
         if not isinstance(cmd, click.Command):
             raise TypeError(f"patchbake.commands.{module}:{attr} is not a click command")
-        _show_json_option(cmd)
+        _global_options(cmd)
         return cmd
 
 
@@ -107,8 +134,7 @@ class LazyGroup(click.Group):
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--pipeline", "pipeline_path", envvar="PATCHBAKE_PIPELINE", default=None,
               help="pipeline.yaml to use (default: nearest one above the working directory)")
-@click.option("--lineage", "lineage_key", default=None,
-              help="lineage (upstream pin) to act on; default: the newest")
+@click.option("--lineage", "lineage_key", default=None, metavar="KEY", help=LINEAGE_HELP)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--debug", is_flag=True, help="show tracebacks for expected failures")
 @click.version_option(__version__, prog_name="patchbake")
