@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from pathlib import Path
 
 import click
 
 from . import __version__
 from .config import Lineage, Pipeline, load
+from .config.pipeline import find_pipeline
 from .errors import UsageError
 from .store import Store, write_failure
 
@@ -44,6 +46,12 @@ class Ctx:
             self._store = Store.open()
         return self._store
 
+    def has_pipeline(self) -> bool:
+        """Whether there is a pipeline.yaml to act on (--pipeline, or one above the working
+        directory): commands that can do without one say what they need instead."""
+        return Path(self.pipeline_path).exists() if self.pipeline_path \
+            else find_pipeline().exists()
+
     def lineage(self) -> Lineage:
         return self.pipeline.lineage(self.lineage_key)
 
@@ -53,8 +61,9 @@ JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
 
 # command name -> "module:attribute" in patchbake.commands
 COMMANDS = {
-    "bake": "image:bake_cmd", "evidence": "evidence:evidence_group", "fetch": "fetch:fetch_cmd",
-    "image": "image:image_group", "keys": "evidence:keys_group", "ledger": "release:ledger_group",
+    "bake": "image:bake_cmd", "doctor": "setup:doctor_cmd", "evidence": "evidence:evidence_group",
+    "fetch": "fetch:fetch_cmd", "image": "image:image_group", "init": "setup:init_cmd",
+    "keys": "evidence:keys_group", "ledger": "release:ledger_group",
     "lock": "lock:lock_cmd",
     "patch": "patch:patch_group", "port": "port:port_cmd", "pull": "registry:pull_cmd",
     "push": "registry:push_cmd", "release": "release:release_group",

@@ -86,6 +86,13 @@ class ProcessError(PatchbakeError):
     kind = "process"
 
 
+class DoctorError(PatchbakeError):
+    """`patchbake doctor` found something every command needs missing or broken."""
+
+    exit_code = 6
+    kind = "doctor"
+
+
 class FetchError(PatchbakeError):
     """Upstream sources could not be resolved or downloaded."""
 

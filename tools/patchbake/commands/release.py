@@ -115,6 +115,11 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
         if not (bundle / BUNDLE).is_file():
             raise ReleaseError(f"{bundle} is not a release bundle (no {BUNDLE})",
                                hint="make one with `patchbake release export RELEASE --to DIR`")
+        if trust_policy is None and not ctx.has_pipeline():
+            raise UsageError("verifying a bundle outside a repository needs the trust policy "
+                             "you hold: pass --trust-policy FILE",
+                             hint="the bundle's own copy is never the anchor: whoever made "
+                                  "the bundle chose it")
         return bundle.resolve(), trust_policy or ctx.pipeline.signing.trust_policy
     return ctx.pipeline.root, trust_policy or ctx.pipeline.signing.trust_policy
 

@@ -243,7 +243,13 @@ def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
     """pipeline.yaml, read and validated."""
     p = Path(path) if path else find_pipeline()
     if not p.exists():
-        raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline")
+        if path or os.environ.get("PATCHBAKE_PIPELINE"):
+            raise ConfigError(f"{p}: no such file",
+                              hint="check --pipeline or PATCHBAKE_PIPELINE")
+        raise ConfigError(f"no pipeline.yaml in {p.parent} or any directory above it: "
+                          "this command acts on a pipeline",
+                          hint="run it inside a patchbake repository, pass --pipeline FILE, "
+                               "or write one with `patchbake init --vllm VERSION`")
     return parse(load_file(p, "pipeline"), p)
 
 

@@ -37,7 +37,9 @@ def default_name(pipeline: Pipeline, lineage: str | None = None) -> str:
     lineage bakes any) when one is asked for."""
     known = names(pipeline)
     if not known:
-        raise ConfigError(f"{pipeline.path.name}: declares no image definitions under 'images:'")
+        raise ConfigError(f"{pipeline.path.name}: declares no image definitions under 'images:'",
+                          hint="add one to bake an image (docs/images.md); fetch, patch and "
+                               "series commands need none")
     if lineage is not None:
         key = pipeline.lineage(lineage).key
         known = [n for n in known if load(pipeline, n).lineage in ("", key)]
