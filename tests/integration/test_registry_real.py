@@ -193,6 +193,31 @@ def test_push_of_a_damaged_store_blob_names_the_blob_not_the_registry(
     assert "store fsck --quarantine" in r.stderr
 
 
+def test_image_inspect_gives_one_identity_for_every_spelling(registry: str,
+                                                             tmp_path: Path) -> None:
+    """crane digest / skopeo inspect: the store digest, a prefix of it and the registry
+    reference all show the same manifest, config and layers; -q prints the digest only."""
+    home = tmp_path / "home"
+    img = build_image(Store.open(home), "inspect")
+    ref = f"{registry}/pb/inspect:1"
+    assert _patchbake(home, "push", str(img.digest), ref).returncode == 0
+    docs = []
+    for spelling in (str(img.digest), f"sha256:{img.digest.hex[:12]}", ref):
+        r = _patchbake(home, "image", "inspect", spelling, "--json")
+        assert r.returncode == 0, r.stderr
+        docs.append(json.loads(r.stdout))
+        r = _patchbake(home, "image", "inspect", "-q", spelling)
+        assert r.stdout == f"{img.digest}\n", r.stderr
+    assert [d["kind"] for d in docs] == ["store", "store", "registry"]
+    for d in docs:
+        assert d["manifest_digest"] == str(img.digest)
+        assert d["config_digest"] == str(img.config_digest)
+        assert [la["digest"] for la in d["layers"]] == [str(img.layer_digest)]
+        assert d["labels"] == {"patchbake.test": "inspect"} and d["platform"] == "linux/amd64"
+    r = _patchbake(home, "image", "inspect", f"{registry}/pb/inspect:2")
+    assert r.returncode == 31 and "has no tag '2' (pb/inspect's tags: 1)" in r.stderr
+
+
 @pytest.mark.docker
 def test_docker_pulls_what_we_pushed(registry: str, store: Store, docker_engine: str) -> None:
     img = build_image(store, "docker-pull")

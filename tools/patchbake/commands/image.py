@@ -141,6 +141,57 @@ def image_ls(ctx: Ctx) -> None:
              sorted(named.items()))
 
 
+def _inspected(res: Any) -> dict[str, Any]:
+    img = res.image
+    cfg = img.config
+    return {"ref": res.ref, "kind": res.kind, "definition": res.definition,
+            "chosen": res.chosen or None, "manifest_digest": str(img.manifest_digest),
+            "media_type": img.media_type, "manifest_size": len(img.manifest_bytes),
+            "config_digest": str(img.config_desc.digest),
+            "platform": "/".join(str(cfg.get(k)) for k in ("os", "architecture")
+                                 if cfg.get(k)) or None,
+            "created": cfg.get("created"), "labels": img.labels,
+            "layers": [{"digest": str(d.digest), "diff_id": str(diff), "size": d.size,
+                        "media_type": d.media_type}
+                       for d, diff in zip(img.layers, img.diff_ids, strict=False)]}
+
+
+@image_group.command("inspect")
+@click.argument("ref")
+@click.option("-q", "--quiet", is_flag=True, help="print only the manifest digest")
+@pass_ctx
+def image_inspect(ctx: Ctx, ref: str, quiet: bool) -> None:
+    """Manifest, config, layers and labels of REF, and its identity chain (manifest
+    digest, config digest = the engine's image ID, each layer's digest and diff_id).
+
+    REF: a definition, a store name, sha256:<hex> (or a unique prefix), docker:NAME, an
+    OCI layout DIR[@...], a docker-archive file or HOST:PORT/REPO:TAG|@sha256:<hex>.
+
+    \b
+    Examples:
+      patchbake image inspect sm89-serving-offline
+      patchbake image inspect -q 127.0.0.1:5000/vllm-sm89:0.25.1-dsv4
+      patchbake image inspect ./layout-dir --json
+    """
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
+        doc = _inspected(res)
+    if quiet:
+        click.echo(doc["manifest_digest"])
+        return
+    if ctx.as_json:
+        ui.emit_json(doc)
+        return
+    ui.kv(f"image {ref}", [(k, doc[k]) for k in (
+        "kind", "definition", "manifest_digest", "media_type", "config_digest", "platform",
+        "created") if doc[k] is not None])
+    # an uncompressed layer's diff_id is its digest: said in a word, the table stays narrow
+    ui.table("layers", ["#", "digest", "diff_id", "size"],
+             [(i, layer["digest"], "= digest" if layer["diff_id"] == layer["digest"]
+               else layer["diff_id"], layer["size"]) for i, layer in enumerate(doc["layers"], 1)])
+    if doc["labels"]:
+        ui.table("labels", ["label", "value"], sorted(doc["labels"].items()))
+
+
 @image_group.command("show")
 @click.argument("name")
 @pass_ctx
