@@ -173,6 +173,11 @@ def test_pull_of_a_missing_tag_names_the_tags_there(registry: str, tmp_path: Pat
             "tags: 1.0)") in r.stderr and "HTTP 404 MANIFEST_UNKNOWN" in r.stderr
     r = _patchbake(tmp_path / "home2", "pull", f"{registry}/pb/never-pushed:1")
     assert r.returncode == 31 and f"{registry}/pb/never-pushed has no tag '1'" in r.stderr
+    assert _patchbake(home, "push", str(img.digest), f"{registry}/pb/missing:0.9").returncode == 0
+    r = _patchbake(home, "tags", f"{registry}/pb/missing")
+    assert r.returncode == 0 and r.stdout == "0.9\n1.0\n", r.stderr
+    r = _patchbake(home, "tags", f"{registry}/pb/missing:1.0")
+    assert r.returncode == 2 and "give the repository alone" in r.stderr
 
 
 def test_push_of_a_damaged_store_blob_names_the_blob_not_the_registry(

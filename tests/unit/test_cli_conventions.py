@@ -234,3 +234,23 @@ def test_the_default_image_is_the_requested_lineages() -> None:
     p = config.load(REPO / "pipeline.yaml")
     assert default_name(p) == default_name(p, "v0.25.1") == "sm89-serving-offline"
     assert default_name(p, "v0.33.0") == "sm89-serving-offline-v0.33.0"
+
+
+@pytest.mark.parametrize("args, incomplete, want", [
+    (["release", "gates", "--channel"], "", ["candidate", "sm89-stable", "validated"]),
+    (["patch", "check", "--lineage"], "v0.3", ["v0.33.0"]),
+    (["--lineage"], "", ["v0.25.1", "v0.33.0"]),
+    (["verify"], "sm89-serving-off", ["sm89-serving-offline", "sm89-serving-offline-v0.33.0"]),
+    (["suites", "run"], "dsv4-topk-c", ["dsv4-topk-cpu"]),
+    (["suites", "run", "dsv4-topk-cpu", "--image"], "sm89-serving-o",
+     ["sm89-serving-offline", "sm89-serving-offline-v0.33.0"]),
+])
+def test_completion_offers_the_pipelines_names(home: Path, args: list[str], incomplete: str,
+                                              want: list[str]) -> None:
+    """Shell completion (click's) of lineage, channel, image and suite names, read from the
+    pipeline.yaml the command line names."""
+    from click.shell_completion import BashComplete
+
+    comp = BashComplete(cli.main_group, {}, "patchbake", "_PATCHBAKE_COMPLETE")
+    got = comp.get_completions(["--pipeline", str(REPO / "pipeline.yaml"), *args], incomplete)
+    assert [c.value for c in got] == want

@@ -18,7 +18,7 @@ import click
 from . import __version__
 from .config import Lineage, Pipeline, load
 from .config.pipeline import find_pipeline
-from .errors import UsageError
+from .errors import PatchbakeError, UsageError
 from .store import Store, write_failure
 
 
@@ -57,6 +57,47 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def _completion_pipeline(ctx: click.Context) -> Pipeline | None:
+    """The pipeline a command line names, for completing names (never an error: a shell
+    completing a word must not print one)."""
+    try:
+        return load(ctx.find_root().params.get("pipeline_path"))
+    except (PatchbakeError, OSError):
+        return None
+
+
+def _matching(names: list[str], incomplete: str) -> list[str]:
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+def complete_lineages(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    p = _completion_pipeline(ctx)
+    return _matching(list(p.lineages) if p else [], incomplete)
+
+
+def complete_channels(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    p = _completion_pipeline(ctx)
+    return _matching(list(p.channels) if p else [], incomplete)
+
+
+def complete_suites(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    p = _completion_pipeline(ctx)
+    return _matching(list(p.suites) if p else [], incomplete)
+
+
+def complete_images(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Image definitions, and the names the store's index.json gives its images."""
+    from .oci import layout
+
+    p = _completion_pipeline(ctx)
+    names = list(p.images) if p else []
+    try:
+        names += layout.refs(Store.open(sweep=False))
+    except (PatchbakeError, OSError):
+        pass  # no store yet: the definitions alone
+    return _matching(sorted(set(names)), incomplete)
 JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
 
 # command name -> "module:attribute" in patchbake.commands
@@ -68,7 +109,8 @@ COMMANDS = {
     "patch": "patch:patch_group", "port": "port:port_cmd", "pull": "registry:pull_cmd",
     "push": "registry:push_cmd", "release": "release:release_group",
     "report": "release:report_cmd", "run": "run:run_cmd", "series": "patch:series_group",
-    "store": "store:store_group", "suites": "suites:suites_group", "verify": "image:verify_cmd",
+    "store": "store:store_group", "suites": "suites:suites_group", "tags": "registry:tags_cmd",
+    "verify": "image:verify_cmd",
 }
 # other name -> command name: accepted, not listed (the command's help names them)
 ALIASES = {"fixtures": "suites"}
@@ -107,7 +149,7 @@ def _global_options(cmd: click.Command) -> None:
     if not _has(cmd, "--lineage"):
         cmd.params.append(click.Option(["--lineage"], metavar="KEY", expose_value=False,
                                        callback=_set_lineage, is_eager=True,
-                                       help=LINEAGE_HELP))
+                                       shell_complete=complete_lineages, help=LINEAGE_HELP))
     if isinstance(cmd, click.Group):
         for sub in cmd.commands.values():
             _global_options(sub)
@@ -143,7 +185,8 @@ class LazyGroup(click.Group):
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--pipeline", "pipeline_path", envvar="PATCHBAKE_PIPELINE", default=None,
               help="pipeline.yaml to use (default: nearest one above the working directory)")
-@click.option("--lineage", "lineage_key", default=None, metavar="KEY", help=LINEAGE_HELP)
+@click.option("--lineage", "lineage_key", default=None, metavar="KEY", help=LINEAGE_HELP,
+              shell_complete=complete_lineages)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--debug", is_flag=True, help="show tracebacks for expected failures")
 @click.version_option(__version__, prog_name="patchbake")

@@ -13,7 +13,7 @@ import click
 
 from .. import ui
 from ..images.bake import bake_image
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_images, pass_ctx
 from ..cuda.check import check_image
 from ..cuda.verdict import Target
 from ..digest import Digest
@@ -29,7 +29,7 @@ from .names import did_you_mean
 
 
 @click.command("bake")
-@click.argument("image", required=False)
+@click.argument("image", required=False, shell_complete=complete_images)
 @click.option("--docker-archive", "archive", type=click.Path(path_type=Path), default=None,
               help="also write a `docker load`-able archive of the image here")
 @click.option("--backend", type=click.Choice(["embedded", "engine"]), default="embedded",
@@ -57,7 +57,7 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str) ->
 
 
 @click.command("verify")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.option("--site-packages", default=None,
               help="must agree with the definition's (where to look is never read from the "
                    "image's labels)")
@@ -157,7 +157,7 @@ def _inspected(res: Any) -> dict[str, Any]:
 
 
 @image_group.command("inspect")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.option("-q", "--quiet", is_flag=True, help="print only the manifest digest")
 @pass_ctx
 def image_inspect(ctx: Ctx, ref: str, quiet: bool) -> None:
@@ -193,7 +193,7 @@ def image_inspect(ctx: Ctx, ref: str, quiet: bool) -> None:
 
 
 @image_group.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_images)
 @pass_ctx
 def image_show(ctx: Ctx, name: str) -> None:
     """The validated (effective) definition NAME."""
@@ -238,7 +238,7 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
 
 
 @image_group.command("export")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.argument("dest", type=click.Path(path_type=Path))
 @click.option("--tag", default=None, help="RepoTag for docker load (default: from REF)")
 @pass_ctx
@@ -254,7 +254,7 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
 
 
 @image_group.command("materialise")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.argument("dest", type=click.Path(path_type=Path))
 @pass_ctx
 def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
@@ -265,7 +265,7 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
 
 
 @image_group.command("cuda-code")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.option("--target", default="8.9", show_default=True,
               help="compute capability the code must run on")
 @pass_ctx

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .. import ui
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_channels, complete_images, pass_ctx
 from ..digest import Digest
 from ..errors import GateError, LedgerError, ReleaseError, UsageError
 
@@ -43,8 +43,10 @@ def release_group() -> None:
 
 
 @release_group.command("gates")
-@click.option("--channel", required=True, help="channel whose gates to evaluate")
-@click.option("--image", "image_ref", required=True, help="image: definition, digest, name@digest")
+@click.option("--channel", required=True, help="channel whose gates to evaluate",
+              shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, help="image: definition, digest, name@digest",
+              shell_complete=complete_images)
 @pass_ctx
 def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
     """Evaluate a channel's gates for an image; change nothing. Exit 60 when blocked."""
@@ -60,8 +62,8 @@ def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
 
 
 @release_group.command("create")
-@click.option("--channel", required=True)
-@click.option("--image", "image_ref", required=True)
+@click.option("--channel", required=True, shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, shell_complete=complete_images)
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
 @pass_ctx
 def create_cmd(ctx: Ctx, channel: str, image_ref: str, key_path: Path | None) -> None:
@@ -171,8 +173,8 @@ def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
 
 
 @release_group.command("approve")
-@click.option("--channel", required=True)
-@click.option("--image", "image_ref", required=True)
+@click.option("--channel", required=True, shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, shell_complete=complete_images)
 @click.option("--note", default="", help="why (kept in the signed approval)")
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
 @pass_ctx

@@ -179,17 +179,26 @@ class RegistryClient:
                                   "`patchbake push IMAGE REF`")
 
     def tags(self, r: RegistryRef) -> list[str] | None:
-        """The repository's tags (the distribution API's tag list); None if the registry
-        will not say (no such repository, no rights, no answer)."""
+        """The repository's tags, or None if the registry will not say (no such
+        repository, no rights, no answer): for hints, which must never fail."""
         try:
-            resp = self.http.request("GET", f"/v2/{r.repo}/tags/list", ok=(200,),
-                                     scopes=[blobs.pull_scope(r.repo)], stream=True,
-                                     retry=False)
-            doc = json.loads(self.http.read(resp, 1 << 20, f"{r.repo} tag list"))
-        except (RegistryError, ValueError):
+            return self.list_tags(r)
+        except RegistryError:
             return None
+
+    def list_tags(self, r: RegistryRef) -> list[str]:
+        """The repository's tags (the distribution API's tag list; one page of up to
+        10,000, which is what a release repository holds)."""
+        self._begin(f"GET tags of {r.repo}")
+        resp = self.http.request("GET", f"/v2/{r.repo}/tags/list", ok=(200,),
+                                 params={"n": "10000"}, scopes=[blobs.pull_scope(r.repo)],
+                                 stream=True, retry=False)
+        try:
+            doc = json.loads(self.http.read(resp, 4 << 20, f"{r.repo} tag list"))
+        except ValueError as exc:
+            raise RegistryError(f"{r.host}/{r.repo}: the tag list is not JSON ({exc})") from None
         found = doc.get("tags") if isinstance(doc, dict) else None
-        return [t for t in found if isinstance(t, str)] if isinstance(found, list) else []
+        return sorted(t for t in found if isinstance(t, str)) if isinstance(found, list) else []
 
     # -- blobs -------------------------------------------------------------------------
     def get_blob(self, ref: str | RegistryRef, digest: Digest, *, max_bytes: int = 64 << 20) -> bytes:
