@@ -248,3 +248,17 @@ def test_capability_gate_alone_holds_its_evidence_to_the_declaration(
                                                capability="8.9", **change))
     st, reason = status(run(root, "gpu"), "capability")
     assert st == "fail" and expect in reason, reason
+
+
+def test_a_blocked_gate_table_says_its_verdict_once(
+        repo: tuple[Path, Keys], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from patchbake.entry import main
+
+    root, _ = repo
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
+    assert main(["release", "gates", "--channel", "sm89-stable", "--image",
+                 f"{IMAGE}@{DIGEST}"]) == 60
+    out, err = capsys.readouterr()
+    assert (out + err).count("is BLOCKED for") == 1
+    assert err.startswith("patchbake: error: 'sm89-stable' is BLOCKED for")

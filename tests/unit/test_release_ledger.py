@@ -607,3 +607,40 @@ def test_ledger_checkpoint_signs_only_with_a_release_key(
     assert main(["ledger", "checkpoint", "--key", str(k.release)]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "1"  # the tree size
     assert main(["ledger", "verify"]) == 0
+
+
+def test_a_release_is_named_by_the_prefix_people_see(
+        released: tuple[Path, Keys, manifest.Release], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`ledger verify` shows 16 hex digits of a release id: verify, export and the image
+    digest's prefix all take them; an ambiguous prefix names the candidates."""
+    root, _, rel = released
+    assert main(["--json", "release", "verify", rel.id[:16]]) == 0
+    assert json.loads(capsys.readouterr().out)["release"] == rel.id
+    assert main(["--json", "release", "verify", "sha256:" + DIGEST.removeprefix("sha256:")[:12]]) == 0
+    assert json.loads(capsys.readouterr().out)["release"] == rel.id
+    assert main(["release", "export", rel.id[:12], "--to", str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "b" / bundle.BUNDLE).read_text())["release"] == rel.id
+    capsys.readouterr()
+    assert main(["release", "verify", "0123456789abcdef"]) == 62
+    err = capsys.readouterr().err
+    assert "no release id starts with 0123456789abcdef" in err and "ledger verify" in err
+    twin = rel.id[:12] + ("0" if rel.id[12] != "0" else "1") + rel.id[13:]
+    (rdir(root) / twin).mkdir()
+    assert main(["release", "verify", rel.id[:12]]) == 62
+    err = capsys.readouterr().err
+    assert f"release id {rel.id[:12]} is ambiguous: 2 start with it" in err
+    assert rel.id in err and twin in err and "give more hex digits" in err
+    assert main(["release", "verify", rel.id[:11]]) == 62
+    assert "is not a release id" in capsys.readouterr().err
+
+
+def test_approve_names_an_unknown_channel_before_any_key(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    _, k, _ = released
+    assert main(["release", "approve", "--channel", "sm89-stabel", "--image", DIGEST,
+                 "--key", str(k.approver)]) == 3
+    err = capsys.readouterr().err
+    assert "no channel 'sm89-stabel'; did you mean 'sm89-stable'?" in err
+    assert "approver role" not in err

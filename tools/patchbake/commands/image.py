@@ -13,7 +13,7 @@ import click
 
 from .. import ui
 from ..images.bake import bake_image
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_images, pass_ctx
 from ..cuda.check import check_image
 from ..cuda.verdict import Target
 from ..digest import Digest
@@ -30,7 +30,7 @@ from .names import did_you_mean
 
 
 @click.command("bake")
-@click.argument("image", required=False)
+@click.argument("image", required=False, shell_complete=complete_images)
 @click.option("--docker-archive", "archive", type=click.Path(path_type=Path), default=None,
               help="also write a `docker load`-able archive of the image here")
 @click.option("--backend", type=click.Choice(["embedded", "engine"]), default="embedded",
@@ -58,7 +58,7 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str) ->
 
 
 @click.command("verify")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.option("--site-packages", default=None,
               help="must agree with the definition's (where to look is never read from the "
                    "image's labels)")
@@ -143,8 +143,59 @@ def image_ls(ctx: Ctx) -> None:
              sorted(named.items()))
 
 
+def _inspected(res: Any) -> dict[str, Any]:
+    img = res.image
+    cfg = img.config
+    return {"ref": res.ref, "kind": res.kind, "definition": res.definition,
+            "chosen": res.chosen or None, "manifest_digest": str(img.manifest_digest),
+            "media_type": img.media_type, "manifest_size": len(img.manifest_bytes),
+            "config_digest": str(img.config_desc.digest),
+            "platform": "/".join(str(cfg.get(k)) for k in ("os", "architecture")
+                                 if cfg.get(k)) or None,
+            "created": cfg.get("created"), "labels": img.labels,
+            "layers": [{"digest": str(d.digest), "diff_id": str(diff), "size": d.size,
+                        "media_type": d.media_type}
+                       for d, diff in zip(img.layers, img.diff_ids, strict=False)]}
+
+
+@image_group.command("inspect")
+@click.argument("ref", shell_complete=complete_images)
+@click.option("-q", "--quiet", is_flag=True, help="print only the manifest digest")
+@pass_ctx
+def image_inspect(ctx: Ctx, ref: str, quiet: bool) -> None:
+    """Manifest, config, layers and labels of REF, and its identity chain (manifest
+    digest, config digest = the engine's image ID, each layer's digest and diff_id).
+
+    REF: a definition, a store name, sha256:<hex> (or a unique prefix), docker:NAME, an
+    OCI layout DIR[@...], a docker-archive file or HOST:PORT/REPO:TAG|@sha256:<hex>.
+
+    \b
+    Examples:
+      patchbake image inspect sm89-serving-offline
+      patchbake image inspect -q 127.0.0.1:5000/vllm-sm89:0.25.1-dsv4
+      patchbake image inspect ./layout-dir --json
+    """
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
+        doc = _inspected(res)
+    if quiet:
+        click.echo(doc["manifest_digest"])
+        return
+    if ctx.as_json:
+        ui.emit_json(doc)
+        return
+    ui.kv(f"image {ref}", [(k, doc[k]) for k in (
+        "kind", "definition", "manifest_digest", "media_type", "config_digest", "platform",
+        "created") if doc[k] is not None])
+    # an uncompressed layer's diff_id is its digest: said in a word, the table stays narrow
+    ui.table("layers", ["#", "digest", "diff_id", "size"],
+             [(i, layer["digest"], "= digest" if layer["diff_id"] == layer["digest"]
+               else layer["diff_id"], layer["size"]) for i, layer in enumerate(doc["layers"], 1)])
+    if doc["labels"]:
+        ui.table("labels", ["label", "value"], sorted(doc["labels"].items()))
+
+
 @image_group.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_images)
 @pass_ctx
 def image_show(ctx: Ctx, name: str) -> None:
     """The validated (effective) definition NAME."""
@@ -227,7 +278,7 @@ def image_base(ctx: Ctx, lineage_key: str | None) -> None:
 
 
 @image_group.command("export")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.argument("dest", type=click.Path(path_type=Path))
 @click.option("--tag", default=None, help="RepoTag for docker load (default: from REF)")
 @pass_ctx
@@ -270,7 +321,7 @@ def image_load(ctx: Ctx, ref: str, tag: str | None) -> None:
 
 
 @image_group.command("materialise")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.argument("dest", type=click.Path(path_type=Path))
 @pass_ctx
 def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
@@ -281,7 +332,7 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
 
 
 @image_group.command("cuda-code")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.option("--target", default="8.9", show_default=True,
               help="compute capability the code must run on")
 @pass_ctx

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .. import ui
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_channels, complete_images, pass_ctx
 from ..digest import Digest
 from ..errors import GateError, LedgerError, ReleaseError, UsageError
 from ..fsutil import read_input
@@ -23,11 +23,15 @@ KEY_HELP = "private key [default: signing.key from pipeline.yaml, $PATCHBAKE_SIG
            "or the user config dir]"
 
 
-def print_table(table: Any) -> None:
+def print_table(table: Any, verdict: bool = True) -> None:
+    """The gate table, then its verdict; ``verdict=False`` where the command's error line
+    says it (a blocked `release gates`), so the sentence is printed once."""
     ui.table(f"gates of channel '{table.channel}' for {table.image} {table.digest}",
              ["channel", "gate", "status", "reason"],
              [(d.channel, d.gate, d.status.upper(), d.reason) for d in table.decisions])
-    ui.out_console().print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(), markup=False)
+    if verdict:
+        ui.out_console().print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(),
+                               markup=False)
 
 
 def _store(ctx: Ctx) -> Any:
@@ -40,8 +44,10 @@ def release_group() -> None:
 
 
 @release_group.command("gates")
-@click.option("--channel", required=True, help="channel whose gates to evaluate")
-@click.option("--image", "image_ref", required=True, help="image: definition, digest, name@digest")
+@click.option("--channel", required=True, help="channel whose gates to evaluate",
+              shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, help="image: definition, digest, name@digest",
+              shell_complete=complete_images)
 @pass_ctx
 def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
     """Evaluate a channel's gates for an image; change nothing. Exit 60 when blocked."""
@@ -51,14 +57,14 @@ def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
     if ctx.as_json:
         ui.emit_json(table.to_json())
     else:
-        print_table(table)
+        print_table(table, verdict=table.passed)
     if not table.passed:
         raise GateError(table.verdict())
 
 
 @release_group.command("create")
-@click.option("--channel", required=True)
-@click.option("--image", "image_ref", required=True)
+@click.option("--channel", required=True, shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, shell_complete=complete_images)
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
 @pass_ctx
 def create_cmd(ctx: Ctx, channel: str, image_ref: str, key_path: Path | None) -> None:
@@ -112,6 +118,11 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
         if not (bundle / BUNDLE).is_file():
             raise ReleaseError(f"{bundle} is not a release bundle (no {BUNDLE})",
                                hint="make one with `patchbake release export RELEASE --to DIR`")
+        if trust_policy is None and not ctx.has_pipeline():
+            raise UsageError("verifying a bundle outside a repository needs the trust policy "
+                             "you hold: pass --trust-policy FILE",
+                             hint="the bundle's own copy is never the anchor: whoever made "
+                                  "the bundle chose it")
         return bundle.resolve(), trust_policy or ctx.pipeline.signing.trust_policy
     return ctx.pipeline.root, trust_policy or ctx.pipeline.signing.trust_policy
 
@@ -163,17 +174,19 @@ def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
 
 
 @release_group.command("approve")
-@click.option("--channel", required=True)
-@click.option("--image", "image_ref", required=True)
+@click.option("--channel", required=True, shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, shell_complete=complete_images)
 @click.option("--note", default="", help="why (kept in the signed approval)")
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
 @pass_ctx
 def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str,
                 key_path: Path | None) -> None:
     """Sign an approval of an image for a channel (the key needs role approver)."""
+    from ..config import channels
     from ..evidence import keys, policy
     from ..release import attest, create
 
+    channels.get(ctx.pipeline.channels, channel)  # an unknown channel, before any key
     ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
     key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
     pol = policy.load(ev.policy_path)

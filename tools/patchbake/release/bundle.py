@@ -111,13 +111,13 @@ def release_of(root: Path, text: str) -> str:
     ``name@sha256:<hex>``, parsed by images.refs): the latest release of that image."""
     if text.startswith("sha256:") or "@" in text:
 
-        digest = ImageRef.parse(text).digest
-        found = [e for e in ledger.read(manifest.releases_dir(root))
-                 if e.kind == "release" and e.digest == digest]
+        entries = [e for e in ledger.read(manifest.releases_dir(root)) if e.kind == "release"]
+        digest = ImageRef.parse(text, lambda: [e.digest for e in entries]).digest
+        found = [e for e in entries if e.digest == digest]
         if not found:
             raise ReleaseError(f"no release in the ledger names image {digest}")
         return found[-1].release
-    return manifest.parse_id(text)
+    return manifest.parse_id(text, manifest.releases_dir(root))
 
 
 def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:

@@ -21,7 +21,7 @@ from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
 from ..cuda.check import check_stored
 from ..cuda.verdict import Target
-from ..digest import Digest
+from ..digest import Digest, differing
 from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError
 from ..evidence import policy, records
 from ..evidence.records import Verified
@@ -184,8 +184,9 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
     if rec.manifest_digest != ev.digest:
         return "fail", f"{path} records {rec.manifest_digest}, not {ev.digest}"
     if rec.patch_sha256 != patch:
-        return "fail", (f"{path} was baked from patch sha256:{rec.patch_sha256[:12]}, the "
-                        f"committed patch is sha256:{patch[:12]}")
+        baked, committed = differing(rec.patch_sha256, patch)
+        return "fail", (f"{path} was baked from patch sha256:{baked}, the "
+                        f"committed patch is sha256:{committed}")
     if rec.doc.get("files_sha256") != files:
         return "fail", f"{path} names another FILES.txt than the committed one"
     if (rec.doc.get("upstream") or {}).get("pin") != lin.upstream.pin:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..digest import Digest, is_hex
+from ..digest import Digest, differing, expand, is_hex, is_short
 from ..errors import ReleaseError
 from ..fsutil import canonical_json, read_input, sha256_bytes, write_once
 from .facts import (
@@ -192,12 +192,17 @@ def write(root: Path, data: Manifest) -> tuple[Release, bool]:
     return Release(rid, path, data), written
 
 
-def parse_id(text: str) -> str:
-    rid = text.removeprefix("sha256:")
-    if not is_hex(rid):
-        raise ReleaseError(f"'{text}' is not a release id (the 64-hex sha256 of release.json)",
+def parse_id(text: str, dir_: Path) -> str:
+    """The release id ``text`` names: in full, or a unique prefix (>= 12 hex digits, as
+    `ledger verify` shows them) of a release under ``dir_``."""
+    if not is_short(text):
+        raise ReleaseError(f"'{text}' is not a release id (the 64-hex sha256 of release.json, "
+                           "or a unique prefix of at least 12)",
                            hint="`patchbake ledger verify` lists the releases")
-    return rid
+    known = [Digest.from_hex(p.name) for p in (dir_.iterdir() if dir_.is_dir() else ())
+             if is_hex(p.name)]
+    return expand(text, known, "release id", ReleaseError,
+                  missing_hint="`patchbake ledger verify` lists the releases").hex
 
 
 def load_from(dir_: Path, rid: str) -> Release:
@@ -208,8 +213,9 @@ def load_from(dir_: Path, rid: str) -> Release:
                           f"release {rid[:16]} has no manifest at {path}",
                           hint="create it with `patchbake release create`"))
     if sha256_bytes(body) != rid:
-        raise ReleaseError(f"{path} hashes to {sha256_bytes(body)[:16]}…, not its release id "
-                           f"{rid[:16]}…: the release manifest was altered")
+        got, want = differing(sha256_bytes(body), rid, 16)
+        raise ReleaseError(f"{path} hashes to {got}…, not its release id "
+                           f"{want}…: the release manifest was altered")
     data = Manifest.load(body, str(path))
     if data.canonical() != body:  # the id names these bytes: no other spelling of them
         raise ReleaseError(f"{path} is not in canonical form (sorted keys, compact "
@@ -218,4 +224,4 @@ def load_from(dir_: Path, rid: str) -> Release:
 
 
 def load(root: Path, text: str) -> Release:
-    return load_from(releases_dir(root), parse_id(text))
+    return load_from(releases_dir(root), parse_id(text, releases_dir(root)))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline
-from ..digest import Digest
+from ..digest import Digest, differing
 from ..errors import (
     ConfigError,
     EvidenceError,
@@ -110,9 +110,10 @@ def check_recorded_inputs(root: Path, rel: manifest.Release, policy: Any) -> Non
         got = sha256_bytes(read_input(path, f"release {rel.id[:16]}'s signed input",
                                       GateError))
         if got != e.envelope_sha256:
+            now, recorded = differing(got, e.envelope_sha256)
             raise GateError(f"release {rel.id[:16]}: {e.path} is not the envelope the "
-                            f"release recorded (sha256 {got[:12]}…, recorded "
-                            f"{e.envelope_sha256[:12]}…): re-signed or altered")
+                            f"release recorded (sha256 {now}…, recorded "
+                            f"{recorded}…): re-signed or altered")
     vsa_path = rel.path.parent / manifest.VSA_NAME
     try:
         vsa.verify(read_input(vsa_path, f"release {rel.id[:16]}'s VSA", GateError), rel,
