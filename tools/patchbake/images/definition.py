@@ -49,6 +49,9 @@ def default_name(pipeline: Pipeline, lineage: str | None = None) -> str:
     if len(known) == 1:
         return known[0]
     offline = [n for n in known if "-offline" in n]  # the stand-in: what `run` bakes fast
+    if len(offline) > 1:  # one per lineage: the default lineage's
+        default = pipeline.lineage(lineage).key
+        offline = [n for n in offline if load(pipeline, n).lineage in ("", default)]
     if len(offline) == 1:
         return offline[0]
     raise ConfigError(f"{pipeline.path.name}: several image definitions "
