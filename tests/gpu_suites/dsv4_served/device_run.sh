@@ -5,10 +5,11 @@
 # suite on the patched tree and then on the pristine one. Results go to $OUT (8 files).
 set -uo pipefail
 B=/root/bundle
+IN=${BUNDLE_IN:-.bundle}   # where this call's carried parts arrived
 HERE=tests/gpu_suites/dsv4_served
 mkdir -p "$B/parts"
-for f in .bundle/part-* .bundle/manifest.json; do [ -f "$f" ] && cp "$f" "$B/parts/"; done
-[ -d .bundle/records ] && cp -r .bundle/records "$B/"
+for f in "$IN"/part-* "$IN"/manifest.json; do [ -f "$f" ] && cp "$f" "$B/parts/"; done
+[ -d "$IN/records" ] && cp -r "$IN/records" "$B/"
 ls -la "$B/parts"
 [ "${1:-stage}" = stage ] && exit 0
 

@@ -63,14 +63,20 @@ class IndexCapture:
         self.active: str | None = None
         self.taken: dict[str, list[object]] = {}
         self.first: dict[str, list[object]] = {}
+        self.errors: list[str] = []
 
     def hook(self, module: object, inputs: tuple, output: object) -> None:
         if self.active is None:
             return
-        rows = inputs[0].shape[0]
-        got = self.taken.setdefault(self.active, [])
-        if len(got) < self.layers:  # the prefill's forward only
-            got.append(output[:rows].cpu())  # type: ignore[index]
+        import torch
+
+        try:
+            buf = output if isinstance(output, torch.Tensor) else module.topk_indices_buffer  # type: ignore[attr-defined]
+            got = self.taken.setdefault(self.active, [])
+            if len(got) < self.layers:  # the prefill's forward only
+                got.append(buf[:inputs[0].shape[0]].cpu())
+        except Exception as e:  # noqa: BLE001 - a broken probe must not stop the engine
+            self.errors.append(repr(e)[:300])
 
     def install(self, model: object) -> int:
         mods = [m for m in model.modules() if type(m).__name__ == "Indexer"]  # type: ignore[attr-defined]
@@ -84,7 +90,7 @@ class IndexCapture:
         import torch
 
         now = self.taken.pop(scenario, [])
-        if run == 0:
+        if run == 0 or scenario not in self.first:
             self.first[scenario] = now
             return None
         rows = order = sets = 0
@@ -154,6 +160,7 @@ def main() -> None:
         "results": results,
         "indexer_modules_hooked": hooked,
         "indices_vs_run0": indices,
+        "index_capture_errors": capture.errors[:5],
         "origins": origins([r.resolve() for r in args.roots]),
     }
     args.out.write_text(json.dumps(doc, indent=1, sort_keys=True))
