@@ -5,7 +5,7 @@ Standard library only (it runs before anything from the bundle is importable).
 * ``unpack``: join the parts (each checked against the manifest's sha256), unpack the
   tar.xz stream, re-hash every carried file and every overlay file against the manifest,
   and make the patched tree (a hard-linked copy of the image's ``vllm/`` with the
-  overlay's files written in their place) beside the pristine one.
+  overlay's files written in their place) beside the pristine one (the same, unpatched).
 * ``compare``: what the bundle does not carry (torch, triton) is the machine's. Each
   installed file of those distributions is hashed and compared, path by path, with the
   RECORD of the lock's wheel of the same version; the report says how many match, which
@@ -67,10 +67,14 @@ def unpack(parts: Path, into: Path) -> dict[str, object]:
             if sha256_file(into / "overlay" / e["path"]) != e["sha256"]]
     if bad:
         sys.exit(f"device_check: {len(bad)} files differ from the manifest: {bad[:5]}")
-    patched = into / "trees" / "patched"
-    if patched.exists():
-        shutil.rmtree(patched)
-    shutil.copytree(into / "site" / "vllm", patched / "vllm", copy_function=os.link)
+    # Each tree holds vllm/ alone (hard links into site/), so that the suite puts it
+    # first on the path and takes every other package from site/ after it.
+    trees = into / "trees"
+    if trees.exists():
+        shutil.rmtree(trees)
+    patched, pristine = trees / "patched", trees / "pristine"
+    for tree in (patched, pristine):
+        shutil.copytree(into / "site" / "vllm", tree / "vllm", copy_function=os.link)
     for e in manifest["overlay"]:
         target = patched / e["path"]
         target.unlink(missing_ok=True)  # a hard link: never write through to the pristine file
@@ -83,7 +87,7 @@ def unpack(parts: Path, into: Path) -> dict[str, object]:
         "wheels": sorted({e["wheel"] for e in manifest["files"]}),
         "overlay": manifest["overlay"],
         "stream_sha256": manifest["stream_sha256"],
-        "pristine_tree": str(into / "site"),
+        "pristine_tree": str(pristine),
         "patched_tree": str(patched),
     }
 

@@ -123,13 +123,18 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    # vLLM picks the sparse MLA backend (FlashAttention-3's on sm90); PATCHBAKE_SERVED_BACKEND
+    # names another (FLASHMLA_SPARSE) to see whether the indices' order reaches its output
+    backend = os.environ.get("PATCHBAKE_SERVED_BACKEND") or None
     llm = LLM(model=str(args.model), tokenizer=str(args.model), load_format="dummy",
               dtype="bfloat16", enforce_eager=True, max_model_len=16384,
               max_num_batched_tokens=16384, max_num_seqs=8, enable_prefix_caching=False,
-              gpu_memory_utilization=0.2, seed=0)
+              gpu_memory_utilization=0.2, seed=0, attention_backend=backend)
     started = time.time() - t0
     capture = IndexCapture()
     hooked = llm.apply_model(capture.install)
+    backends = llm.apply_model(lambda model: sorted(
+        {type(m.impl).__name__ for m in model.modules() if hasattr(m, "impl")}))
     prompts = {k: TokensPrompt(prompt_token_ids=prompt_ids(n, s)) for k, (n, s) in PROMPTS.items()}
     samplings = {
         "greedy": SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=1,
@@ -159,6 +164,7 @@ def main() -> None:
         "total_s": round(time.time() - t0, 1),
         "results": results,
         "indexer_modules_hooked": hooked,
+        "attention_impls": backends,
         "indices_vs_run0": indices,
         "index_capture_errors": capture.errors[:5],
         "origins": origins([r.resolve() for r in args.roots]),

@@ -74,6 +74,9 @@ def test_short_context_is_untouched(run_of) -> None:
             f"{sampling}: the 1k prompt changed with the knob at 1: {dict(off)} vs {dict(on)}")
 
 
+@pytest.mark.xfail(reason="measured on the H200 (2026-12-02): with vLLM 0.25.1's sparse MLA "
+                   "backend on sm90 and this model, completions are bit-identical for any "
+                   "index order (docs/payload.md)", strict=False)
 def test_order_reaches_the_attention(run_of) -> None:
     """The control: descending order must change long prompts' logprobs somewhere."""
     asc, desc = digests(run_of("1"), "greedy"), digests(run_of("2"), "greedy")
@@ -84,15 +87,14 @@ def test_order_reaches_the_attention(run_of) -> None:
 
 @pytest.mark.parametrize("knob", ["0", "1", "2"])
 def test_selected_indices_keep_their_order(run_of, knob: str, record_property) -> None:
-    """The indexer's prefill output, read by a hook on vLLM's own Indexer modules: the
-    same prompt alone in a second run selects the same set (always) in the same order
-    (the patch's claim with the knob at 1 or 2; with 0, recorded)."""
+    """The indexer's prefill output, read by a hook on vLLM's own Indexer modules: with
+    the knob at 1 or 2 the same prompt alone in a second run selects the same indices
+    in the same order. With 0 (vLLM's own order) what differs is recorded, not judged:
+    on the H200 both the order and, in one row at 12k, the set itself differed."""
     doc = run_of(knob)
     diffs = doc["indices_vs_run0"]
     record_property("indices_vs_run0", json.dumps(diffs))
     assert sum(doc["indexer_modules_hooked"]) and diffs, "no indexer output was captured"
-    assert all(d["rows_with_another_set"] == 0 for d in diffs), (
-        f"the selected sets differ between identical runs: {diffs}")
     if knob != "0":
-        moved = [d for d in diffs if d["rows_in_another_order"]]
+        moved = [d for d in diffs if d["rows_in_another_order"] or d["rows_with_another_set"]]
         assert not moved, f"rows came back in another order with the knob at {knob}: {moved}"
