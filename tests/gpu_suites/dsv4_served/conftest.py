@@ -26,6 +26,9 @@ KNOB_VALUES = ("0", "1", "2")
 NO_GPU = ("needs a CUDA GPU of compute capability 9.0 or 10.x (vLLM's FlashMLA sparse "
           "kernels and the DeepGEMM indexer); this machine has none (CI never does)")
 WORKER_TIMEOUT_S = 300
+# Judge a recorded run again (the PATCHBAKE_SERVED_OUT file of a GPU run) without a GPU:
+# the tests read only what the engines recorded, so their verdicts can be re-checked.
+REPLAY = "PATCHBAKE_SERVED_REPLAY"
 
 
 def knob_values() -> tuple[str, ...]:
@@ -44,7 +47,7 @@ def _gpu_ok() -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if not _gpu_ok():
+    if not _gpu_ok() and not os.environ.get(REPLAY):
         for item in items:
             item.add_marker(pytest.mark.skip(reason=NO_GPU))
 
@@ -77,8 +80,13 @@ def _worker(knob: str, tree: Path, model: Path, out: Path) -> dict[str, object]:
 
 
 @pytest.fixture(scope="session")
-def served(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+def served(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """Each knob value's engine run, one after the other."""
+    if os.environ.get(REPLAY):
+        return {k: v for k, v in json.loads(Path(os.environ[REPLAY]).read_text()).items()
+                if k in knob_values()}
+    tree: Path = request.getfixturevalue("tree")
     work = tmp_path_factory.mktemp("served")
     model = write_model(work / "model")
     # One engine at a time: engines started side by side on one GPU profile each other's
