@@ -65,8 +65,14 @@ def bootstrap(spec: OsRoot, epoch: int, tarball: Path, work: Path,
     ]
     if not spec.include:
         argv.remove("--include=")
-    proc.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch), "LC_ALL": "C.UTF-8",
-                        "TZ": "UTC"})
+    # what mmdebstrap and its hooks create (the archives directory above) takes the caller's
+    # umask into the tarball: a fixed one, or two users' bases differ in one mode
+    previous = os.umask(0o022)
+    try:
+        proc.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch), "LC_ALL": "C.UTF-8",
+                            "TZ": "UTC"})
+    finally:
+        os.umask(previous)
     packages = []
     for line in status.read_text().splitlines():
         name, version, arch = line.split("\t")
