@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from serving_support import REPO, seed, serving_store
@@ -21,7 +22,7 @@ from serving_support import REPO, seed, serving_store
 pytestmark = [pytest.mark.integration]
 
 
-def build(store: Path, home: Path, tz: str, umask: str) -> dict[str, object]:
+def build(store: Path, home: Path, tz: str, umask: str) -> dict[str, Any]:
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PATCHBAKE_HOME": str(store), "HOME": str(home), "TZ": tz,
            "PATCHBAKE_NO_PROGRESS": "1", "NO_COLOR": "1"}
@@ -31,7 +32,7 @@ def build(store: Path, home: Path, tz: str, umask: str) -> dict[str, object]:
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
                         check=False)
     assert cp.returncode == 0, cp.stderr[-3000:]
-    return json.loads(cp.stdout)  # type: ignore[no-any-return]
+    return json.loads(cp.stdout)  # type: ignore[no-any-return]  # json's Any
 
 
 def pinned_digest() -> str:

@@ -100,6 +100,7 @@ def test_mmdebstrap_runs_under_a_fixed_umask(tmp_path: Path,
     setup hook makes took the caller's umask into the tarball (0700 under umask 077)."""
     import os
 
+    from patchbake import proc
     from patchbake.sources import debian, lockgen
 
     seen: list[int] = []
@@ -110,7 +111,7 @@ def test_mmdebstrap_runs_under_a_fixed_umask(tmp_path: Path,
         seen.append(mask)
         (tmp_path / "installed.tsv").write_text("python3\t3.11.2-1+b1\tamd64\n")
 
-    monkeypatch.setattr(debian.proc, "run", fake_run)
+    monkeypatch.setattr(proc, "run", fake_run)
     previous = os.umask(0o077)
     try:
         debian.bootstrap(lockgen.DEFAULT_OS, 0, Path("/dev/null"), tmp_path)
