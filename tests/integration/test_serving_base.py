@@ -15,6 +15,7 @@ import subprocess
 import sys
 from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from serving_support import REPO, seed, serving_store
@@ -32,7 +33,7 @@ def build(store: Path, home: Path, tz: str, umask: str) -> dict[str, Any]:
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
                         check=False)
     assert cp.returncode == 0, cp.stderr[-3000:]
-    return json.loads(cp.stdout)  # type: ignore[no-any-return]
+    return json.loads(cp.stdout)  # type: ignore[no-any-return]  # json's Any
 
 
 def pinned_digest() -> str:

@@ -92,3 +92,35 @@ def test_unsafe_and_unsupported_entries_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match="not an uncompressed tar"):
         with rootfs.opened(tmp_path / "notatar"):
             pass
+
+
+def test_mmdebstrap_runs_under_a_fixed_umask(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by building the base in two stores with different umasks: the directory a
+    setup hook makes, and the seed directory of held packages that sync-in copies over it,
+    took the caller's umask into the tarball (0700 under umask 077)."""
+    import os
+
+    from patchbake import proc
+    from patchbake.sources import debian, lockgen
+
+    seen: list[int] = []
+    (tmp_path / "held.deb").write_bytes(b"deb")
+
+    def fake_run(argv: list[str], **_: object) -> None:
+        mask = os.umask(0)
+        os.umask(mask)
+        seen.append(mask)
+        # sync-in copies the seed directory, its mode included, over the archives directory
+        seen.append((tmp_path / "seed").stat().st_mode & 0o777)
+        (tmp_path / "installed.tsv").write_text("python3\t3.11.2-1+b1\tamd64\n")
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    previous = os.umask(0o077)
+    try:
+        debian.bootstrap(lockgen.DEFAULT_OS, 0, Path("/dev/null"), tmp_path,
+                         (("python3.deb", tmp_path / "held.deb"),))
+        assert os.umask(0o077) == 0o077  # the caller's umask is given back
+    finally:
+        os.umask(previous)
+    assert seen == [0o022, 0o755]

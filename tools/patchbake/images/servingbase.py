@@ -21,7 +21,7 @@ import time
 from datetime import datetime, timezone
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +185,7 @@ def build_serving_base(store: Store, lineage: Lineage, *, step: Step = _quiet,
     t0 = time.monotonic()
     found = find_serving_base(store, lineage)
     if found is not None:
-        return ServingBase(**{**found.__dict__, "seconds": time.monotonic() - t0})
+        return replace(found, seconds=time.monotonic() - t0)
     lock, lock_digest = lock_of(lineage)
     layout.ensure_layout(store)
     work = store.tmpdir("servingbase")
