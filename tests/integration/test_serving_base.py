@@ -15,7 +15,6 @@ import subprocess
 import sys
 from typing import Any
 from pathlib import Path
-from typing import Any
 
 import pytest
 from serving_support import REPO, seed, serving_store
