@@ -59,8 +59,12 @@ def _seed(warm: Store, fresh: Store, base_digest: Digest) -> None:
     for memo in ("tree-memo", "layer-ops"):
         (warm.root / "bakes" / memo).mkdir(parents=True, exist_ok=True)
         os.symlink(warm.root / "bakes" / memo, fresh.root / "bakes" / memo)
-    for cached in (warm.root / "bakes").glob("standin-*.json"):  # the stand-in base's recipe
-        shutil.copyfile(cached, fresh.root / "bakes" / cached.name)
+    # the recipes that name a locally built base (the stand-in's, the serving base's from
+    # its lock): the base's blobs are linked above, and the bake checks them against the
+    # digest the definition pins
+    for pattern in ("standin-*.json", "servingbase-*.json"):
+        for cached in (warm.root / "bakes").glob(pattern):
+            shutil.copyfile(cached, fresh.root / "bakes" / cached.name)
 
 
 def rebake(pipeline: Pipeline, definition: str, lineage: Lineage, warm: Store,
