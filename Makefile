@@ -17,9 +17,29 @@ VENV_BIN = $(dir $(PY))
 APT_GET = DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 export PATCHBAKE_NO_PROGRESS ?=
 
-.PHONY: setup setup-python setup-suite setup-system setup-bench services services-stop demo test unit \
-        integration bench lint dist check clean venv reliability guard ci-gates \
-        sm89-compile-evidence
+.PHONY: help setup setup-python setup-suite setup-system setup-bench services services-stop demo \
+        test unit integration bench lint dist check clean venv reliability guard ci-gates \
+        sm89-compile-evidence serving-image
+
+# `make` alone explains itself: several targets install packages as root.
+.DEFAULT_GOAL := help
+help:
+	@echo "patchbake: make TARGET (README.md says more)"
+	@echo "  demo            .venv/ + the tool, then \`patchbake run\` (the main job end to end)"
+	@echo "  test            as root: Debian packages, torch CPU, engine + registry, then all tests"
+	@echo "  unit            the hermetic unit tests"
+	@echo "  setup-python    .venv/ with the tool and its test packages"
+	@echo "  setup-suite     torch (CPU build) and numpy for the payload's fixture suite"
+	@echo "  setup-system    as root: the Debian packages the tests use (apt-get)"
+	@echo "  services        as root: start a Docker engine and a registry on 127.0.0.1:5000"
+	@echo "  services-stop   stop what \`make services\` started"
+	@echo "  lint            ruff, mypy (strict), import-linter"
+	@echo "  dist            sdist + wheel, checked by twine"
+	@echo "  bench           benchmarks (bench/RESULTS.md)"
+	@echo "  reliability     hostile inputs, faults, crash trials"
+	@echo "  guard           the lost-line guard with only Python and git"
+	@echo "  ci-gates        every channel's release gates for the offline image"
+	@echo "  clean           remove build outputs"
 
 setup: setup-system setup-python
 
@@ -52,6 +72,8 @@ $(VENV)/.made:
 	  echo "$(PYTHON) cannot make a virtual environment: install Debian's python3-venv" \
 	       "(as root: make setup-system), or activate a virtual environment first"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
+	@# pip >= 25 reads Metadata 2.4 (License-Expression: `pip show` names the license)
+	$(VENV)/bin/python -m pip install -q --upgrade 'pip>=25'
 	@touch $@
 
 setup-python: $(VENV_STAMP)
@@ -90,6 +112,16 @@ test: setup setup-suite services
 
 unit: setup-python
 	$(PY) -m pytest -q tests/unit
+
+# The real sm89 serving image (README, docs/images.md): the lineage's committed lock -> the
+# serving base (downloads about 5 GB of wheels and 130 Debian packages the first time) ->
+# the patch baked on it -> loaded into the engine. Prints the digests.
+SERVING_IMAGE ?= sm89-serving-local
+SERVING_LINEAGE ?= v0.25.1
+serving-image: setup-python
+	$(PY) -m patchbake image base --lineage $(SERVING_LINEAGE)
+	$(PY) -m patchbake --lineage $(SERVING_LINEAGE) bake $(SERVING_IMAGE)
+	$(PY) -m patchbake image load $(SERVING_IMAGE)
 
 bench: setup setup-bench services
 	PYTHONPATH=tools $(PY) bench/run.py

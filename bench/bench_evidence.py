@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from patchbake.digest import Digest
 from patchbake.evidence import keys, policy, records
+from patchbake import config
 from patchbake.config import suites
 from patchbake.suites.host import HostRunner
 from patchbake.suites.image import SuiteImage
@@ -43,7 +44,8 @@ def median_ms(fn, rounds: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> int:
-    from fixtures_toy_image import toy_image  # the tests' real tiny image
+    import yaml
+    from fixtures_toy_image import define_toy, toy_image  # the tests' real tiny image
 
     sys.path.insert(0, str(REPO / "tests" / "unit"))
     from test_evidence_sign_verify import SUBJECT, make_result, write_policy
@@ -74,7 +76,15 @@ def main() -> int:
             "{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
             "python_files=check_*.py", "--junitxml={junit}", str(SUITES / "passing")]}
         suite = suites.parse_suite("toy", raw, REPO)
-        runner = HostRunner(REPO, store)
+        # the host runner takes where the image installs vllm from a definition and a
+        # record naming it (never from the image's own labels), as the tests give it
+        doc: dict[str, object] = {"version": 1, "name": "bench", "lineages": {"v1": {
+            "name": "x", "patch": "p", "files": "f", "source_record": "s",
+            "upstream": {"kind": "path", "version": "1",
+                         "path": str(SUITES / "trees" / "pristine")}}}}
+        define_toy(t, doc, digest, cfg)
+        (t / "pipeline.yaml").write_text(yaml.safe_dump(doc))
+        runner = HostRunner(REPO, store, pipeline=config.load(t / "pipeline.yaml"))
         runner.environment(suite, ref)  # probe once, as one CLI run does
         env = {**os.environ, "PATCHBAKE_TREE": str(SUITES / "trees" / "patched")}
         bare = median_ms(lambda: subprocess.run(

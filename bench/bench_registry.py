@@ -7,7 +7,9 @@ already-compressed layers of a real base) plus config and OCI manifest, at two s
 default: 36 MB in one layer, and 1 GB in 8 layers of 128 MB (a serving image has many
 layers; independent blobs are what concurrent transfer can overlap). Every push goes to a
 FRESH distribution registry (its own data dir and port), so neither tool can skip or mount
-a blob it saw in an earlier round. Pulls go into empty stores / layouts. Medians over the
+a blob it saw in an earlier round; a registry is removed as soon as its push is timed.
+Pulls go into empty stores / layouts, each removed after it is timed: the 1 GB size needs
+about 5 GB of free disk (store, pull source, one push or pull copy, temp files). Medians over the
 rounds; the order of the tools alternates per round.
 
   python3 bench/bench_registry.py [--sizes 36x1:9,1024x8:3]   (MBxLAYERS:ROUNDS, ...)
@@ -32,6 +34,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -131,13 +134,13 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> None:
         raise RuntimeError(f"{argv[0]} {argv[1]} failed: {r.stderr[-500:]}")
 
 
-def one_blob_at_a_time(fn: Callable[[], object]) -> Callable[[], object]:
+def one_blob_at_a_time(fn: Callable[[Any], object]) -> Callable[[Any], object]:
     """The library call with concurrent blob transfer off: what concurrency buys."""
-    def go() -> object:
+    def go(arg: Any) -> object:
         old = os.environ.get("PATCHBAKE_REGISTRY_CONCURRENCY")
         os.environ["PATCHBAKE_REGISTRY_CONCURRENCY"] = "1"
         try:
-            return fn()
+            return fn(arg)
         finally:
             if old is None:
                 os.environ.pop("PATCHBAKE_REGISTRY_CONCURRENCY", None)
@@ -147,50 +150,62 @@ def one_blob_at_a_time(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, float]:
+    """One round: four pushes, each into a FRESH registry, then four pulls from the library's
+    registry into empty stores. Only the pull source and one other registry exist at a
+    time, and each pull's copy is removed before the next: at 1 GB the round peaks at about
+    four copies of the image (store, pull source, one push target, one pull), not nine."""
     env = {**os.environ, "PATCHBAKE_NO_PROGRESS": "1", "PATCHBAKE_HOME": str(store.root)}
     skopeo = ["skopeo", "--insecure-policy", "copy", "--quiet"]
     t: dict[str, float] = {}
-    with fresh_registry(work) as r_lib, fresh_registry(work) as r_cli, \
-            fresh_registry(work) as r_sko, fresh_registry(work) as r_one:
-        pushes: list[tuple[str, Callable[[], object]]] = [
-            ("push_lib", lambda: RegistryClient(r_lib).push(store, Digest.parse(digest),
-                                                                f"{r_lib}/b/img:v1")),
-            ("push_serial", one_blob_at_a_time(
-                lambda: RegistryClient(r_one).push(store, Digest.parse(digest),
-                                                   f"{r_one}/b/img:v1"))),
-            ("push_cli", lambda: run([sys.executable, "-m", "patchbake", "push", digest,
-                                      f"{r_cli}/b/img:v1", "--json"], env)),
-            ("push_skopeo", lambda: run([*skopeo, "--dest-tls-verify=false",
-                                         f"oci:{store.root}:bench",
-                                         f"docker://{r_sko}/b/img:v1"])),
-        ]
-        for name, fn in (pushes if rnd % 2 == 0 else pushes[::-1]):
-            t[name] = timed(fn)
+
+    def skopeo_push(r: str) -> None:
+        run([*skopeo, "--dest-tls-verify=false", f"oci:{store.root}:bench",
+             f"docker://{r}/b/img:v1"])
         # What skopeo pushed must be the same image (same manifest digest), else the
         # comparison would be between different work.
-        got = RegistryClient(r_sko).get_manifest(f"{r_sko}/b/img:v1")[2]
+        got = RegistryClient(r).get_manifest(f"{r}/b/img:v1")[2]
         if str(got) != digest:
             raise RuntimeError(f"skopeo pushed {got}, not {digest}: not comparable")
-        dest = Path(tempfile.mkdtemp(prefix="pull.", dir=work))
-        pulls: list[tuple[str, Callable[[], object]]] = [
-            ("pull_lib", lambda: RegistryClient(r_lib).pull(Store.open(dest / "lib"),
-                                                            f"{r_lib}/b/img:v1")),
+
+    pushes: list[tuple[str, Callable[[str], object]]] = [
+        ("push_serial", one_blob_at_a_time(
+            lambda r: RegistryClient(r).push(store, Digest.parse(digest), f"{r}/b/img:v1"))),
+        ("push_cli", lambda r: run([sys.executable, "-m", "patchbake", "push", digest,
+                                    f"{r}/b/img:v1", "--json"], env)),
+        ("push_skopeo", skopeo_push),
+    ]
+    with fresh_registry(work) as r_lib:
+        # the library push fills the registry every pull reads from
+        t["push_lib"] = timed(lambda: RegistryClient(r_lib).push(
+            store, Digest.parse(digest), f"{r_lib}/b/img:v1"))
+        for name, fn in (pushes if rnd % 2 == 0 else pushes[::-1]):
+            with fresh_registry(work) as reg:
+                t[name] = timed_with(fn, reg)
+        pulls: list[tuple[str, Callable[[Path], object]]] = [
+            ("pull_lib", lambda d: RegistryClient(r_lib).pull(Store.open(d),
+                                                              f"{r_lib}/b/img:v1")),
             ("pull_serial", one_blob_at_a_time(
-                lambda: RegistryClient(r_lib).pull(Store.open(dest / "one"),
-                                                   f"{r_lib}/b/img:v1"))),
-            ("pull_cli", lambda: run([sys.executable, "-m", "patchbake", "pull",
-                                      f"{r_lib}/b/img:v1", "--json"],
-                                     {**env, "PATCHBAKE_HOME": str(dest / "cli")})),
-            ("pull_skopeo", lambda: run([*skopeo, "--src-tls-verify=false",
-                                         f"docker://{r_lib}/b/img:v1",
-                                         f"oci:{dest / 'sko'}:bench"])),
+                lambda d: RegistryClient(r_lib).pull(Store.open(d), f"{r_lib}/b/img:v1"))),
+            ("pull_cli", lambda d: run([sys.executable, "-m", "patchbake", "pull",
+                                        f"{r_lib}/b/img:v1", "--json"],
+                                       {**env, "PATCHBAKE_HOME": str(d)})),
+            ("pull_skopeo", lambda d: run([*skopeo, "--src-tls-verify=false",
+                                           f"docker://{r_lib}/b/img:v1", f"oci:{d}:bench"])),
         ]
         for name, fn in (pulls if rnd % 2 == 0 else pulls[::-1]):
-            t[name] = timed(fn)
-        shutil.rmtree(dest, ignore_errors=True)
+            dest = Path(tempfile.mkdtemp(prefix="pull.", dir=work))
+            try:
+                t[name] = timed_with(fn, dest / "into")
+            finally:
+                shutil.rmtree(dest, ignore_errors=True)
     # The CLI's fixed cost: interpreter start plus importing every command module.
     t["startup_cli"] = timed(lambda: run([sys.executable, "-m", "patchbake", "--version"], env))
     return t
+
+
+def timed_with(fn: Callable[[Any], object], arg: Any) -> float:
+    """Time ``fn(arg)`` (a push into a registry, or a pull into a directory)."""
+    return timed(lambda: fn(arg))
 
 
 def bench_size(work: Path, total_mb: int, layers: int, rounds: int) -> dict[str, object]:

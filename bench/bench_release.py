@@ -105,17 +105,22 @@ def main() -> int:
             pb(root, "--version")
             startup = time.perf_counter() - t3
             rows.append({"export": t1 - t0, "run": t2 - t1, "total": t2 - t0, "steps": steps,
+                         # the edit loop up to a verified image: the same processes less
+                         # the candidate gates step (measured inside the run)
+                         "verified": t2 - t0 - steps.get("candidate gates", 0.0),
                          "digest": job["identity"]["manifest_digest"],
                          "anchor": startup + layer_bytes_sha(job["identity"][
                              "manifest_digest"])})
     med = {k: statistics.median(r[k] for r in rows) for k in ("export", "run", "total",
-                                                               "anchor")}
+                                                               "verified", "anchor")}
     step_med = {s: statistics.median(r["steps"][s] for r in rows) for s in rows[0]["steps"]}
     print(f"one-line edit -> verified image -> candidate gate table, median of {RUNS}:")
     print(f"  patch export (CLI)       {med['export']:.3f} s")
     print(f"  run (CLI, with gates)    {med['run']:.3f} s")
     for s, v in step_med.items():
         print(f"    {s:<22} {v:.3f} s")
+    print(f"  to a verified image      {med['verified']:.3f} s   (goal <= 1 s: "
+          f"{'met' if med['verified'] <= 1 else 'missed'})")
     print(f"  total                    {med['total']:.3f} s   (goal < 3 s: "
           f"{'met' if med['total'] < 3 else 'missed'})")
     print(f"  anchor (2 CLI start-ups + sha256 of the image) {med['anchor']:.3f} s; "

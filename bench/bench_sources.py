@@ -94,7 +94,8 @@ def main() -> int:
            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                        "platform": platform.platform()}}
     (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "sources.json").write_text(json.dumps(doc, indent=2) + "\n")
+    # digests are Digest objects: written as their text
+    (HERE / "out" / "sources.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return 0
 
 

@@ -53,3 +53,33 @@ def test_standin_scale(tmp_path: Path, shared_home: Path) -> None:
     assert 30e6 < size < 45e6
     text = (root / "images" / "sm89-serving-offline.yaml").read_text()
     assert s["digest"] in text  # the pinned stand-in digest is what this machine builds
+
+
+def test_bake_trusts_stored_base_and_verify_catches_a_changed_blob(tmp_path: Path,
+                                                                   shared_home: Path) -> None:
+    """A cold bake does not re-hash the base (the store hashed it on write); a base blob
+    changed on disk afterwards is caught by `store fsck` and by `verify`, never released."""
+    import os
+
+    home = tmp_path / "store"
+    seed_sdist(shared_home, home)
+    root = repo_copy(tmp_path)
+    first = cli_json(root, home, "bake", "sm89-serving-offline")
+    blob = home / "blobs" / "sha256" / first["layers"][0].removeprefix("sha256:")
+    os.chmod(blob, 0o644)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+
+    os.environ["SOURCE_DATE_EPOCH"] = "1"  # a new image, baked cold on the changed base
+    try:
+        second = cli_json(root, home, "bake", "sm89-serving-offline")
+    finally:
+        del os.environ["SOURCE_DATE_EPOCH"]
+    assert not second["cached"] and second["digest"] != first["digest"]
+    fsck = cli(root, home, "store", "fsck", "--no-trees", check=False)
+    assert fsck.returncode == 11 and blob.name[:12] in fsck.stderr
+    for extra in ((), ("--no-cache",)):
+        out = cli(root, home, "verify", "sm89-serving-offline", *extra, check=False)
+        assert out.returncode == 11, out.stderr
+        assert f"blob {first['layers'][0]} hashes to" in out.stderr

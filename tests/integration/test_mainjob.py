@@ -100,3 +100,21 @@ def test_the_code_bakes_exactly_the_committed_images(shared_home: Path, tmp_path
         want = committed.get("manifest_digest") or committed.get("digest")
         assert baked == want, f"{name}: the code bakes {baked}, the committed record is {want}"
         assert (REPO / "manifests" / "evidence" / want.removeprefix("sha256:")).is_dir()
+
+
+@pytest.mark.sdist033
+def test_lineage_picks_the_image_run_bakes(shared_home: Path, tmp_path: Path) -> None:
+    """`--lineage v0.33.0 run` (or `run --lineage v0.33.0`) bakes that lineage's image, the
+    definition bound to it, instead of refusing the default lineage's one."""
+    repo = _copy_repo(tmp_path)
+    committed = json.loads((REPO / "manifests" / "images" / "sm89-serving-offline-v0.33.0"
+                            / "latest.json").read_text())
+    for args in (["--lineage", "v0.33.0", "run", "--json"], ["run", "--lineage", "v0.33.0",
+                                                             "--json"]):
+        r = _run(args, shared_home, repo)
+        assert r.returncode == 0, r.stderr
+        job = json.loads(r.stdout)
+        assert job["lineage"] == "v0.33.0"
+        assert job["identity"]["image"] == "sm89-serving-offline-v0.33.0"
+        assert job["identity"]["manifest_digest"] == (committed.get("manifest_digest")
+                                                      or committed.get("digest"))

@@ -206,6 +206,52 @@ def test_stale_workspace_refused(repo: Path, tmp_path: Path,
     assert cli(capsys, "patch", "export", "--from", str(c))[0] == 0
 
 
+def test_workspace_reused_or_replaced_never_losing_work(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's chain runs twice: the same workspace again is reused; one made for an
+    older patch is replaced by --force only when nothing in it would be lost."""
+    ws = tmp_path / "ws"
+    rc, out, err = cli(capsys, "--json", "patch", "workspace", str(ws))
+    assert rc == 0, err
+    first = json.loads(out)
+    assert first["reused"] is False
+    rc, out, err = cli(capsys, "--json", "patch", "workspace", str(ws))
+    assert rc == 0, err
+    again = json.loads(out)
+    assert again["reused"] is True and again["base_commit"] == first["base_commit"]
+    # work committed and exported: the workspace is no longer what `workspace` makes
+    make_change(ws)
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    rc, _, err = cli(capsys, "patch", "workspace", str(ws))
+    assert rc == 23 and "not the current one: it holds commits after" in err
+    assert "--force" in err
+    # uncommitted work: --force keeps it
+    (ws / "README.txt").write_text("not committed\n")
+    rc, _, err = cli(capsys, "patch", "workspace", str(ws), "--force")
+    assert rc == 23 and "uncommitted changes (README.txt)" in err
+    assert (ws / "README.txt").read_text() == "not committed\n"
+    git(ws, "commit", "-qam", "not exported")
+    rc, _, err = cli(capsys, "patch", "workspace", str(ws), "--force")
+    assert rc == 23 and "commits the canonical patch does not reproduce" in err
+    assert git(ws, "log", "-1", "--format=%s").strip() == "not exported"
+    # once exported, the work is in the patch: --force replaces the workspace
+    assert cli(capsys, "patch", "export", "--from", str(ws))[0] == 0
+    rc, out, err = cli(capsys, "--json", "patch", "workspace", str(ws), "--force")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["reused"] is False and doc["base_commit"] != first["base_commit"]
+    assert git(ws, "rev-parse", "HEAD").strip() == doc["base_commit"]
+    assert (ws / "README.txt").read_text() == "not committed\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ws.")] == []
+    # a directory that is no workspace is never replaced
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine\n")
+    rc, _, err = cli(capsys, "patch", "workspace", str(other), "--force")
+    assert rc == 23 and "not a patchbake workspace" in err
+    assert (other / "keep.txt").read_text() == "mine\n"
+
+
 def test_series_split_then_verify(repo: Path, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     ws = tmp_path / "ws"

@@ -109,3 +109,51 @@ def test_workspace_edit_export_is_reproducible(store_env: Path, tmp_path: Path,
     rc, out, err = cli(capsys, "patch", "check", "--json")
     assert rc == 0, out + err
     assert json.loads(out)["files"] == 3
+
+
+def test_new_patched_tree_reads_only_what_the_patch_wrote(shared_home: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The tree memo on the real sdist: once the pristine tree is memoised, building a new
+    patched tree (hard links + the patch's files) reads only the files the patch wrote
+    (and their pristine originals, whose ctime the unlink moved), not all ~5,900."""
+    import shutil
+
+    from patchbake.sources import digest as digestmod
+
+    home = tmp_path / "store"
+    (home / "blobs" / "sha256").mkdir(parents=True)
+    shutil.copy(shared_home / "blobs" / "sha256" / SHA, home / "blobs" / "sha256" / SHA)
+    monkeypatch.setenv("PATCHBAKE_HOME", str(home))
+    lin = load(REPO / "pipeline.yaml").lineage()
+    store = Store.open()
+    import time
+
+    from patchbake.sources import fetch
+
+    from patchbake.sources.digest import tree_entries
+    from patchbake.sources.treememo import TreeMemo
+
+    fetched = fetch(lin, store)
+    time.sleep(0.2)  # files are memoised once older than RACY_NS (their ctime is now)
+    # verify and the pristine package hash the pristine tree with its memo: so does this
+    tree_entries(fetched.root, memo=TreeMemo.for_tree(store.root, fetched.root))
+    first = patched_tree(lin, store)
+    for meta in (home / "patched").glob("*.json"):  # the next edit: a tree not built yet
+        meta.unlink()
+    # moved, not deleted: deleting the links would move the pristine files' ctimes
+    # (link count), and the next apply would read them all again once
+    first.root.rename(home / "previous-tree")
+    reads: list[bytes] = []
+    real = digestmod._hash_file
+
+    def counted(path: bytes) -> str:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(digestmod, "_hash_file", counted)
+    again = patched_tree(lin, store)
+    assert again.tree_digest == first.tree_digest
+    written = len(first.files)
+    assert 0 < len(reads) <= 2 * written, (len(reads), written)
+    assert sum(1 for p in again.root.rglob("*") if p.is_file()) > 5000

@@ -9,7 +9,9 @@ Which blocks run (generic: whatever blocks the README has):
   two make targets: the suite itself runs under `make test`);
 - other fences (``text``, ``console``, ``yaml``...) are shown output or files, never run;
 - ``127.0.0.1:5000`` (the registry `make services` starts) is replaced by a private
-  loopback registry of this test's, so tags pushed by earlier runs cannot collide.
+  loopback registry of this test's, so tags pushed by earlier runs cannot collide;
+- the whole chain runs twice in the same copy: a user runs it again (the workspace is
+  reused, pushes of the same digest are no-ops, nothing refuses what it made itself).
 
 `patchbake` on PATH is this checkout's tool, run by the test's interpreter.
 """
@@ -68,6 +70,17 @@ def test_block_extraction_and_markers() -> None:
                                    (10, "patchbake fetch\n", None)]
 
 
+def test_chain_names_its_prerequisites() -> None:
+    """The chain's introduction says which make target each kind of block needs: a reader
+    who ran only `make demo` learns why the suite line fails before running it."""
+    text = (REPO / "README.md").read_text()
+    intro = text[text.index("## The chain, one command each"):]
+    intro = intro[:intro.index("```")]
+    for target in ("`make demo`", "`make services`", "`make setup-suite`"):
+        assert target in " ".join(intro.split()), target
+    assert "runs again" in intro
+
+
 def _copy_repo(dest: Path) -> Path:
     """Tracked and untracked-but-not-ignored files: what a fresh clone of this work holds."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
@@ -107,5 +120,7 @@ def test_readme_commands_run_as_written(tmp_path: Path, shared_home: Path,
                                    f"{r.stderr[-3000:]}")
 
     bash("patchbake run\n", "make demo's `patchbake run`")
-    for line, script, _ in runnable:
-        bash(script.replace(README_REGISTRY, registry), f"README.md block at line {line}")
+    for attempt in ("", " (second run of the chain)"):
+        for line, script, _ in runnable:
+            bash(script.replace(README_REGISTRY, registry),
+                 f"README.md block at line {line}{attempt}")

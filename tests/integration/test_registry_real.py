@@ -163,6 +163,66 @@ def test_cli_push_pull_and_tag_move(registry: str, tmp_path: Path) -> None:
     assert doc["digest"] == str(img.digest) and doc["config_digest"] == str(img.config_digest)
 
 
+def test_pull_of_a_missing_tag_names_the_tags_there(registry: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    img = build_image(Store.open(home), "missing-tag")
+    assert _patchbake(home, "push", str(img.digest), f"{registry}/pb/missing:1.0").returncode == 0
+    r = _patchbake(tmp_path / "home2", "pull", f"{registry}/pb/missing:1.1")
+    assert r.returncode == 31
+    assert (f"{registry}/pb/missing has no tag '1.1'; did you mean '1.0'? (pb/missing's "
+            "tags: 1.0)") in r.stderr and "HTTP 404 MANIFEST_UNKNOWN" in r.stderr
+    r = _patchbake(tmp_path / "home2", "pull", f"{registry}/pb/never-pushed:1")
+    assert r.returncode == 31 and f"{registry}/pb/never-pushed has no tag '1'" in r.stderr
+    assert _patchbake(home, "push", str(img.digest), f"{registry}/pb/missing:0.9").returncode == 0
+    r = _patchbake(home, "tags", f"{registry}/pb/missing")
+    assert r.returncode == 0 and r.stdout == "0.9\n1.0\n", r.stderr
+    r = _patchbake(home, "tags", f"{registry}/pb/missing:1.0")
+    assert r.returncode == 2 and "give the repository alone" in r.stderr
+
+
+def test_push_of_a_damaged_store_blob_names_the_blob_not_the_registry(
+        registry: str, tmp_path: Path) -> None:
+    """A layer whose bytes changed on disk (same size): the registry refuses the upload,
+    and the error says which store blob is damaged and how to repair it."""
+    home = tmp_path / "home"
+    store = Store.open(home)
+    img = build_image(store, "damaged", extra_bytes=2 << 20)
+    path = store.blob_path(img.layer_digest)
+    data = bytearray(path.read_bytes())
+    data[-600] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))
+    r = _patchbake(home, "push", str(img.digest), f"{registry}/pb/damaged:1")
+    assert r.returncode == 11, r.stderr
+    assert f"the store's blob {img.layer_digest} is damaged" in r.stderr
+    assert "store fsck --quarantine" in r.stderr
+
+
+def test_image_inspect_gives_one_identity_for_every_spelling(registry: str,
+                                                             tmp_path: Path) -> None:
+    """crane digest / skopeo inspect: the store digest, a prefix of it and the registry
+    reference all show the same manifest, config and layers; -q prints the digest only."""
+    home = tmp_path / "home"
+    img = build_image(Store.open(home), "inspect")
+    ref = f"{registry}/pb/inspect:1"
+    assert _patchbake(home, "push", str(img.digest), ref).returncode == 0
+    docs = []
+    for spelling in (str(img.digest), f"sha256:{img.digest.hex[:12]}", ref):
+        r = _patchbake(home, "image", "inspect", spelling, "--json")
+        assert r.returncode == 0, r.stderr
+        docs.append(json.loads(r.stdout))
+        r = _patchbake(home, "image", "inspect", "-q", spelling)
+        assert r.stdout == f"{img.digest}\n", r.stderr
+    assert [d["kind"] for d in docs] == ["store", "store", "registry"]
+    for d in docs:
+        assert d["manifest_digest"] == str(img.digest)
+        assert d["config_digest"] == str(img.config_digest)
+        assert [la["digest"] for la in d["layers"]] == [str(img.layer_digest)]
+        assert d["labels"] == {"patchbake.test": "inspect"} and d["platform"] == "linux/amd64"
+    r = _patchbake(home, "image", "inspect", f"{registry}/pb/inspect:2")
+    assert r.returncode == 31 and "has no tag '2' (pb/inspect's tags: 1)" in r.stderr
+
+
 @pytest.mark.docker
 def test_docker_pulls_what_we_pushed(registry: str, store: Store, docker_engine: str) -> None:
     img = build_image(store, "docker-pull")

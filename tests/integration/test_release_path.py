@@ -93,6 +93,9 @@ def test_run_to_verified_release_from_a_fresh_clone(tmp_path: Path, shared_home:
     assert out["digest"] == digest and out["channel"] == "validated"
     assert {c["check"] for c in out["checks"]} >= {"ledger", "VSA", "evidence", "image record",
                                                   "gates"}
+    # the real bake's SBOM and provenance, signed at create, verified from a fresh clone
+    signed = {c["check"]: c["detail"] for c in out["checks"]}["sbom and provenance"]
+    assert signed.startswith("sbom: 2 components") and "provenance: 4 resolved" in signed
     by_digest = json.loads(pb(clone, "--json", "release", "verify", digest, home=empty).stdout)
     assert by_digest["release"] == rid
     bundled = json.loads(pb(clone, "--json", "release", "verify", rid, "--bundle",

@@ -11,6 +11,7 @@ referrers API), with a real bake, real Ed25519 keys and the real ledger.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -126,6 +127,7 @@ def test_promotion_attaches_statements_with_the_tag_fallback(
     assert sorted(types) == sorted([
         "https://in-toto.io/attestation/test-result/v0.1"] * 2 + [
         "urn:patchbake:predicate:benchmark:v1", "urn:patchbake:predicate:approval:v1",
+        "https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1",
         "https://slsa.dev/verification_summary/v1"])
     # each artifact manifest is an OCI 1.1 manifest whose subject is the image
     for d in att["manifests"]:
@@ -142,6 +144,41 @@ def test_promotion_attaches_statements_with_the_tag_fallback(
                  f"{env.registry}/rel/app:1.0"]) == 0
     assert json.loads(capsys.readouterr().out)["already"] is True
     assert env.ledger_bytes() == before
+
+
+def test_the_attached_sbom_and_provenance_validate_as_found_in_the_registry(
+        env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a consumer finds beside the image (the .att tag here): the signed SBOM passes
+    the CycloneDX project's validator, the provenance the in-toto attestation bindings."""
+    validation = pytest.importorskip("cyclonedx.validation.json",
+                                     reason="a test extra: pip install -e '.[test]'")
+    schema = pytest.importorskip("cyclonedx.schema")
+    pytest.importorskip("in_toto_attestation", reason="a test extra: pip install -e '.[test]'")
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1 import statement_pb2
+    from in_toto_attestation.v1.statement import Statement as ItStatement
+    assert main(["--json", "release", "promote", env.release, "--to",
+                 f"{env.registry}/rel/app:1.0"]) == 0, capsys.readouterr().err
+    att = json.loads(capsys.readouterr().out)["attached"]
+    index = requests.get(f"http://{env.registry}/v2/rel/app/manifests/{att['att_tag']}",
+                         timeout=10, headers={"Accept": "application/vnd.oci.image."
+                                              "manifest.v1+json"}).json()
+    found = {}
+    for layer in index["layers"]:
+        ptype = layer["annotations"][referrers.PREDICATE_ANNOTATION]
+        blob = requests.get(f"http://{env.registry}/v2/rel/app/blobs/{layer['digest']}",
+                            timeout=10).content
+        found[ptype] = json.loads(base64.b64decode(json.loads(blob)["payload"]))
+    bom = found["https://cyclonedx.org/bom"]
+    assert bom["subject"][0]["digest"] == {"sha256": env.digest[7:]}
+    assert validation.JsonStrictValidator(schema.SchemaVersion.V1_6).validate_str(
+        json.dumps(bom["predicate"])) is None
+    prov = found["https://slsa.dev/provenance/v1"]
+    ItStatement.copy_from_pb(json_format.ParseDict(prov, statement_pb2.Statement())).validate()
+    pb = json_format.ParseDict(prov["predicate"], provenance_pb2.Provenance())
+    assert pb.build_definition.external_parameters["definition"] == IMAGE
+    assert prov["subject"][0]["digest"] == {"sha256": env.digest[7:]}
 
 
 def test_a_tag_that_names_another_image_never_moves(
@@ -219,6 +256,10 @@ MUTATIONS: dict[str, tuple[Callable[[Env], Path], Callable[[Env, Path], None], i
                          lambda e, p: _flip(p), 60, "benchmark 'dsv4-topk-gpu'"),
     "approval removed": (lambda e: next(_evidence(e, "").glob("approval-*")),
                          lambda e, p: p.unlink(), 60, "0 of 1 signed approval"),
+    "sbom corrupted": (lambda e: next(_evidence(e, "").glob("sbom-*")),
+                       lambda e, p: _flip(p), 60, "not the envelope the release recorded"),
+    "provenance removed": (lambda e: next(_evidence(e, "").glob("provenance-*")),
+                           lambda e, p: p.unlink(), 60, "provenance-"),
 }
 
 

@@ -30,7 +30,23 @@ def test_demo_makes_and_uses_its_own_venv(tmp_path: Path) -> None:
     out = dry("demo", tmp_path, PYTHON="/usr/bin/python3")
     assert f"/usr/bin/python3 -m venv {tmp_path}/venv" in out
     assert f"{tmp_path}/venv/bin/python -m pip install -q -e '.[test]'" in out
+    # a pip that reads Metadata 2.4, so `pip show` names the license expression
+    assert f"{tmp_path}/venv/bin/python -m pip install -q --upgrade 'pip>=25'" in out
     assert f"{tmp_path}/venv/bin/python -m patchbake run" in out
+
+
+def test_make_alone_prints_help_and_runs_nothing() -> None:
+    r = subprocess.run(["make", "--no-print-directory"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("patchbake: make TARGET")
+    dry = subprocess.run(["make", "-n", "--no-print-directory"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert all(line.startswith("echo ") for line in dry.splitlines()), dry
+    listed = [line.split()[0] for line in r.stdout.splitlines()[1:]]
+    makefile = (REPO / "Makefile").read_text()
+    for target in listed:  # every target help names exists
+        assert f"\n{target}:" in makefile, target
 
 
 def test_an_active_venv_is_used_as_it_is(tmp_path: Path) -> None:

@@ -13,10 +13,11 @@ from typing import Any
 import yaml
 from patchbake.digest import Digest
 from patchbake import config
-from patchbake.evidence import keys, records, statement
+from patchbake.evidence import keys, policy, records, statement
 from patchbake.fsutil import atomic_write
 from patchbake.suites.result import RESULT_FORMAT, SuiteResult
-from patchbake.release import attest, create, gates, ledger, manifest, vsa
+from patchbake.release import attest, create, gates, ledger, manifest, tlog, vsa
+from patchbake.release.facts import Attestation
 from patchbake.config import suites as spec
 from patchbake.suites.run import suite_content_sha256
 
@@ -84,7 +85,8 @@ def make_repo(root: Path, key_dir: Path, channels: dict[str, Any] | None = None)
 
 def suite_result(root: Path, suite: str, image: str, digest: str, *,
                  capability: str | None = None, passed: int | None = None,
-                 sensitivity: str = "ok", determinism: str = "ok") -> SuiteResult:
+                 sensitivity: str = "ok", determinism: str = "ok",
+                 environment: dict[str, Any] | None = None) -> SuiteResult:
     pipe = yaml.safe_load((root / "pipeline.yaml").read_text())
     s = spec.get(spec.parse_all(pipe["suites"], root), suite)
     n = passed if passed is not None else s.requires.min_tests + 2
@@ -98,7 +100,8 @@ def suite_result(root: Path, suite: str, image: str, digest: str, *,
         "counts": {"tests": n, "passed": n, "failed": 0, "skipped": 0, "errors": 0},
         "environment": {"compute_capability": capability,
                         "gpu_name": "NVIDIA L40S" if capability == "8.9" else
-                        ("NVIDIA H200" if gpu else None), "cuda_available": gpu},
+                        ("NVIDIA H200" if gpu else None), "cuda_available": gpu,
+                        **(environment or {})},
         "runner": s.runner,
         "probes": {"patch_sensitivity": {"status": sensitivity, "failed": n, "tests": n},
                    "determinism": {"status": determinism, "repeats": s.repeats,
@@ -131,8 +134,10 @@ def sign_all(root: Path, k: Keys, image: str, digest: str, *,
 
 
 def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
-                 capability: str = "8.9") -> manifest.Release:
-    """A release of the signed gates only (the store-bound ones are integration tests)."""
+                 capability: str = "8.9",
+                 attestations: tuple[Attestation, ...] = ()) -> manifest.Release:
+    """A release of the signed gates only (the store-bound ones are integration tests),
+    recording ``attestations`` (release/imageattest.py) as its SBOM and provenance."""
     sign_all(root, k, IMAGE, digest, capability=capability)
     p = config.load(root / "pipeline.yaml")
     ev = create.evaluation(p, None, f"{IMAGE}@{digest}")
@@ -144,12 +149,15 @@ def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
     table = gates.Table(channel, IMAGE, Digest.parse(digest), decisions)
     assert table.passed, table.decisions
     data = manifest.build(table, ev.facts, p.name, "v0.25.1",
-                          (root / "manifests/trust-policy.yaml").read_bytes())
+                          (root / "manifests/trust-policy.yaml").read_bytes(), attestations)
     rel, _ = manifest.write(root, data)
     key = keys.load_private(k.release)
     atomic_write(rel.path.parent / manifest.VSA_NAME, vsa.sign(rel, key))
     rdir = manifest.releases_dir(root)
     assert rel.image == IMAGE and str(rel.digest) == digest
-    entry = ledger.make_entry(ledger.read(rdir), "release", rel, key)
+    entries = ledger.read(rdir)
+    entry = ledger.make_entry(entries, "release", rel, key)
     ledger.append(rdir, entry)
+    tlog.publish(rdir, [*entries, entry], tlog.origin_of(p.name), key,
+                 policy.load(root / "manifests" / "trust-policy.yaml"))
     return rel

@@ -183,6 +183,74 @@ def test_evidence_verify_by_suite_finds_the_images_own_file(
     assert rc == 50 and "does not exist" in err
 
 
+def test_evidence_verify_takes_the_digest_prefix_people_see(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Evidence is verified with no store: a short digest expands against the committed
+    records and evidence directories; one that names nothing there is refused."""
+    committed = sorted((REPO / "manifests" / "evidence").glob("*/dsv4-topk-gpu.dsse.json"))
+    hex_ = committed[0].parent.name
+    for short in (f"sha256:{hex_[:12]}", hex_[:16]):
+        rc, out, err = run(capsys, "--json", "evidence", "verify", "--suite", "dsv4-topk-gpu",
+                           "--image", f"sm89-serving-offline@{short}")
+        assert rc == 0, err
+        assert json.loads(out)["subject"]["digest"] == f"sha256:{hex_}"
+    rc, _, err = run(capsys, "evidence", "verify", "--suite", "dsv4-topk-gpu",
+                     "--image", "sm89-serving-offline@sha256:0123456789ab")
+    assert rc == 30 and "no image digest starts with 0123456789ab" in err
+
+
 def test_evidence_verify_needs_file_or_suite(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "evidence", "verify", "--image", "sm89-serving-offline")
     assert rc == 2 and "give the evidence FILE or --suite SUITE" in err
+
+
+def test_lineage_goes_where_people_put_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--lineage` after the command name means what it means before it; two different
+    ones are refused; the help says default_lineage wins over "the newest"."""
+    rc, out, err = run(capsys, "patch", "check", "--lineage", "v0.33.0", "--no-tree", "--json")
+    assert rc == 0, err
+    after = json.loads(out)
+    rc, out, err = run(capsys, "--lineage", "v0.33.0", "patch", "check", "--no-tree", "--json")
+    assert rc == 0, err
+    assert json.loads(out) == after
+    rc, out, _ = run(capsys, "patch", "check", "--no-tree", "--json")
+    assert json.loads(out)["patch_sha256"] != after["patch_sha256"]
+    rc, _, err = run(capsys, "--lineage", "v0.25.1", "patch", "check", "--lineage", "v0.33.0")
+    assert rc == 2 and "--lineage v0.25.1 was given before the command and --lineage " \
+                       "v0.33.0 after it" in err
+    rc, out, _ = run(capsys, "patch", "check", "--help")
+    assert "default_lineage" in " ".join(out.split())
+    rc, out, _ = run(capsys, "--help")
+    assert "default_lineage" in " ".join(out.split())
+    rc, out, _ = run(capsys, "port", "--help")  # port's own --lineage (the new lineage) stays
+    assert "default_lineage" not in " ".join(out.split())
+
+
+def test_the_default_image_is_the_requested_lineages() -> None:
+    """`--lineage v0.33.0 run` bakes the image of that lineage, not the default one."""
+    from patchbake import config
+    from patchbake.images.definition import default_name
+
+    p = config.load(REPO / "pipeline.yaml")
+    assert default_name(p) == default_name(p, "v0.25.1") == "sm89-serving-offline"
+    assert default_name(p, "v0.33.0") == "sm89-serving-offline-v0.33.0"
+
+
+@pytest.mark.parametrize("args, incomplete, want", [
+    (["release", "gates", "--channel"], "", ["candidate", "sm89-stable", "validated"]),
+    (["patch", "check", "--lineage"], "v0.3", ["v0.33.0"]),
+    (["--lineage"], "", ["v0.25.1", "v0.33.0"]),
+    (["verify"], "sm89-serving-off", ["sm89-serving-offline", "sm89-serving-offline-v0.33.0"]),
+    (["suites", "run"], "dsv4-topk-c", ["dsv4-topk-cpu"]),
+    (["suites", "run", "dsv4-topk-cpu", "--image"], "sm89-serving-o",
+     ["sm89-serving-offline", "sm89-serving-offline-v0.33.0"]),
+])
+def test_completion_offers_the_pipelines_names(home: Path, args: list[str], incomplete: str,
+                                              want: list[str]) -> None:
+    """Shell completion (click's) of lineage, channel, image and suite names, read from the
+    pipeline.yaml the command line names."""
+    from click.shell_completion import BashComplete
+
+    comp = BashComplete(cli.main_group, {}, "patchbake", "_PATCHBAKE_COMPLETE")
+    got = comp.get_completions(["--pipeline", str(REPO / "pipeline.yaml"), *args], incomplete)
+    assert [c.value for c in got] == want

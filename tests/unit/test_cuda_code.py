@@ -229,3 +229,13 @@ def test_the_committed_compile_evidence_is_for_the_committed_patch() -> None:
     assert doc["kernels"] and all(k["cubin_reads_as"] == ["sm_89"] and k["ptx_target"] ==
                                   "sm_89" and len(k["cubin_sha256"]) == 64
                                   for k in doc["kernels"])
+
+
+def test_an_exemption_names_one_path_or_a_pattern_of_them() -> None:
+    from patchbake.cuda.check import exemption
+
+    exempt = {"/opt/x/one.so": "exact", "/opt/cubins/*": "per-arch kernels"}
+    assert exemption(exempt, "opt/x/one.so") == "exact"
+    assert exemption(exempt, "opt/cubins/a/b/k_sm100f.cubin") == "per-arch kernels"
+    assert exemption(exempt, "opt/x/two.so") is None
+    assert exemption(exempt, "opt/cubinsX/k.cubin") is None

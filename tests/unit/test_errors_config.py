@@ -81,3 +81,45 @@ def test_unknown_lineage_suggests(tmp_path: Path) -> None:
     p = config.load(_write(tmp_path, BASE))
     with pytest.raises(ConfigError, match="did you mean 'v0.25.1'"):
         p.lineage("v0.25.2")
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_an_empty_pipeline_says_so_and_how_to_write_one(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        config.load(_write(tmp_path, text))
+    assert ei.value.message.endswith("pipeline.yaml is empty (no YAML document, or only comments)")
+    assert ei.value.hint is not None and "`patchbake init --vllm VERSION`" in ei.value.hint
+    assert "NoneType" not in ei.value.one_line()
+
+
+def test_an_empty_value_is_called_empty_not_nonetype(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as ei:
+        config.load(_write(tmp_path, BASE.replace("name: t\n", "name:\n")))
+    assert "'name' must be of type string, got nothing (the value is empty)" in ei.value.message
+    with pytest.raises(ConfigError) as ei:
+        config.load(_write(tmp_path, "version: 1\nname: t\nlineages:\n  v1:\n"))
+    assert "lineages.v1 must be a mapping, got nothing (the value is empty)" \
+        in ei.value.message
+
+
+def test_an_error_line_keeps_the_spaces_it_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    """One line: line breaks go, runs of spaces in quoted text stay (they can be the very
+    difference the message reports)."""
+    from patchbake import entry
+
+    assert entry.fail(False, "GuardError", 21, "expected 'a  b',\n  found 'a b'",
+                      hint="fix\n it") == 21
+    assert capsys.readouterr().err == ("patchbake: error: expected 'a  b', found 'a b' "
+                                       "(fix it)\n")
+    err = PatchbakeError("expected '\tx  '\r\nfound 'x'", hint="h")
+    assert err.one_line() == "expected '\tx  ' found 'x' (h)"
+
+
+def test_shortened_hashes_in_a_mismatch_differ() -> None:
+    from patchbake.digest import differing
+
+    a, b = "ab" * 32, "ab" * 10 + "cd" * 22
+    assert differing(a, b) == (a[:21], b[:21]) and a[:21] != b[:21]
+    assert differing("1" * 64, "2" * 64) == ("1" * 12, "2" * 12)
+    assert differing(a, b, 16) == (a[:21], b[:21])
+    assert differing(a, a) == (a, a)

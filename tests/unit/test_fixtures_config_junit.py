@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from patchbake.errors import ConfigError, RequirementError, SuiteError
 from patchbake.config import suites
-from patchbake.suites import junit, machine, probes
+from patchbake.suites import execution, junit, machine, probes
 from patchbake.suites.execution import Execution, fill, verdict
 
 GOOD = {"path": "tests/fixtures/suites/passing", "runner": "host",
@@ -170,3 +170,23 @@ def test_nvidia_smi_parsing() -> None:
     out = machine.nvidia_smi(lambda argv: "NVIDIA H200, 570.86.15, 9.0, 143000\n")
     assert out == {"gpu_name": "NVIDIA H200", "driver": "570.86.15", "compute_capability": "9.0",
                    "free_memory_gib": 139.65}
+
+
+def test_a_suite_that_could_not_import_names_the_module_and_the_setup(tmp_path: Path) -> None:
+    """A fresh machine after `make demo` has pytest but not torch: the error names torch
+    and the make target that installs it, not pytest."""
+    out = ("ImportError while loading conftest\nconftest.py:20: in <module>\n    import torch\n"
+           "E   ModuleNotFoundError: No module named 'torch'\n")
+    with pytest.raises(SuiteError) as info:
+        execution.collect(tmp_path / "none.xml", 4, 0.1, out, "/venv/bin/python")
+    assert info.value.message == "the suite did not run: /venv/bin/python cannot import 'torch'"
+    assert info.value.hint is not None and "`make setup-suite`" in info.value.hint
+    assert "pytest is installed" not in info.value.hint
+    with pytest.raises(SuiteError) as info:
+        execution.collect(tmp_path / "none.xml", 4, 0.1, out.replace("torch", "numpy.linalg"),
+                          "python3 in img", execution.IMAGE_INSTALL_HINT)
+    assert "cannot import 'numpy'" in info.value.message
+    assert info.value.hint == ("python3 in img lacks numpy: run the suite in an image that has "
+                               "it, or with `--runner host` (docs/fixtures.md)")
+    with pytest.raises(SuiteError, match="exited 2 and wrote no JUnit XML.*last output: boom"):
+        execution.collect(tmp_path / "none.xml", 2, 0.1, "boom\n", "/venv/bin/python")

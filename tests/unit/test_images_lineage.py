@@ -229,3 +229,20 @@ def test_a_base_declared_without_vllm(tmp_path: Path) -> None:
     with pytest.raises(LineageError, match=r"declared without vLLM \(base.has_vllm: false\) "
                                            r"but installs 6 vllm/ file\(s\)"):
         bake_image(repo.pipeline, "liar", repo.store, patched=repo.patched)
+
+
+def test_record_rows_are_read_as_csv() -> None:
+    """A path with a comma (vLLM's fused_moe configs: ``E=1,N=14336,...json``) is a quoted
+    field in RECORD, as pip's csv writer writes it; read naively it was 'not in RECORD'."""
+    from patchbake.images.tree import BaseTree, TreeFile, _record_problems
+
+    data = b"{}\n"
+    h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    name = "vllm/configs/E=1,N=14336,dtype=int8.json"
+    tree = BaseTree({name: TreeFile("file", len(data), hashlib.sha256(data).hexdigest(), "0644")},
+                    {"RECORD": f'"{name}",sha256={h},{len(data)}\r\nvllm-0.25.1.dist-info/RECORD,,\r\n'
+                     .encode()}, "vllm-0.25.1.dist-info")
+    assert _record_problems(tree) == []
+    wrong = BaseTree(tree.files, {"RECORD": f'"{name}",sha256={h[::-1]},3\r\n'.encode()},
+                     tree.dist_name)
+    assert _record_problems(wrong) == [f"{name} differs from its RECORD hash"]

@@ -140,7 +140,8 @@ def test_startup_hook_as_a_symlink_is_refused(tmp_path: Path) -> None:
     found = _problems(repo, with_layer(repo.store, digest, layer(
         [], links={f"{sp}/evil.pth": "/tmp/payload.pth"})))
     assert found == [(f"/{sp}/evil.pth: a .pth file in a site directory (its import lines run "
-                      "at start-up); it is a symlink whose content cannot be checked")]
+                      "at start-up); it is a symlink whose target is not an allow-listed file "
+                      "of the image (allow-list the target path too)")]
 
 
 @pytest.mark.parametrize("env", ["PYTHONPATH=/opt/evil", "PYTHONSTARTUP=/opt/evil.py",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 
@@ -114,3 +115,38 @@ def test_oversized_pax_header_is_refused_before_reading_it() -> None:
             list(members(src))
     finally:
         src.close()
+
+
+def _pinned_entries() -> list[Entry]:
+    return [file_entry("usr/lib/x.py", data=b"hello"),
+            file_entry("usr/bin/tool", data=b"#!/bin/sh\n", executable=True),
+            symlink_entry("bin/sh", "busybox"), whiteout_entry("usr/lib/gone.py"),
+            file_entry("d/" + "x" * 150 + "/" + "y" * 120 + ".py", data=b"z")]
+
+
+def test_bytes_of_existing_entries_are_pinned() -> None:
+    # the writer's bytes before lazily opened entries and owners were added: a change here
+    # changes every layer digest ever recorded (the stand-in's pinned digest among them)
+    data = layer(_pinned_entries(), mtime=1700000000)
+    assert hashlib.sha256(data).hexdigest() == \
+        "19aaaceb13229bcc4e3853660f3c167daf19422a1acb79f95e60c83127a2da84"
+
+
+def test_opened_entry_writes_the_same_bytes_as_data() -> None:
+    lazy = Entry("usr/lib/x.py", "file", 0o644, size=5, opener=lambda: io.BytesIO(b"hello"))
+    assert layer([lazy]) == layer([file_entry("usr/lib/x.py", data=b"hello")])
+    short = Entry("usr/lib/x.py", "file", 0o644, size=9, opener=lambda: io.BytesIO(b"hello"))
+    with pytest.raises(ImageError, match="changed size"):
+        layer([short])
+
+
+def test_owners_and_exact_modes_are_kept() -> None:
+    data = layer([Entry("usr/bin/su", "file", 0o4755, data=b"x", size=1),
+                  Entry("var/mail", "dir", 0o2775, gid=8), Entry("tmp", "dir", 0o1777),
+                  Entry("etc/shadow", "file", 0o640, data=b"", gid=42)])
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        got = {m.name: (m.mode, m.uid, m.gid) for m in tf.getmembers()}
+    assert got["usr/bin/su"] == (0o4755, 0, 0)
+    assert got["var/mail"] == (0o2775, 0, 8)
+    assert got["tmp"] == (0o1777, 0, 0)
+    assert got["etc/shadow"] == (0o640, 0, 42)

@@ -52,6 +52,20 @@ def test_check_reports_dropped_work(repo: Path, capsys: pytest.CaptureFixture[st
     assert "work was dropped by a regeneration" in err
 
 
+def test_check_without_git_exits_tool_missing(repo: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The re-export needs git: a machine without it is told so (exit 4, what to install),
+    not that the patch failed its guard (exit 21). The table still shows every check."""
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    rc, out, err = cli(capsys, "patch", "check")
+    assert rc == 4, err
+    assert err == "patchbake: error: 'git' is not installed or not on PATH (install git and retry)\n"
+    assert "re-export failed: 'git' is not installed" in out
+
+
 def test_check_missing_patch(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "patch" / "fixture-fix-v1.0.patch").unlink()
     rc, _, err = cli(capsys, "patch", "check", "--no-tree")

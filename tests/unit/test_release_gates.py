@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake.errors import EvidenceError
 from patchbake.digest import Digest
 from patchbake import config
 from patchbake.release import attest, create, gates
@@ -152,9 +153,32 @@ def test_benchmark_beyond_tolerance_of_the_previous_release_fails(
     ev.previous_figures = lambda c, n: before
     g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
     st, reason = gates.gate_benchmark(ev, g)
-    assert st == "fail" and "fused_us[15x512] 4.0 -> 4.83" in reason
+    assert st == "fail" and "fused_us[15x512] 4.0 us -> 4.83 us (+20.7% worse)" in reason
     ev.previous_figures = lambda c, n: FIGURES
     assert gates.gate_benchmark(ev, g)[0] == "pass"
+
+
+@pytest.mark.parametrize("previous, says", [
+    # the same time in another unit: 4.0 us was 0.0040 ms; 4.83 us now is 21% slower
+    ({"value": 0.0040, "unit": "ms", "better": "lower"}, "(+20.7% worse)"),
+    ({"value": 4.83, "unit": "tokens/s", "better": "lower"}, "not comparable"),
+    ({"value": 4.83, "better": "lower"}, "the figure has no 'unit'"),
+    ({"value": 4.83, "unit": "us", "better": "higher"}, "'better' changed"),
+])
+def test_benchmark_figures_are_compared_in_one_unit(
+        repo: tuple[Path, Keys], previous: dict[str, object], says: str) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    ev = evaluation(root)
+    ev.previous_figures = lambda c, n: {**FIGURES, "fused_us[15x512]": previous}
+    g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
+    st, reason = gates.gate_benchmark(ev, g)
+    assert st == "fail" and says in reason
+
+
+def test_figures_without_a_known_unit_cannot_be_signed(tmp_path: Path) -> None:
+    with pytest.raises(EvidenceError, match="figure 'f' has unit 'parsecs'"):
+        attest.check_figures({"f": {"value": 1.0, "unit": "parsecs", "better": "lower"}}, "b")
 
 
 def test_altered_benchmark_figures_fail(repo: tuple[Path, Keys]) -> None:
@@ -205,6 +229,13 @@ def test_the_repositorys_sm89_stable_is_blocked_on_missing_sm89_evidence() -> No
 @pytest.mark.parametrize("change, expect", [
     ({"passed": 3}, "fewer than its minimum 30"),
     ({"sensitivity": "flagged"}, "its evidence says WARNED"),
+    # the signer's word about the device is checked against NVIDIA's table ...
+    ({"environment": {"gpu_name": "NVIDIA H200"}},
+     "GPU 'NVIDIA H200' is an H200, compute capability 9.0, but the evidence claims 8.9"),
+    ({"environment": {"gpu_name": "NVIDIA Quantum 9000"}}, "not a part patchbake knows"),
+    # ... and against the raw device properties the suite recorded
+    ({"environment": {"device_properties": {"name": "NVIDIA L40S", "major": 9, "minor": 0}}},
+     "the recorded device properties ('NVIDIA L40S', 9.0) disagree"),
 ])
 def test_capability_gate_alone_holds_its_evidence_to_the_declaration(
         tmp_path: Path, change: dict[str, Any], expect: str) -> None:
@@ -217,3 +248,17 @@ def test_capability_gate_alone_holds_its_evidence_to_the_declaration(
                                                capability="8.9", **change))
     st, reason = status(run(root, "gpu"), "capability")
     assert st == "fail" and expect in reason, reason
+
+
+def test_a_blocked_gate_table_says_its_verdict_once(
+        repo: tuple[Path, Keys], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from patchbake.entry import main
+
+    root, _ = repo
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
+    assert main(["release", "gates", "--channel", "sm89-stable", "--image",
+                 f"{IMAGE}@{DIGEST}"]) == 60
+    out, err = capsys.readouterr()
+    assert (out + err).count("is BLOCKED for") == 1
+    assert err.startswith("patchbake: error: 'sm89-stable' is BLOCKED for")

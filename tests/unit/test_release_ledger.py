@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patchbake import config
 from patchbake.entry import main
 from patchbake.errors import LedgerError, ReleaseError
 from patchbake.evidence import dsse, keys, policy
 from patchbake.fsutil import canonical_json
-from patchbake.release import bundle, ledger, manifest, vsa
+from patchbake.release import bundle, checkpoint, ledger, manifest, tlog, vsa
 from patchbake.release.referrers import Attached
 from release_support import Keys, make_release, make_repo, write_policy
 
@@ -112,9 +113,17 @@ def _lines(root: Path) -> list[bytes]:
 
 def _second_entry(root: Path, k: Keys, rel: manifest.Release) -> None:
     key = keys.load_private(k.release)
-    ledger.append(rdir(root), ledger.make_entry(ledger.read(rdir(root)), "promotion", rel,
-                                                key, to="127.0.0.1:5000/x:1",
-                                                attached=ATTACHED))
+    entry = ledger.make_entry(ledger.read(rdir(root)), "promotion", rel, key,
+                              to="127.0.0.1:5000/x:1", attached=ATTACHED)
+    ledger.append(rdir(root), entry)
+    _checkpoint(root, k)
+
+
+def _checkpoint(root: Path, k: Keys) -> bytes:
+    """Sign the ledger's checkpoint as promote does (the release key holder)."""
+    name = config.load(root / "pipeline.yaml").name
+    return tlog.publish(rdir(root), ledger.read(rdir(root)), tlog.origin_of(name),
+                        keys.load_private(k.release), pol(root))
 
 
 def test_ledger_verifies_and_cli_lists_it(released: tuple[Path, Keys, manifest.Release],
@@ -190,7 +199,12 @@ def test_bundle_exports_and_verifies_offline(released: tuple[Path, Keys, manifes
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["release"] == rel.id and verdict["ok"]
     assert [c["check"] for c in verdict["checks"]] == [
-        "ledger", "release manifest", "ledger entry", "digest", "VSA", "evidence", "gates"]
+        "bundle", "ledger", "release manifest", "ledger entry", "transparency log", "digest",
+        "VSA", "evidence", "sbom and provenance", "gates"]
+    # no image record for this digest: the release carries none, and says so
+    assert verdict["checks"][8]["detail"].startswith("none recorded")
+    assert verdict["checks"][4]["detail"] == \
+        "entry 0 is in the signed log of 1 (checkpoint, audit path)"
 
 
 @pytest.mark.parametrize("what, code, message", [
@@ -223,7 +237,55 @@ def test_tampered_bundle_is_refused(released: tuple[Path, Keys, manifest.Release
         write_policy(out, k, drop="release")
     named = ["--trust-policy", str(out / "manifests/trust-policy.yaml")] \
         if what == "policy" else []
+    assert main(["release", "verify", rel.id, "--bundle", str(out), *named]) == 62
+    assert "was changed after export" in capsys.readouterr().err  # bundle.json holds first
+    _relist(out)  # an attacker rewrites the unsigned listing too: the signatures still hold
     assert main(["release", "verify", rel.id, "--bundle", str(out), *named]) == code
+    assert message in capsys.readouterr().err
+
+
+def _relist(out: Path) -> None:
+    doc = json.loads((out / bundle.BUNDLE).read_text())
+    doc["files"] = {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                    for p in out.rglob("*") if p.is_file() and p.name != bundle.BUNDLE}
+    (out / bundle.BUNDLE).write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("change, message", [
+    ("add", "is not in bundle.json"),
+    ("escape", "is not a file of the bundle"),
+    ("other-release", "is the listing of release 0000000000000000, not of"),
+    ("proof", "the inclusion proof does not verify"),
+    ("checkpoint", "no trusted key signed this checkpoint"),
+])
+def test_bundle_listing_and_log_proof_are_checked(
+        released: tuple[Path, Keys, manifest.Release], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], change: str, message: str) -> None:
+    root, k, rel = released
+    out = tmp_path / "bundle"
+    bundle.export(root, root / "manifests/trust-policy.yaml", rel.id, out)
+    doc = json.loads((out / bundle.BUNDLE).read_text())
+    releases = out / manifest.RELEASES_DIR
+    if change == "add":
+        (out / "extra.sh").write_text("echo hi\n")
+    elif change == "escape":
+        doc["files"]["../outside"] = "0" * 64
+        (out / bundle.BUNDLE).write_text(json.dumps(doc))
+    elif change == "other-release":
+        doc["release"] = "0" * 64
+        (out / bundle.BUNDLE).write_text(json.dumps(doc))
+    elif change == "proof":
+        proof = json.loads((releases / bundle.INCLUSION).read_text())
+        proof["proof"] = ["00" * 32]
+        (releases / bundle.INCLUSION).write_text(json.dumps(proof))
+        _relist(out)
+    else:  # a checkpoint signed by a key the policy does not give the release role
+        entries = ledger.read(releases)
+        cp = tlog.head_of(entries, tlog.origin_of(config.load(root / "pipeline.yaml").name))
+        (releases / tlog.NAME).write_bytes(
+            checkpoint.sign(cp, "someone", keys.load_private(k.outsider)))
+        _relist(out)
+    assert main(["release", "verify", rel.id, "--bundle", str(out)]) in (61, 62)
     assert message in capsys.readouterr().err
 
 
@@ -383,6 +445,7 @@ def test_a_known_head_must_stay_in_the_chain(
     second = ledger.head(ledger.read(rdir(root)))
     assert main(["ledger", "verify", "--known-head", first, "--known-head", second]) == 0
     (rdir(root) / ledger.NAME).write_bytes(_lines(root)[0])  # the promotion is cut off
+    _checkpoint(root, k)  # by someone who holds the release key: the checkpoint agrees
     assert main(["ledger", "verify", "--known-head", first]) == 0  # still a prefix
     capsys.readouterr()
     assert main(["ledger", "verify", "--known-head", f"sha256:{second}"]) == 61
@@ -482,3 +545,102 @@ def test_a_malformed_ledger_entry_is_one_line_naming_the_field(
     assert line.startswith(f"{path}:1: ") and message in line and "\n" not in line
     assert main(["ledger", "verify"]) == LedgerError.exit_code
     assert message in capsys.readouterr().err
+
+
+def test_the_signed_checkpoint_catches_a_rollback(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """The ledger as a transparency log: the committed checkpoint refuses a cut ledger, a
+    missing checkpoint is refused, and a reader's kept checkpoint (--since) catches a
+    rollback even when the release key's holder signed a new checkpoint for it."""
+    root, k, rel = released
+    _second_entry(root, k, rel)
+    kept = tmp_path / "kept-checkpoint"
+    kept.write_bytes((rdir(root) / tlog.NAME).read_bytes())
+    assert main(["ledger", "verify", "--since", str(kept)]) == 0
+    (rdir(root) / ledger.NAME).write_bytes(_lines(root)[0])  # the promotion is cut off
+    capsys.readouterr()
+    assert main(["ledger", "verify"]) == 61
+    assert "signed a ledger of 2 entries; the ledger now has 1: entries were removed" in \
+        capsys.readouterr().err
+    (rdir(root) / tlog.NAME).unlink()
+    assert main(["ledger", "verify"]) == 61
+    assert "checkpoint is missing: a ledger of 1 entries has no signed checkpoint" in \
+        capsys.readouterr().err
+    _checkpoint(root, k)  # re-signed by the key's holder: only the kept checkpoint knows
+    assert main(["ledger", "verify"]) == 0
+    capsys.readouterr()
+    assert main(["ledger", "verify", "--since", str(kept)]) == 61
+    assert "entries were removed (a rollback)" in capsys.readouterr().err
+
+
+def test_a_rewritten_history_has_no_consistency_proof(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    root, k, rel = released
+    kept = tmp_path / "kept-checkpoint"
+    kept.write_bytes((rdir(root) / tlog.NAME).read_bytes())
+    # a new history of the same length and more: the first entry signed again, later
+    key = keys.load_private(k.release)
+    first = ledger.make_entry([], "release", rel, key, when=0)
+    ledger.write(rdir(root), [first])
+    _second_entry(root, k, rel)
+    assert main(["ledger", "verify"]) == 0
+    capsys.readouterr()
+    assert main(["ledger", "verify", "--since", str(kept)]) == 61
+    assert "are not the ones this checkpoint signed: the history was rewritten" in \
+        capsys.readouterr().err
+    forged = (rdir(root) / tlog.NAME).read_bytes().replace(b"\n2\n", b"\n3\n")
+    (rdir(root) / tlog.NAME).write_bytes(forged)
+    assert main(["ledger", "verify"]) == 61
+    assert "does not verify: the checkpoint was altered" in capsys.readouterr().err
+
+
+def test_ledger_checkpoint_signs_only_with_a_release_key(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    root, k, _ = released
+    (rdir(root) / tlog.NAME).unlink()
+    assert main(["ledger", "checkpoint", "--key", str(k.evidence)]) == ReleaseError.exit_code
+    assert "has no 'release' role" in capsys.readouterr().err
+    assert not (rdir(root) / tlog.NAME).exists()
+    assert main(["ledger", "checkpoint", "--key", str(k.release)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "1"  # the tree size
+    assert main(["ledger", "verify"]) == 0
+
+
+def test_a_release_is_named_by_the_prefix_people_see(
+        released: tuple[Path, Keys, manifest.Release], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`ledger verify` shows 16 hex digits of a release id: verify, export and the image
+    digest's prefix all take them; an ambiguous prefix names the candidates."""
+    root, _, rel = released
+    assert main(["--json", "release", "verify", rel.id[:16]]) == 0
+    assert json.loads(capsys.readouterr().out)["release"] == rel.id
+    assert main(["--json", "release", "verify", "sha256:" + DIGEST.removeprefix("sha256:")[:12]]) == 0
+    assert json.loads(capsys.readouterr().out)["release"] == rel.id
+    assert main(["release", "export", rel.id[:12], "--to", str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "b" / bundle.BUNDLE).read_text())["release"] == rel.id
+    capsys.readouterr()
+    assert main(["release", "verify", "0123456789abcdef"]) == 62
+    err = capsys.readouterr().err
+    assert "no release id starts with 0123456789abcdef" in err and "ledger verify" in err
+    twin = rel.id[:12] + ("0" if rel.id[12] != "0" else "1") + rel.id[13:]
+    (rdir(root) / twin).mkdir()
+    assert main(["release", "verify", rel.id[:12]]) == 62
+    err = capsys.readouterr().err
+    assert f"release id {rel.id[:12]} is ambiguous: 2 start with it" in err
+    assert rel.id in err and twin in err and "give more hex digits" in err
+    assert main(["release", "verify", rel.id[:11]]) == 62
+    assert "is not a release id" in capsys.readouterr().err
+
+
+def test_approve_names_an_unknown_channel_before_any_key(
+        released: tuple[Path, Keys, manifest.Release], capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    _, k, _ = released
+    assert main(["release", "approve", "--channel", "sm89-stabel", "--image", DIGEST,
+                 "--key", str(k.approver)]) == 3
+    err = capsys.readouterr().err
+    assert "no channel 'sm89-stabel'; did you mean 'sm89-stable'?" in err
+    assert "approver role" not in err

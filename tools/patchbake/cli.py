@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from pathlib import Path
 
 import click
 
 from . import __version__
 from .config import Lineage, Pipeline, load
-from .errors import UsageError
+from .config.pipeline import find_pipeline
+from .errors import PatchbakeError, UsageError
 from .store import Store, write_failure
 
 
@@ -44,37 +46,113 @@ class Ctx:
             self._store = Store.open()
         return self._store
 
+    def has_pipeline(self) -> bool:
+        """Whether there is a pipeline.yaml to act on (--pipeline, or one above the working
+        directory): commands that can do without one say what they need instead."""
+        return Path(self.pipeline_path).exists() if self.pipeline_path \
+            else find_pipeline().exists()
+
     def lineage(self) -> Lineage:
         return self.pipeline.lineage(self.lineage_key)
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def _completion_pipeline(ctx: click.Context) -> Pipeline | None:
+    """The pipeline a command line names, for completing names (never an error: a shell
+    completing a word must not print one)."""
+    try:
+        return load(ctx.find_root().params.get("pipeline_path"))
+    except (PatchbakeError, OSError):
+        return None
+
+
+def _matching(names: list[str], incomplete: str) -> list[str]:
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+def complete_lineages(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    p = _completion_pipeline(ctx)
+    return _matching(list(p.lineages) if p else [], incomplete)
+
+
+def complete_channels(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    p = _completion_pipeline(ctx)
+    return _matching(list(p.channels) if p else [], incomplete)
+
+
+def complete_suites(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    p = _completion_pipeline(ctx)
+    return _matching(list(p.suites) if p else [], incomplete)
+
+
+def complete_images(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Image definitions, and the names the store's index.json gives its images."""
+    from .oci import layout
+
+    p = _completion_pipeline(ctx)
+    names = list(p.images) if p else []
+    try:
+        names += layout.refs(Store.open(sweep=False))
+    except (PatchbakeError, OSError):
+        pass  # no store yet: the definitions alone
+    return _matching(sorted(set(names)), incomplete)
 JSON_HELP = "print results as JSON on stdout (errors as JSON on stderr)"
 
 # command name -> "module:attribute" in patchbake.commands
 COMMANDS = {
-    "bake": "image:bake_cmd", "evidence": "evidence:evidence_group", "fetch": "fetch:fetch_cmd",
-    "image": "image:image_group", "keys": "evidence:keys_group", "ledger": "release:ledger_group",
+    "bake": "image:bake_cmd", "doctor": "setup:doctor_cmd", "evidence": "evidence:evidence_group",
+    "fetch": "fetch:fetch_cmd", "image": "image:image_group", "init": "setup:init_cmd",
+    "keys": "evidence:keys_group", "ledger": "release:ledger_group",
     "lock": "lock:lock_cmd",
     "patch": "patch:patch_group", "port": "port:port_cmd", "pull": "registry:pull_cmd",
     "push": "registry:push_cmd", "release": "release:release_group",
     "report": "release:report_cmd", "run": "run:run_cmd", "series": "patch:series_group",
-    "store": "store:store_group", "suites": "suites:suites_group", "verify": "image:verify_cmd",
+    "store": "store:store_group", "suites": "suites:suites_group", "tags": "registry:tags_cmd",
+    "verify": "image:verify_cmd",
 }
 # other name -> command name: accepted, not listed (the command's help names them)
 ALIASES = {"fixtures": "suites"}
 
 
-def _show_json_option(cmd: click.Command) -> None:
-    """Every command's --help lists --json. The flag itself is read once, globally
-    (``entry.hoist_json`` moves it before the command name), so the option added here
-    only documents it and passes nothing to the command."""
-    if not any("--json" in getattr(p, "opts", ()) for p in cmd.params):
+LINEAGE_HELP = ("lineage (upstream pin) to act on; default: pipeline.yaml's default_lineage, "
+                "else the newest")
+
+
+def _set_lineage(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """``--lineage`` after the command name (``patch check --lineage v0.33.0``) means what
+    it means before it; naming two different lineages is refused."""
+    if value is None:
+        return
+    obj = ctx.find_object(Ctx)
+    if obj is None:  # --help of a command reached without the group (completion)
+        return
+    if obj.lineage_key is not None and obj.lineage_key != value:
+        raise click.BadParameter(f"--lineage {obj.lineage_key} was given before the "
+                                 f"command and --lineage {value} after it; give one")
+    obj.lineage_key = value
+
+
+def _has(cmd: click.Command, opt: str) -> bool:
+    return any(opt in getattr(p, "opts", ()) for p in cmd.params)
+
+
+def _global_options(cmd: click.Command) -> None:
+    """Options people put after the command name. ``--json`` is read once, globally
+    (``entry.hoist_json`` moves it before the command name), so the option added here only
+    documents it. ``--lineage`` sets the global choice, on every command that has no
+    ``--lineage`` of its own (``port``'s names the new lineage)."""
+    if not _has(cmd, "--json"):
         cmd.params.append(click.Option(["--json"], is_flag=True, expose_value=False,
                                        help=JSON_HELP))
+    if not _has(cmd, "--lineage"):
+        cmd.params.append(click.Option(["--lineage"], metavar="KEY", expose_value=False,
+                                       callback=_set_lineage, is_eager=True,
+                                       shell_complete=complete_lineages, help=LINEAGE_HELP))
     if isinstance(cmd, click.Group):
         for sub in cmd.commands.values():
-            _show_json_option(sub)
+            _global_options(sub)
 
 
 class LazyGroup(click.Group):
@@ -99,7 +177,7 @@ class LazyGroup(click.Group):
         cmd = getattr(importlib.import_module(f"{__package__}.commands.{module}"), attr)
         if not isinstance(cmd, click.Command):
             raise TypeError(f"patchbake.commands.{module}:{attr} is not a click command")
-        _show_json_option(cmd)
+        _global_options(cmd)
         return cmd
 
 
@@ -107,8 +185,8 @@ class LazyGroup(click.Group):
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--pipeline", "pipeline_path", envvar="PATCHBAKE_PIPELINE", default=None,
               help="pipeline.yaml to use (default: nearest one above the working directory)")
-@click.option("--lineage", "lineage_key", default=None,
-              help="lineage (upstream pin) to act on; default: the newest")
+@click.option("--lineage", "lineage_key", default=None, metavar="KEY", help=LINEAGE_HELP,
+              shell_complete=complete_lineages)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.option("--debug", is_flag=True, help="show tracebacks for expected failures")
 @click.version_option(__version__, prog_name="patchbake")

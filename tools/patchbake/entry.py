@@ -52,7 +52,9 @@ def hoist_json(args: list[str]) -> list[str]:
 
 def fail(as_json: bool, cls: str, code: int, message: str, hint: str | None = None) -> int:
     """One line on stderr for people; under --json the error as JSON on stderr."""
-    message = " ".join(message.split())
+    from .errors import single_line
+
+    message = single_line(message)
     if as_json:
         import json
 
@@ -62,7 +64,7 @@ def fail(as_json: bool, cls: str, code: int, message: str, hint: str | None = No
                "error": {"class": cls, "code": code, "message": message, "hint": hint}}
         sys.stderr.write(json.dumps(doc, sort_keys=True) + "\n")
     else:
-        line = f"{message} ({' '.join(hint.split())})" if hint else message
+        line = f"{message} ({single_line(hint)})" if hint else message
         print(f"patchbake: error: {line}", file=sys.stderr)
     return code
 

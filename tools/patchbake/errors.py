@@ -7,6 +7,7 @@ Messages say what failed, why, and what to do next.
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any, NoReturn
 
@@ -21,6 +22,16 @@ def _repr_for_messages() -> reprlib.Repr:
 
 
 _MESSAGE_REPR = _repr_for_messages()
+
+
+_BREAK = re.compile(r"[ \t]*[\r\n\v\f]+\s*")
+
+
+def single_line(text: str) -> str:
+    """``text`` on one line: each line break (and the blanks around it) becomes one space.
+    Runs of spaces inside a line stay: they are often the difference a mismatch message
+    quotes (expected 'a  b', found 'a b')."""
+    return _BREAK.sub(" ", text).strip()
 
 
 def shown(value: Any, limit: int = 160) -> str:
@@ -44,7 +55,7 @@ class PatchbakeError(Exception):
 
     def one_line(self) -> str:
         text = self.message if not self.hint else f"{self.message} ({self.hint})"
-        return " ".join(text.split())
+        return single_line(text)
 
 
 class UsageError(PatchbakeError):
@@ -73,6 +84,13 @@ class ProcessError(PatchbakeError):
 
     exit_code = 5
     kind = "process"
+
+
+class DoctorError(PatchbakeError):
+    """`patchbake doctor` found something every command needs missing or broken."""
+
+    exit_code = 6
+    kind = "doctor"
 
 
 class FetchError(PatchbakeError):

@@ -104,11 +104,9 @@ def run_main_job(pipeline: Pipeline, store: Store, *, lineage: str | None = None
     def guard() -> Any:
         report = check_lineage(lin, pristine_root=fetched.root,
                                tree_digest=fetched.tree_digest)
-        if not report.ok:
-            first = report.problems[0]
-            raise GuardError(f"lost-line guard failed with {len(report.problems)} problem(s); "
-                             f"first: {first.message}",
-                             hint="run `patchbake patch check` for all of them")
+        report.raise_for_problems(lambda line: GuardError(
+            f"lost-line guard failed with {line}",
+            hint="run `patchbake patch check` for all of them"))
         return report
 
     report = step("patch check", guard)

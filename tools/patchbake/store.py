@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .digest import Digest
+from .digest import ALGORITHM, Digest, is_hex
 from .errors import IntegrityError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree
 from .staging import is_litter as is_litter  # re-exported: the store's litter test
@@ -152,6 +152,12 @@ class Store:
 
     def has(self, digest: Digest) -> bool:
         return self.blob_path(digest).is_file()
+
+    def blob_digests(self) -> list[Digest]:
+        """Every blob's digest, by its file name (what a short digest may expand to)."""
+        d = self.root / "blobs" / ALGORITHM
+        return [Digest.from_hex(p.name) for p in (d.iterdir() if d.is_dir() else ())
+                if is_hex(p.name)]
 
     def tmpdir(self, prefix: str = "tmp") -> Path:
         try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from .digest import Digest, is_digest, is_hex
 from .fsutil import CHUNK
 from .sources.digest import tree_digest
+from .sources.treememo import memo_path
 from .staging import reclaim
 from .store import Store, is_litter, remove_entry
 from .storereach import unreachable
@@ -138,10 +139,20 @@ def _scan(data: bytes, into: set[str]) -> None:
     into.update(m.decode() for m in HEX_IN_TEXT.findall(data))
 
 
+def _walk_files(root: Path) -> Iterator[Path]:
+    for dirpath, _d, filenames in os.walk(root):
+        for name in filenames:
+            yield Path(dirpath) / name
+
+
 def _record_files(store: Store, repo: Path | None) -> Iterator[Path]:
     for dirpath, dirnames, filenames in os.walk(store.root):
         if dirpath == str(store.root):
             dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        elif dirpath == str(store.root / "bakes"):
+            # tree memos are named by their tree and hold file hashes: they name nothing
+            # to keep (a tree's memo goes with the tree)
+            dirnames[:] = [d for d in dirnames if d != "tree-memo"]
         for name in filenames:
             yield Path(dirpath) / name
     if repo is None:
@@ -151,9 +162,7 @@ def _record_files(store: Store, repo: Path | None) -> Iterator[Path]:
         if p.is_file():
             yield p
         elif p.is_dir():
-            for dirpath, _d, filenames in os.walk(p):
-                for name in filenames:
-                    yield Path(dirpath) / name
+            yield from _walk_files(p)
 
 
 def referenced(store: Store, repo: Path | None) -> set[str]:
@@ -281,6 +290,12 @@ def gc(store: Store, *, repo: Path | None = None, grace_s: float = DEFAULT_GRACE
         rep.removed.append(str(p.relative_to(store.root)))
         if not dry_run:
             _remove(p)
+        memo = memo_path(store.root, p.name)  # a removed tree's stat -> hash memo
+        if p.parent.name == "trees" and memo.exists():
+            rep.bytes_freed += _size(memo)
+            rep.removed.append(str(memo.relative_to(store.root)))
+            if not dry_run:
+                _remove(memo)
     for name in rep.idle_locks:
         if not dry_run:
             _remove_idle_lock(store.root / "locks" / name)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import ui
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_images, complete_suites, pass_ctx
 from ..config.signing import default_key_dir
 from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError, UsageError
@@ -133,8 +133,10 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
 
 @evidence_group.command("verify")
 @click.argument("file", required=False, type=click.Path(path_type=Path))
-@click.option("--image", "image_ref", required=True, help="the image the evidence must be about")
+@click.option("--image", "image_ref", required=True, help="the image the evidence must be about",
+              shell_complete=complete_images)
 @click.option("--suite", "suite_name", default=None, metavar="SUITE",
+              shell_complete=complete_suites,
               help="instead of FILE: the committed evidence for SUITE of that image "
                    "(<evidence_dir>/<manifest digest>/SUITE.dsse.json)")
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,

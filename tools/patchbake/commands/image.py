@@ -12,7 +12,7 @@ import click
 
 from .. import ui
 from ..images.bake import bake_image
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_images, pass_ctx
 from ..cuda.check import check_image
 from ..cuda.verdict import Target
 from ..digest import Digest
@@ -21,15 +21,16 @@ from ..verify.baked import materialise, raise_on_failure, verify_image
 from ..images import definition as definitions
 from ..images import record
 from ..images.refs import resolve
+from ..images.servingbase import build_serving_base
 from ..images.standin import build_standin
-from ..oci import layout
+from ..oci import engine, layout
 from ..oci.archive import export_docker_archive
 from ..fsutil import output_to
 from .names import did_you_mean
 
 
 @click.command("bake")
-@click.argument("image", required=False)
+@click.argument("image", required=False, shell_complete=complete_images)
 @click.option("--docker-archive", "archive", type=click.Path(path_type=Path), default=None,
               help="also write a `docker load`-able archive of the image here")
 @click.option("--backend", type=click.Choice(["embedded", "engine"]), default="embedded",
@@ -57,7 +58,7 @@ def bake_cmd(ctx: Ctx, image: str | None, archive: Path | None, backend: str) ->
 
 
 @click.command("verify")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.option("--site-packages", default=None,
               help="must agree with the definition's (where to look is never read from the "
                    "image's labels)")
@@ -112,7 +113,8 @@ def verify_cmd(ctx: Ctx, ref: str, site_packages: str | None, definition: str | 
 
 @click.group("image")
 def image_group() -> None:
-    """Image definitions, the offline stand-in base, export and materialise."""
+    """Image definitions, the offline stand-in base, export, materialise, SBOM and
+    provenance."""
 
 
 @image_group.command("ls")
@@ -141,8 +143,59 @@ def image_ls(ctx: Ctx) -> None:
              sorted(named.items()))
 
 
+def _inspected(res: Any) -> dict[str, Any]:
+    img = res.image
+    cfg = img.config
+    return {"ref": res.ref, "kind": res.kind, "definition": res.definition,
+            "chosen": res.chosen or None, "manifest_digest": str(img.manifest_digest),
+            "media_type": img.media_type, "manifest_size": len(img.manifest_bytes),
+            "config_digest": str(img.config_desc.digest),
+            "platform": "/".join(str(cfg.get(k)) for k in ("os", "architecture")
+                                 if cfg.get(k)) or None,
+            "created": cfg.get("created"), "labels": img.labels,
+            "layers": [{"digest": str(d.digest), "diff_id": str(diff), "size": d.size,
+                        "media_type": d.media_type}
+                       for d, diff in zip(img.layers, img.diff_ids, strict=False)]}
+
+
+@image_group.command("inspect")
+@click.argument("ref", shell_complete=complete_images)
+@click.option("-q", "--quiet", is_flag=True, help="print only the manifest digest")
+@pass_ctx
+def image_inspect(ctx: Ctx, ref: str, quiet: bool) -> None:
+    """Manifest, config, layers and labels of REF, and its identity chain (manifest
+    digest, config digest = the engine's image ID, each layer's digest and diff_id).
+
+    REF: a definition, a store name, sha256:<hex> (or a unique prefix), docker:NAME, an
+    OCI layout DIR[@...], a docker-archive file or HOST:PORT/REPO:TAG|@sha256:<hex>.
+
+    \b
+    Examples:
+      patchbake image inspect sm89-serving-offline
+      patchbake image inspect -q 127.0.0.1:5000/vllm-sm89:0.25.1-dsv4
+      patchbake image inspect ./layout-dir --json
+    """
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
+        doc = _inspected(res)
+    if quiet:
+        click.echo(doc["manifest_digest"])
+        return
+    if ctx.as_json:
+        ui.emit_json(doc)
+        return
+    ui.kv(f"image {ref}", [(k, doc[k]) for k in (
+        "kind", "definition", "manifest_digest", "media_type", "config_digest", "platform",
+        "created") if doc[k] is not None])
+    # an uncompressed layer's diff_id is its digest: said in a word, the table stays narrow
+    ui.table("layers", ["#", "digest", "diff_id", "size"],
+             [(i, layer["digest"], "= digest" if layer["diff_id"] == layer["digest"]
+               else layer["diff_id"], layer["size"]) for i, layer in enumerate(doc["layers"], 1)])
+    if doc["labels"]:
+        ui.table("labels", ["label", "value"], sorted(doc["labels"].items()))
+
+
 @image_group.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_images)
 @pass_ctx
 def image_show(ctx: Ctx, name: str) -> None:
     """The validated (effective) definition NAME."""
@@ -186,8 +239,46 @@ def image_standin(ctx: Ctx, with_python: bool, site_packages: str, archive: Path
         ui.kv(f"stand-in base ({variant})", list(out.items()))
 
 
+@image_group.command("base")
+@click.option("--lineage", "lineage_key", default=None,
+              help="the lineage whose lock is built (default: the global --lineage, or "
+                   "pipeline.yaml's default)")
+@pass_ctx
+def image_base(ctx: Ctx, lineage_key: str | None) -> None:
+    """Build the serving base from the lineage's lock (no daemon; reproducible).
+
+    Downloads what the store lacks (wheels through pip, Debian packages through apt's
+    sources), each checked against the lock's sha256."""
+    lineage = ctx.pipeline.lineage(lineage_key or ctx.lineage_key)
+    if not ctx.as_json:
+        ui.step(f"serving base of lineage {lineage.key} from {lineage.lock}")
+    with ui.progress("serving base: layer bytes written", None) as bar:
+        base = build_serving_base(ctx.store, lineage, step=ui.step, advance=bar.advance)
+    out = base.to_json()
+    if ctx.as_json:
+        ui.emit_json(out)
+        return
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for c in base.conflicts:
+        pairs.setdefault((c.dropped, c.kept), []).append(c.path)
+    for (dropped, kept), paths in sorted(pairs.items()):
+        ui.warn(f"warning: {len(paths)} path(s) written by both {dropped} and {kept} with "
+                f"different bytes (first: {paths[0]}); {kept}'s are installed, the later in "
+                "install order (--json lists them all)")
+    for f in base.record_fixed:
+        ui.warn(f"note: {f}: the wheel's RECORD gives another size; installed as it is in "
+                "the pinned wheel, RECORD written with its real hash")
+    ui.kv(f"serving base {lineage.key}: {'cached' if base.cached else 'built'}", [
+        ("manifest digest", base.manifest.digest), ("config digest", base.config_digest),
+        ("lock digest", base.lock_digest), ("size", out["size"]),
+        ("seconds", out["seconds"])])
+    ui.table("layers", ["layer", "digest", "size", "files", "wheels", "cached"],
+             [(x["group"], x["digest"], x["size"], x["files"], x["wheels"], x["cached"])
+              for x in out["layers"]])
+
+
 @image_group.command("export")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.argument("dest", type=click.Path(path_type=Path))
 @click.option("--tag", default=None, help="RepoTag for docker load (default: from REF)")
 @pass_ctx
@@ -203,8 +294,35 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
     ui.say(f"{dest}: {digest}")
 
 
-@image_group.command("materialise")
+@image_group.command("load")
 @click.argument("ref")
+@click.option("--tag", default=None, help="the name it gets in the engine (default: from REF)")
+@pass_ctx
+def image_load(ctx: Ctx, ref: str, tag: str | None) -> None:
+    """Load REF (definition, store name or digest) into the Docker engine (`docker load`
+    of a docker-archive written from the store, removed afterwards)."""
+    with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
+        if res.kind not in ("definition", "store"):
+            raise ImageError(f"load reads images from the store; {ref} is a {res.kind}")
+        digest = res.image.manifest_digest
+        config = res.image.config_desc.digest
+    name = tag or f"patchbake/{ref.replace(':', '-')}:{digest.short()}"
+    tmp = ctx.store.tmpdir("engine-load")
+    try:
+        if not ctx.as_json:
+            ui.step(f"docker load {name}")
+        engine.load(export_docker_archive(ctx.store, digest, tmp / "image.tar", [name]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"tag": name, "digest": str(digest), "image_id": str(config)}
+    if ctx.as_json:
+        ui.emit_json(out)
+    else:
+        ui.kv(f"loaded into the engine: {name}", list(out.items()))
+
+
+@image_group.command("materialise")
+@click.argument("ref", shell_complete=complete_images)
 @click.argument("dest", type=click.Path(path_type=Path))
 @pass_ctx
 def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
@@ -215,7 +333,7 @@ def image_materialise(ctx: Ctx, ref: str, dest: Path) -> None:
 
 
 @image_group.command("cuda-code")
-@click.argument("ref")
+@click.argument("ref", shell_complete=complete_images)
 @click.option("--target", default="8.9", show_default=True,
               help="compute capability the code must run on")
 @pass_ctx
@@ -253,3 +371,10 @@ def image_cuda_code(ctx: Ctx, ref: str, target: str) -> None:
 def _recorded_definition(ctx: Ctx, digest: Digest) -> str | None:
     rec = record.find(ctx.pipeline.root, digest)
     return rec.definition if rec else None
+def _add_attest_commands() -> None:
+    from .attest import provenance_cmd, sbom_cmd
+    image_group.add_command(sbom_cmd)
+    image_group.add_command(provenance_cmd)
+
+
+_add_attest_commands()

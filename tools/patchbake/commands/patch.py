@@ -56,15 +56,28 @@ def patch_group() -> None:
 
 @patch_group.command("workspace")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True,
+              help="replace a workspace made for another pin or patch (refused while it "
+                   "holds uncommitted changes or commits the patch does not reproduce)")
 @pass_ctx
-def workspace_cmd(ctx: Ctx, directory: Path | None) -> None:
-    """Make a git work tree: pristine upstream, then the current patch, as two commits."""
+def workspace_cmd(ctx: Ctx, directory: Path | None, force: bool) -> None:
+    """Make a git work tree: pristine upstream, then the current patch, as two commits.
+
+    A DIRECTORY that already holds exactly that workspace (same pin and patch, nothing
+    committed or changed since) is reused as it is.
+
+    \b
+    Examples:
+      patchbake patch workspace .work/ws
+      patchbake patch workspace .work/ws --force    # after the patch changed
+    """
     dest = directory or default_workspace(ctx)
     ui.step(f"workspace for {ctx.lineage().upstream.pin} in {dest}")
-    ws = create_workspace(ctx.lineage(), ctx.store, dest)
+    ws = create_workspace(ctx.lineage(), ctx.store, dest,
+                          existing="replace" if force else "reuse")
     row = {"workspace": str(ws.path), "pristine_commit": ws.pristine_commit,
            "base_commit": ws.base_commit, "patch_sha256": ws.patch_sha256,
-           "files": ws.files}
+           "files": ws.files, "reused": ws.reused}
     if ctx.as_json:
         ui.emit_json(row)
     else:
@@ -118,9 +131,7 @@ def check_cmd(ctx: Ctx, no_tree: bool) -> None:
         if report.problems:
             ui.table("problems", ["kind", "path", "message"],
                      [(p.kind, p.path or "-", p.message) for p in report.problems])
-    if not report.ok:
-        first = report.problems[0]
-        raise GuardError(f"{len(report.problems)} problem(s); first: {first.message}")
+    report.raise_for_problems(GuardError)
 
 
 @patch_group.command("apply")

@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from .. import ui
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_images, pass_ctx
 from ..digest import Digest
+from ..errors import UsageError
 from ..images.refs import store_manifest
 from ..oci import layout
 from ..oci.media import Descriptor
@@ -51,7 +52,7 @@ def _pull_json(res: PullResult, name: str) -> dict[str, Any]:
 
 
 @click.command("push", epilog=patience_help())
-@click.argument("source")
+@click.argument("source", shell_complete=complete_images)
 @click.argument("dest")
 @click.option("--mount-from", "mount_from", multiple=True, metavar="REPO",
               help="a repository on the destination registry that may hold the blobs "
@@ -114,3 +115,26 @@ def pull_cmd(ctx: Ctx, ref: str, platform: str) -> None:
         ("already in store", len(res.present)), ("store name", name),
     ])
 
+
+
+@click.command("tags")
+@click.argument("repository", metavar="HOST[:PORT]/REPO")
+@pass_ctx
+def tags_cmd(ctx: Ctx, repository: str) -> None:
+    """List a registry repository's tags (as `crane ls` does), one a line.
+
+    \b
+    Examples:
+      patchbake tags 127.0.0.1:5000/vllm-sm89
+      patchbake tags 127.0.0.1:5000/vllm-sm89 --json
+    """
+    r = parse_ref(repository, need_tag_or_digest=False)
+    if r.tag or r.digest:
+        raise UsageError(f"'{repository}' names an image; give the repository alone "
+                         f"({r.host}/{r.repo})")
+    tags = RegistryClient(r.host).list_tags(r)
+    if ctx.as_json:
+        ui.emit_json({"repository": f"{r.host}/{r.repo}", "tags": tags})
+        return
+    for tag in tags:
+        click.echo(tag)

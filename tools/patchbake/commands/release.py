@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from .. import ui
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_channels, complete_images, pass_ctx
 from ..digest import Digest
 from ..errors import GateError, LedgerError, ReleaseError, UsageError
-from ..fsutil import output_to
+from ..fsutil import output_to, read_input
 
 # The release stage is imported inside each command: it signs and verifies with
 # cryptography, which machines that only run suites (the GPU box) lack, and
@@ -23,11 +23,15 @@ KEY_HELP = "private key [default: signing.key from pipeline.yaml, $PATCHBAKE_SIG
            "or the user config dir]"
 
 
-def print_table(table: Any) -> None:
+def print_table(table: Any, verdict: bool = True) -> None:
+    """The gate table, then its verdict; ``verdict=False`` where the command's error line
+    says it (a blocked `release gates`), so the sentence is printed once."""
     ui.table(f"gates of channel '{table.channel}' for {table.image} {table.digest}",
              ["channel", "gate", "status", "reason"],
              [(d.channel, d.gate, d.status.upper(), d.reason) for d in table.decisions])
-    ui.out_console().print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(), markup=False)
+    if verdict:
+        ui.out_console().print(("PASS: " if table.passed else "BLOCKED: ") + table.verdict(),
+                               markup=False)
 
 
 def _store(ctx: Ctx) -> Any:
@@ -40,8 +44,10 @@ def release_group() -> None:
 
 
 @release_group.command("gates")
-@click.option("--channel", required=True, help="channel whose gates to evaluate")
-@click.option("--image", "image_ref", required=True, help="image: definition, digest, name@digest")
+@click.option("--channel", required=True, help="channel whose gates to evaluate",
+              shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, help="image: definition, digest, name@digest",
+              shell_complete=complete_images)
 @pass_ctx
 def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
     """Evaluate a channel's gates for an image; change nothing. Exit 60 when blocked."""
@@ -51,14 +57,14 @@ def gates_cmd(ctx: Ctx, channel: str, image_ref: str) -> None:
     if ctx.as_json:
         ui.emit_json(table.to_json())
     else:
-        print_table(table)
+        print_table(table, verdict=table.passed)
     if not table.passed:
         raise GateError(table.verdict())
 
 
 @release_group.command("create")
-@click.option("--channel", required=True)
-@click.option("--image", "image_ref", required=True)
+@click.option("--channel", required=True, shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, shell_complete=complete_images)
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
 @pass_ctx
 def create_cmd(ctx: Ctx, channel: str, image_ref: str, key_path: Path | None) -> None:
@@ -112,6 +118,11 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
         if not (bundle / BUNDLE).is_file():
             raise ReleaseError(f"{bundle} is not a release bundle (no {BUNDLE})",
                                hint="make one with `patchbake release export RELEASE --to DIR`")
+        if trust_policy is None and not ctx.has_pipeline():
+            raise UsageError("verifying a bundle outside a repository needs the trust policy "
+                             "you hold: pass --trust-policy FILE",
+                             hint="the bundle's own copy is never the anchor: whoever made "
+                                  "the bundle chose it")
         return bundle.resolve(), trust_policy or ctx.pipeline.signing.trust_policy
     return ctx.pipeline.root, trust_policy or ctx.pipeline.signing.trust_policy
 
@@ -164,17 +175,19 @@ def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
 
 
 @release_group.command("approve")
-@click.option("--channel", required=True)
-@click.option("--image", "image_ref", required=True)
+@click.option("--channel", required=True, shell_complete=complete_channels)
+@click.option("--image", "image_ref", required=True, shell_complete=complete_images)
 @click.option("--note", default="", help="why (kept in the signed approval)")
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
 @pass_ctx
 def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str,
                 key_path: Path | None) -> None:
     """Sign an approval of an image for a channel (the key needs role approver)."""
+    from ..config import channels
     from ..evidence import keys, policy
     from ..release import attest, create
 
+    channels.get(ctx.pipeline.channels, channel)  # an unknown channel, before any key
     ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
     key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
     pol = policy.load(ev.policy_path)
@@ -220,15 +233,20 @@ def ledger_group() -> None:
 @click.option("--known-head", "known", multiple=True, metavar="SHA256",
               help="a head printed by an earlier verify: it must still be in the chain "
                    "(the ledger only grows; repeatable)")
+@click.option("--since", "since", type=click.Path(path_type=Path), metavar="CHECKPOINT",
+              help="a signed checkpoint kept from earlier (manifests/releases/checkpoint): "
+                   "today's ledger must extend the one it signed (no rollback, no rewrite)")
 @pass_ctx
-def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
-    """Check the chain, every signature, that each entry's release is committed and that
-    every committed release has its entry."""
+def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...], since: Path | None) -> None:
+    """Check the chain, every signature, the signed checkpoint (the ledger as a Merkle
+    tree), that each entry's release is committed and that every committed release has
+    its entry."""
     from ..evidence import policy
-    from ..release import ledger, manifest
+    from ..release import ledger, manifest, tlog
 
     rdir = manifest.releases_dir(ctx.pipeline.root)
-    entries = ledger.verify(rdir, policy.load(ctx.pipeline.signing.trust_policy))
+    pol = policy.load(ctx.pipeline.signing.trust_policy)
+    entries = ledger.verify(rdir, pol)
     ledger.check_known(entries, known, ledger.path_of(rdir))
     if (rdir / "promotion.pending.json").exists():
         raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
@@ -240,16 +258,56 @@ def ledger_verify_cmd(ctx: Ctx, known: tuple[str, ...]) -> None:
                           "ledger, or a release was interrupted before its entry",
                           hint="an interrupted release completes with `patchbake release "
                                "create` again; otherwise restore the ledger")
+    origin = tlog.origin_of(ctx.pipeline.name)
+    committed = tlog.check_committed(rdir, entries, pol, origin)
+    if since is not None:
+        old = tlog.read_note(read_input(since, "checkpoint", LedgerError), pol, origin,
+                             str(since))
+        tlog.check_extends(old, entries, str(since))
     rows = [(e.seq, e.kind, e.channel, e.release[:16], e.digest, e.to or "", e.time)
             for e in entries]
+    head = tlog.head_of(entries, origin)
+    tree = {"size": head.size, "root": head.root.hex(),
+            "checkpoint_size": committed.size if committed else None,
+            "since_size": None if since is None else old.size}
     if ctx.as_json:
         ui.emit_json({"ok": True, "entries": [e.dump() for e in entries],
-                      "head": ledger.head(entries)})
+                      "head": ledger.head(entries), "tree": tree})
         return
     ui.table(f"ledger {ledger.path_of(rdir)}", ["seq", "kind", "channel", "release", "digest",
                                                  "to", "time"], rows)
-    ui.out_console().print(f"ledger intact: {len(entries)} entries, head {ledger.head(entries)}",
-                 markup=False)
+    signed = (f"signed checkpoint covers {committed.size} of {len(entries)}" if committed
+              else "no signed checkpoint yet (the ledger predates checkpoints)")
+    ui.out_console().print(f"ledger intact: {len(entries)} entries, head {ledger.head(entries)}"
+                           f"; tree root {head.root.hex()[:16]}…, {signed}"
+                           + ("" if since is None else
+                              f"; extends the checkpoint of {old.size} in {since}"),
+                           markup=False)
+
+
+@ledger_group.command("checkpoint")
+@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
+@pass_ctx
+def ledger_checkpoint_cmd(ctx: Ctx, key_path: Path | None) -> None:
+    """Sign the checkpoint of a ledger that verifies (release create and promote do this
+    with every entry; this signs one for a ledger without it). Keep a copy: `ledger verify
+    --since FILE` later shows the ledger only grew."""
+    from ..evidence import policy
+    from ..release import create, ledger, manifest, tlog
+
+    rdir = manifest.releases_dir(ctx.pipeline.root)
+    pol = policy.load(ctx.pipeline.signing.trust_policy)
+    key = create.release_key(ctx.pipeline, pol, key_path)
+    origin = tlog.origin_of(ctx.pipeline.name)
+    with ledger.locked(rdir):
+        entries = ledger.verify(rdir, pol)
+        if (rdir / tlog.NAME).exists():
+            tlog.check_committed(rdir, entries, pol, origin)  # only ever extended
+        note = tlog.publish(rdir, entries, origin, key, pol)
+    if ctx.as_json:
+        ui.emit_json({"checkpoint": note.decode(), "path": str(rdir / tlog.NAME)})
+        return
+    ui.out_console().print(note.decode(), markup=False, end="")
 
 
 @click.command("report")

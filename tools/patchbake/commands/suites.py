@@ -13,7 +13,7 @@ import click
 
 from .. import ui
 from ..verify import baked
-from ..cli import Ctx, pass_ctx
+from ..cli import Ctx, complete_images, complete_suites, pass_ctx
 from ..config import suites as suitesmod
 from ..errors import SuiteError
 from ..verify.expected import image_definition
@@ -74,9 +74,10 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
 
 
 @suites_group.command("run")
-@click.argument("suite_name", metavar="SUITE")
+@click.argument("suite_name", metavar="SUITE", shell_complete=complete_suites)
 @click.option("--image", "image_ref", required=True,
-              help="image: definition/store name, sha256:DIGEST or name@sha256:DIGEST")
+              help="image: definition/store name, sha256:DIGEST or name@sha256:DIGEST",
+              shell_complete=complete_images)
 @click.option("--runner", type=click.Choice(["docker", "host"]), default=None,
               help="override the suite's declared runner")
 @click.option("--results-out", type=click.Path(path_type=Path), default=None,

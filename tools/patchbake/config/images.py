@@ -24,7 +24,7 @@ from ..fsutil import canonical_json, sha256_bytes
 from .schema import Field, Schema, one_of, validate
 from .yamlread import load_file as read_yaml
 
-BASE_SOURCES = ("registry", "oci-layout", "docker-archive", "docker", "standin")
+BASE_SOURCES = ("registry", "oci-layout", "docker-archive", "docker", "standin", "lock")
 MODES = ("overlay", "build")
 
 
@@ -41,7 +41,8 @@ def _abs_path_check(value: Any) -> str | None:
 
 BASE_SCHEMA = Schema({
     "source": Field(str, required=True, check=one_of(*BASE_SOURCES),
-                    help="registry, oci-layout, docker-archive, docker or standin"),
+                    help="registry, oci-layout, docker-archive, docker, standin or lock "
+                         "(the serving base built from the lineage's lock)"),
     "name": Field(str, required=True, help="the base's name, e.g. vllm/vllm-openai:v0.25.1"),
     "digest": Field(str, required=True, check=_digest_check,
                     help="the base pinned by digest: tags move, digests do not"),

@@ -190,6 +190,10 @@ def _images(raw: dict[str, Any], root: Path, source: str) -> Mapping[str, Path]:
 
 def parse(data: Any, path: Path) -> Pipeline:
     source = str(path.name)
+    if data is None:
+        raise ConfigError(f"{path} is empty (no YAML document, or only comments)",
+                          hint="`patchbake init --vllm VERSION` writes a new one; "
+                               "docs/pipeline.md describes every key")
     top = validate(data, PIPELINE_SCHEMA, "", source)
     root = path.parent.resolve()
     lineages: dict[str, Lineage] = {}
@@ -239,7 +243,13 @@ def load(path: str | os.PathLike[str] | None = None) -> Pipeline:
     """pipeline.yaml, read and validated."""
     p = Path(path) if path else find_pipeline()
     if not p.exists():
-        raise ConfigError(f"{p}: no such file", hint="run from the repository root or pass --pipeline")
+        if path or os.environ.get("PATCHBAKE_PIPELINE"):
+            raise ConfigError(f"{p}: no such file",
+                              hint="check --pipeline or PATCHBAKE_PIPELINE")
+        raise ConfigError(f"no pipeline.yaml in {p.parent} or any directory above it: "
+                          "this command acts on a pipeline",
+                          hint="run it inside a patchbake repository, pass --pipeline FILE, "
+                               "or write one with `patchbake init --vllm VERSION`")
     return parse(load_file(p, "pipeline"), p)
 
 

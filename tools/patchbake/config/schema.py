@@ -41,13 +41,21 @@ def suggest(word: str, options: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+def _found(value: Any) -> str:
+    """What a YAML value is, in the file's words: an empty value is nothing, not NoneType."""
+    if value is None:
+        return "nothing (the value is empty)"
+    return f"{type(value).__name__} {shown(value, 40)}"
+
+
 def validate(  # noqa: C901 - one pass over a mapping's keys, each branch one schema rule
         data: Any, schema: Schema, where: str, source: str) -> dict[str, Any]:
     """Validate ``data`` (a mapping) against ``schema``. ``where`` is the dotted key path
     of this mapping; ``source`` the file it came from. Returns data with defaults."""
     label = where or "top level"
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {label} must be a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{source}: {label} must be a mapping, got {_found(data)}",
+                          hint="docs/pipeline.md shows each section's keys")
     out: dict[str, Any] = {}
     known = list(schema.fields)
     for key, value in data.items():
@@ -67,14 +75,14 @@ def validate(  # noqa: C901 - one pass over a mapping's keys, each branch one sc
         if not isinstance(value, spec.types):
             raise ConfigError(
                 f"{source}: '{path}' must be of type {_type_name(spec.types)}, "
-                f"got {type(value).__name__} {shown(value, 40)}"
+                f"got {_found(value)}"
             )
         if spec.items is not None and isinstance(value, list):
             for i, item in enumerate(value):
                 if not isinstance(item, spec.items) or isinstance(item, bool):
                     raise ConfigError(
                         f"{source}: '{path}[{i}]' must be of type {_type_name(spec.items)}, "
-                        f"got {type(item).__name__} {shown(item, 40)}")
+                        f"got {_found(item)}")
         if spec.check:
             problem = spec.check(value)
             if problem:

@@ -3,6 +3,8 @@ of that report against what the image's definition declares."""
 
 from __future__ import annotations
 
+import fnmatch
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -13,6 +15,19 @@ from .image import elf_objects
 from .verdict import CudaReport, ObjectCode, Target, judge, unreadable
 
 Outcome = tuple[str, str]  # (status, reason), as release gates return them
+
+
+def exemption(exempt: Mapping[str, str], path: str) -> str | None:
+    """Why the definition exempts the object at ``path`` (relative to the root): an entry
+    for exactly its path, else the first entry whose pattern matches it (``*`` and ``?`` as
+    fnmatch reads them, ``*`` crossing ``/``: a directory of per-architecture kernels is one
+    entry). Every exempt object is still listed, with the reason."""
+    shown = "/" + path
+    if shown in exempt:
+        return exempt[shown]
+    return next((why for pattern, why in sorted(exempt.items())
+                 if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(shown, pattern)),
+                None)
 
 
 def check_image(image: Image, blobs: Blobs, name: str, target: Target, tmp: Path,
@@ -28,7 +43,7 @@ def check_image(image: Image, blobs: Blobs, name: str, target: Target, tmp: Path
         if code is None:
             objects.append(unreadable(path, size, why))
         else:
-            objects.append(judge(path, size, code.codes, target, exempt.get("/" + path)))
+            objects.append(judge(path, size, code.codes, target, exemption(exempt, path)))
     return CudaReport(name, str(image.manifest_digest), target, tuple(objects), len(found),
                       bytes_read)
 

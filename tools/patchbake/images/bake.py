@@ -125,7 +125,7 @@ def _bake_image(pipeline: Pipeline, name: str | None, store: Store, lineage: str
                 patched: Patched | None, epoch: int | None, backend: str,
                 docker_archive: Path | None, record: bool) -> BakeResult:
     t0 = time.monotonic()
-    name = name or definitions.default_name(pipeline)
+    name = name or definitions.default_name(pipeline, lineage)
     defn = definitions.load(pipeline, name)
     lin = pipeline.lineage_for(defn, lineage)
     if patched is None:

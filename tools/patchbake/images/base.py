@@ -22,6 +22,7 @@ from ..config.images import Definition
 from ..oci import engine
 from ..oci import registry
 from ..oci.archive import import_docker_archive
+from .servingbase import find_serving_base, lock_of
 from .standin import build_standin
 
 
@@ -147,11 +148,34 @@ def _from_standin(defn: Definition, store: Store, lineage: Lineage) -> BaseImage
     return BaseImage(image, defn.base.name, defn.base.digest, None, "standin")
 
 
+def _from_lock(defn: Definition, store: Store, lineage: Lineage) -> BaseImage:
+    lock, _ = lock_of(lineage)
+    if lock.target.site_packages != defn.site_packages:
+        raise ImageError(f"{defn.path.name}: site_packages {defn.site_packages} is not where "
+                         f"the lock installs the wheels ({lock.target.site_packages})")
+    built = find_serving_base(store, lineage)
+    if built is None:
+        raise ImageError(f"{defn.path.name}: the serving base of lineage {lineage.key} is not "
+                         "in the store",
+                         hint=f"build it with `patchbake image base --lineage {lineage.key}` "
+                              "(downloads about 5 GB the first time)")
+    if built.manifest.digest != defn.base.digest:
+        raise IntegrityError(
+            f"{defn.path.name}: the serving base built from {lineage.lock} is "
+            f"{built.manifest.digest}, but the definition pins {defn.base.digest}",
+            hint="the lock or the base's writers changed; check `patchbake image base` and "
+                 "update base.digest deliberately")
+    image = load_image(StoreBlobs(store), built.manifest.digest)
+    return BaseImage(image, defn.base.name, defn.base.digest, None, "lock")
+
+
 def resolve_base(defn: Definition, store: Store, lineage: Lineage) -> BaseImage:
     """Find the definition's base, check it against the pinned digest, put it in the store."""
     src = defn.base.source
     if src == "standin":
         return _from_standin(defn, store, lineage)
+    if src == "lock":
+        return _from_lock(defn, store, lineage)
     if src == "oci-layout":
         return _from_layout(defn, store)
     if src == "docker-archive":

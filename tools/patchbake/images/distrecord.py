@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import posixpath
 from dataclasses import dataclass
 
 
@@ -82,23 +83,26 @@ def _csv_line(fields: list[str], ending: str) -> str:
     return buf.getvalue()
 
 
-def problems(record: list[Row], installed: dict[str, str], record_path: str,
+def problems(record: list[Row], installed: dict[str, str], sp: str, record_path: str,
              package: str) -> list[str]:
     """Every RECORD row with a hash must name an installed file with that hash, and every
     installed file under ``package`` (``vllm/``) must have a row: the distribution says what
-    it installed, and the image holds exactly that. ``installed``: path (relative to
-    site-packages) -> sha256 hex of the files the image holds."""
+    it installed, and the image holds exactly that. RECORD's paths are relative to the
+    site-packages directory ``sp`` (``../../../bin/vllm`` is a console script); ``installed``
+    maps image paths (relative to the root) to the sha256 hex of the files the image holds."""
     bad = []
     listed = set()
     for row in record:
-        listed.add(row.path)
+        path = posixpath.normpath(posixpath.join(sp, row.path))
+        listed.add(path)
         if row.path == record_path or row.sha256 is None:
             continue
-        got = installed.get(row.path)
+        got = installed.get(path)
         if got is None:
             bad.append(f"{row.path} is in RECORD but not installed")
         elif got != row.sha256:
             bad.append(f"{row.path} differs from its RECORD hash")
-    bad += [f"{p} is installed but not in RECORD" for p in sorted(installed)
-            if p.startswith(package) and p not in listed and "/__pycache__/" not in f"/{p}"]
+    prefix = f"{sp}/{package}"
+    bad += [f"{p[len(sp) + 1:]} is installed but not in RECORD" for p in sorted(installed)
+            if p.startswith(prefix) and p not in listed and "/__pycache__/" not in f"/{p}"]
     return bad

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline
-from ..digest import Digest
+from ..digest import Digest, is_hex
 from ..errors import ImageError, PatchbakeError, shown
 from ..fields import Fields
 from ..fsutil import atomic_write, pretty_json, read_input, read_optional, write_once
@@ -168,6 +168,12 @@ def find(repo_root: Path, manifest_digest: Digest) -> ImageRecord | None:
     for p in sorted((repo_root / "manifests" / "images").glob(f"*/{manifest_digest.hex}.json")):
         return ImageRecord.load(p)
     return None
+
+
+def recorded_digests(repo_root: Path) -> set[Digest]:
+    """Every manifest digest a committed record is named by (records are ``<hex>.json``)."""
+    return {Digest.from_hex(p.stem) for p in (repo_root / "manifests" / "images").glob("*/*.json")
+            if is_hex(p.stem)}
 
 
 def find_for_image(repo_root: Path, definitions: Iterable[str], manifest_digest: Digest,

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Pipeline
-from ..digest import Digest
+from ..digest import Digest, expand, is_hex, is_short
 from ..errors import ImageError
 from ..fsutil import read_input
 from ..oci import engine, gojson, layout, registry
@@ -55,17 +55,44 @@ class ImageRef:
     digest: Digest | None
 
     @classmethod
-    def parse(cls, text: str) -> ImageRef:
+    def parse(cls, text: str, known: Callable[[], Iterable[Digest]] | None = None
+              ) -> ImageRef:
+        """``known``: the digests a short digest (a unique prefix of at least 12 hex
+        digits, ``sha256:`` optional after '@') may expand to; without it, only full
+        digests are accepted."""
         if "@" in text:
             name, _, digest = text.rpartition("@")
-            return cls(name or None, Digest.parse(digest, f"'{text}': the part after '@'",
-                                                  ImageError))
+            return cls(name or None, _digest(digest, f"'{text}': the part after '@'", known))
         if text.startswith("sha256:"):
-            return cls(None, Digest.parse(text, "image digest", ImageError))
+            return cls(None, _digest(text, "image digest", known))
         return cls(text, None)
 
     def __str__(self) -> str:
         return "@".join(str(p) for p in (self.name, self.digest) if p is not None)
+
+
+def _digest(text: str, what: str, known: Callable[[], Iterable[Digest]] | None) -> Digest:
+    if known is None or not is_short(text):
+        return Digest.parse(text, what, ImageError)
+    return expand(text, known(), "image digest", ImageError,
+                  missing_hint="`patchbake image ls` lists the store's images")
+
+
+def known_digests(store: Store | None, pipeline: Pipeline | None) -> Callable[[], set[Digest]]:
+    """What a short image digest may stand for: every blob in the store, every bake the
+    pipeline's image records name and every image its evidence directory holds evidence
+    for (``evidence verify`` needs no store)."""
+    def listing() -> set[Digest]:
+        out: set[Digest] = set()
+        if store is not None:
+            out.update(store.blob_digests())
+        if pipeline is not None:
+            out.update(records.recorded_digests(pipeline.root))
+            ev = pipeline.signing.evidence_dir
+            out.update(Digest.from_hex(p.name) for p in (ev.iterdir() if ev.is_dir() else ())
+                       if is_hex(p.name))
+        return out
+    return listing
 
 
 def _layout_manifest(root: Path, select: str | Digest | None) -> layout.Chosen:
@@ -108,7 +135,7 @@ def store_digest(store: Store, ref: ImageRef, pipeline: Pipeline | None = None
 def store_manifest(store: Store, text: str, pipeline: Pipeline | None = None) -> Digest:
     """The manifest digest of ``sha256:<hex>`` in the store, an image definition (its
     latest recorded bake) or a name in the store's index.json: what a push sends."""
-    ref = ImageRef.parse(text)
+    ref = ImageRef.parse(text, known_digests(store, pipeline))
     if ref.name is None and ref.digest is not None:
         return layout.lookup(store, ref.digest).digest
     named = store_digest(store, ref, pipeline) if ref.digest is None else None
@@ -135,7 +162,7 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
                        StoreBlobs(store), ref)
         return
     if ref.startswith("sha256:"):
-        digest = Digest.parse(ref, "image digest", ImageError)
+        digest = _digest(ref, "image digest", known_digests(store, pipeline))
         yield Resolved(ref, "store", load_image(StoreBlobs(store), digest), StoreBlobs(store))
         return
     if ref.startswith("docker:"):
@@ -181,4 +208,4 @@ def resolve(store: Store, ref: str, pipeline: Pipeline | None = None) -> Iterato
                      + ", digest, docker:NAME, OCI layout, archive file or registry reference")
 
 
-__all__ = ["ImageRef", "Resolved", "resolve", "store_digest", "store_manifest"]
+__all__ = ["ImageRef", "Resolved", "known_digests", "resolve", "store_digest", "store_manifest"]

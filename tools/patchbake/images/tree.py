@@ -21,7 +21,9 @@ size, sha256, mode], ...]}`` sorted by path.
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ from ..oci.scan import scan_image
 from ..oci.view import View
 from ..sources import fetch
 from ..sources.digest import MODE_LINK, digest_entries, tree_entries
+from ..sources.treememo import TreeMemo
 from ..store import Store
 from .base import BaseImage
 
@@ -59,7 +62,8 @@ class BaseTree:
 
 
 def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
-    """The base image's installed ``vllm/`` tree (every layer read and digest-checked)."""
+    """The base image's installed ``vllm/`` tree (each layer read and digest-checked once, then
+    replayed from its memo: see ``scan_image(stored=True)``)."""
     for d in base.image.layers:
         if not store.has(d.digest):
             raise ImageError(f"base {base.name} layer {d.digest} is not in the store; its "
@@ -67,10 +71,12 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
                              hint="give the base as an OCI layout or docker-archive with "
                                   "its layers, or a registry that serves them")
     tracked = (f"{sp_rel}/vllm/", f"{sp_rel}/vllm-")
-    # the layers' ops memoised by layer digest (every byte still hashed to EOF); a base
-    # that installs a vLLM dist-info is read again with it written out (RECORD, METADATA)
+    # the layers' ops memoised by layer digest; once every layer has its memo the blobs
+    # are not hashed again (the store hashed them on write; `store fsck` re-checks, and
+    # verify hashes every byte of the baked image). A base that installs a vLLM
+    # dist-info is read again with it written out (RECORD, METADATA)
     view = scan_image(base.image, StoreBlobs(store), tracked,
-                      cache_dir=store.root / "bakes" / "layer-ops")
+                      cache_dir=store.root / "bakes" / "layer-ops", stored=True)
     if not any(k.startswith(f"{sp_rel}/vllm-") for k in view.files):
         return _tree_of(view, base.name, sp_rel, {}, None)
     tmp = store.tmpdir("base-dist-info")
@@ -117,7 +123,7 @@ def pristine_package(lineage: Lineage, store: Store, root: Path) -> dict[str, st
             return {str(k): str(v) for k, v in data["files"].items()}
     except (OSError, ValueError):
         pass  # absent or damaged: rebuilt below
-    entries = tree_entries(fetched.root)
+    entries = tree_entries(fetched.root, memo=TreeMemo.for_tree(store.root, fetched.root))
     if digest_entries(entries) != fetched.tree_digest:
         raise ImageError(f"the pristine tree at {fetched.root} does not hash to "
                          f"{fetched.tree_digest}", hint="run `patchbake fetch --verify`")
@@ -141,9 +147,11 @@ def _version(metadata: bytes) -> str | None:
 
 def _record_problems(tree: BaseTree) -> list[str]:
     rows: dict[str, str] = {}
-    for line in tree.dist_info.get("RECORD", b"").decode("utf-8", "replace").splitlines():
-        path, _, rest = line.partition(",")
-        rows[path] = rest.partition(",")[0]
+    # RECORD is CSV: a path with a comma (vLLM's fused_moe configs) is a quoted field
+    text = tree.dist_info.get("RECORD", b"").decode("utf-8", "replace")
+    for row in csv.reader(io.StringIO(text)):
+        if row:
+            rows[row[0]] = row[1] if len(row) > 1 else ""
     bad = []
     for rel, f in sorted(tree.files.items()):
         want = rows.get(rel)

@@ -17,6 +17,8 @@ made. What it guarantees:
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -141,7 +143,13 @@ class RegistryClient:
         r = self._ref(ref)
         self._begin(f"GET manifest {r}")
         self.ping()
-        got = self.fetch_manifest(r, r.reference)
+        try:
+            got = self.fetch_manifest(r, r.reference)
+        except RegistryError as exc:
+            # the transport words a refusal "METHOD PATH: HTTP <status> <registry's words>"
+            if ": HTTP 404 " in exc.message:
+                raise self._missing(r, exc.message) from exc
+            raise
         assert got is not None
         data, ctype = got
         digest = Digest.of(data)
@@ -151,6 +159,46 @@ class RegistryClient:
                 hint="the registry or something between us altered it; nothing was stored",
             )
         return data, parse_manifest(data, ctype).media_type, digest
+
+    def _missing(self, r: RegistryRef, answer: str) -> RegistryError:
+        """The registry has no manifest for ``r``: say so, and which tags it does have."""
+        what = f"digest {r.digest}" if r.digest else f"tag '{r.reference}'"
+        tags = self.tags(r)
+        if tags is None:
+            known = ""
+        elif not tags:
+            known = f"; {r.repo} has no tags there (is the repository name right?)"
+        else:
+            near = difflib.get_close_matches(r.reference, tags, n=1)
+            known = (f"; did you mean '{near[0]}'?" if near else "") + \
+                f" ({r.repo}'s tags: {', '.join(sorted(tags)[:8])}" + \
+                (f" and {len(tags) - 8} more)" if len(tags) > 8 else ")")
+        return RegistryError(f"{r.host}/{r.repo} has no {what}{known}; the registry "
+                             f"answered {answer}",
+                             hint="check the reference, or push the image first with "
+                                  "`patchbake push IMAGE REF`")
+
+    def tags(self, r: RegistryRef) -> list[str] | None:
+        """The repository's tags, or None if the registry will not say (no such
+        repository, no rights, no answer): for hints, which must never fail."""
+        try:
+            return self.list_tags(r)
+        except RegistryError:
+            return None
+
+    def list_tags(self, r: RegistryRef) -> list[str]:
+        """The repository's tags (the distribution API's tag list; one page of up to
+        10,000, which is what a release repository holds)."""
+        self._begin(f"GET tags of {r.repo}")
+        resp = self.http.request("GET", f"/v2/{r.repo}/tags/list", ok=(200,),
+                                 params={"n": "10000"}, scopes=[blobs.pull_scope(r.repo)],
+                                 stream=True, retry=False)
+        try:
+            doc = json.loads(self.http.read(resp, 4 << 20, f"{r.repo} tag list"))
+        except ValueError as exc:
+            raise RegistryError(f"{r.host}/{r.repo}: the tag list is not JSON ({exc})") from None
+        found = doc.get("tags") if isinstance(doc, dict) else None
+        return sorted(t for t in found if isinstance(t, str)) if isinstance(found, list) else []
 
     # -- blobs -------------------------------------------------------------------------
     def get_blob(self, ref: str | RegistryRef, digest: Digest, *, max_bytes: int = 64 << 20) -> bytes:

@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from typing import TypeVar
 
+from ..digest import differing
 from ..errors import IntegrityError, RegistryError
+from ..fsutil import sha256_file
 from ..store import Store
 from .registry_http import TRANSPORT_ERRORS, FileBody, Response, RetryableError, Transport
 from .registry_manifest import Descriptor
@@ -240,7 +242,26 @@ def upload_blob(http: Transport, store: Store, repo: str, desc: Descriptor,
                             scopes=[push_scope(repo)], retry=False)
         resp.close()
 
-    http.with_retries(f"upload of {desc.digest}", attempt)
+    try:
+        http.with_retries(f"upload of {desc.digest}", attempt)
+    except RegistryError as exc:
+        _blame_a_damaged_blob(store, desc, exc)
+        raise
+
+
+def _blame_a_damaged_blob(store: Store, desc: Descriptor, exc: RegistryError) -> None:
+    """A registry that refuses an upload (DIGEST_INVALID, a size it did not expect) may be
+    right: a store blob whose bytes are not its name (a disk error, an edit) is the cause
+    to report, with the way to repair it, rather than the registry's words."""
+    path = store.blob_path(desc.digest)
+    got = sha256_file(path) if path.is_file() else None
+    if got is not None and got != desc.digest.hex:
+        name, found = differing(desc.digest.hex, got)
+        raise IntegrityError(
+            f"the store's blob {desc.digest} is damaged: its bytes hash to sha256:{found}…, "
+            f"not sha256:{name}… ({path}); the registry refused it: {exc.message}",
+            hint="`patchbake store fsck --quarantine` moves damaged blobs aside; then bake "
+                 "or pull the image again") from exc
 
 
 def mount_sources(explicit: Sequence[str], known: Sequence[str], repo: str) -> list[str]:

@@ -17,6 +17,7 @@ in a background thread when every layer is memoised).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
                write_root: Path | None = None, write_prefix: str = "",
                progress: Callable[[int], None] | None = None,
                cache_dir: Path | None = None, digests: LayerDigests | None = None,
-               reader: EntryReader | None = None) -> View:
+               reader: EntryReader | None = None, stored: bool = False) -> View:
     """Stream every layer of ``image``; return the tracked region's final view.
 
     With ``cache_dir``, what a layer does to the tracked region (its "ops") is memoised by
@@ -50,12 +51,17 @@ def scan_image(image: Image, blobs: Blobs, tracked: tuple[str, ...], *,
 
     ``reader`` replaces the default ``EntryReader`` (a subclass that also notes where each
     file's bytes lie, ``cuda.layerfiles``); it is built for ``tracked`` by the caller.
+    ``stored=True`` says ``blobs`` is the store, whose writer hashed every blob before
+    naming it by its digest: with every layer memoised, the blobs are then not hashed
+    again (only their sizes checked), so the scan costs what the memos cost, not what the
+    layers weigh. Bake uses it for the base; verify never does.
     """
     scanner = reader or EntryReader(tracked, write_root, write_prefix)
     diff_ids = image.diff_ids
     if write_root is None and cache_dir is not None:
-        replayed = _replay_memoised(scanner, image, blobs, tracked, cache_dir, digests,
-                                    progress)
+        replayed = _replay_stored(scanner, image, blobs, tracked, cache_dir) if stored \
+            else _replay_memoised(scanner, image, blobs, tracked, cache_dir, digests,
+                                  progress)
         if replayed is not None:
             return replayed
     if digests is not None:
@@ -108,6 +114,29 @@ def _replay_memoised(scanner: EntryReader, image: Image, blobs: Blobs,
         view = _replay_all(scanner, image, memos, own)  # type: ignore[arg-type]
         own.settle(view, progress)
     return view
+
+
+def _replay_stored(scanner: EntryReader, image: Image, blobs: Blobs,
+                   tracked: tuple[str, ...], cache_dir: Path) -> View | None:
+    """``scan_image`` of store blobs when every layer has a memo (else None): the ops
+    replayed, each blob's size checked against its descriptor, no byte hashed. A memo is
+    written only after its layer hashed to both the digest and the diff_id it names, and
+    ``load_ops`` takes it only for that (digest, diff_id) pair."""
+    memos = [load_ops(cache_file(cache_dir, d.digest, tracked), d.digest, image.diff_ids[i])
+             for i, d in enumerate(image.layers)]
+    if not all(m is not None for m in memos):
+        return None
+    for i, (desc, memo) in enumerate(zip(image.layers, memos, strict=True)):
+        assert memo is not None
+        with blobs.open(desc.digest) as raw:
+            size = os.fstat(raw.fileno()).st_size
+        if size != desc.size:
+            raise IntegrityError(f"layer {i}: blob {desc.digest} is {size} bytes; the "
+                                 f"manifest says {desc.size} (run `patchbake store fsck`)")
+        scanner.replay(memo["ops"], i, desc.digest)
+        scanner.view.layers.append(LayerReport(desc.digest, image.diff_ids[i], size,
+                                               int(memo["entries"])))
+    return scanner.view
 
 
 def _replay_all(scanner: EntryReader, image: Image, memos: list[dict[str, Any]],

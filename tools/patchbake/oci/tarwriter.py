@@ -7,23 +7,31 @@ bakes on two machines give the same diff_id). The format is fixed:
 - POSIX ustar headers; a path or link target that does not fit ustar's name/prefix split
   gets a pax ``x`` header (``path=`` / ``linkpath=`` only) named ``././@PaxHeader``;
 - entries sorted bytewise by path; every parent directory written explicitly (mode 0755);
-- mtime = the epoch (SOURCE_DATE_EPOCH or 0), uid/gid 0, uname/gname empty, devmajor/minor 0;
-- modes normalised: files 0644 or 0755 (any execute bit), directories 0755, symlinks 0777;
+- mtime = the epoch (SOURCE_DATE_EPOCH or 0), uid/gid 0 (an entry may carry others: a Debian
+  root filesystem keeps its numeric owners), uname/gname empty, devmajor/minor 0;
+- modes normalised: files 0644 or 0755 (any execute bit), directories 0755, symlinks 0777
+  (:func:`file_entry`; an :class:`Entry` made directly keeps its exact mode, setuid included);
 - no hardlinks, no xattrs; the archive ends with two zero blocks and no record padding;
 - whiteouts are empty regular files named ``.wh.<name>`` (OCI/AUFS convention).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from ..errors import ImageError
 
 FORMAT = "patchbake-tar/1 (ustar, pax path records when needed)"
 BLOCK = 512
 _READ = 1 << 20
+
+
+class Readable(Protocol):
+    def read(self, n: int, /) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,11 @@ class Entry:
     source: Path | None = None  # file content read from disk at write time
     size: int = 0
     target: str = ""  # symlink target
+    # file content opened only when the entry is written (a member of a wheel streamed
+    # straight into the layer); ``size`` must be what it yields
+    opener: Callable[[], AbstractContextManager[Readable]] | None = None
+    uid: int = 0
+    gid: int = 0
 
 
 def file_entry(path: str, *, data: bytes | None = None, source: Path | None = None,
@@ -100,9 +113,9 @@ def _split_ustar(name: bytes) -> tuple[bytes, bytes] | None:
 
 
 def _header(name: bytes, mode: int, size: int, mtime: int, typeflag: bytes,
-            linkname: bytes = b"", prefix: bytes = b"") -> bytes:
+            linkname: bytes = b"", prefix: bytes = b"", uid: int = 0, gid: int = 0) -> bytes:
     fields = [
-        name.ljust(100, b"\0"), _octal(mode, 8), _octal(0, 8), _octal(0, 8),
+        name.ljust(100, b"\0"), _octal(mode, 8), _octal(uid, 8), _octal(gid, 8),
         _octal(size, 12), _octal(mtime, 12), b" " * 8, typeflag,
         linkname.ljust(100, b"\0"), b"ustar\0", b"00", b"\0" * 32, b"\0" * 32,
         _octal(0, 8), _octal(0, 8), prefix.ljust(155, b"\0"), b"\0" * 12,
@@ -141,7 +154,7 @@ def _headers(e: Entry, mtime: int) -> bytes:
     out = b""
     if pax:
         out += _header(b"././@PaxHeader", 0o644, len(pax), mtime, b"x") + pax + _padding(len(pax))
-    return out + _header(split[1], e.mode, size, mtime, typeflag, link, split[0])
+    return out + _header(split[1], e.mode, size, mtime, typeflag, link, split[0], e.uid, e.gid)
 
 
 def write_layer(entries: Iterable[Entry], mtime: int) -> Iterator[bytes]:
@@ -155,11 +168,12 @@ def write_layer(entries: Iterable[Entry], mtime: int) -> Iterator[bytes]:
             written = len(e.data)
         else:
             written = 0
-            with open(e.source, "rb") as f:  # type: ignore[arg-type]
+            with e.opener() if e.opener is not None else open(e.source, "rb") as f:  # type: ignore[arg-type]
                 for chunk in iter(lambda: f.read(_READ), b""):
                     written += len(chunk)
                     yield chunk
         if written != e.size:
-            raise ImageError(f"{e.source} changed size while it was being written to a layer")
+            raise ImageError(f"{e.source or e.path} changed size while it was being written "
+                             "to a layer")
         yield _padding(written)
     yield b"\0" * (2 * BLOCK)

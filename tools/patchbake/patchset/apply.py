@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..digest import differing
 from ..errors import ApplyError
 from .diffparse import NULL_ID, FilePatch, Hunk, Patch, split_lines
 from .gitbinary import apply_delta, blob_id
@@ -244,9 +245,10 @@ def _checked(fp: FilePatch, out: Outcome) -> Outcome:
     if fp.new_id and fp.new_id != NULL_ID and out.post is not None:
         got = blob_id(out.post)
         if got != fp.new_id:
+            shown_got, shown_want = differing(got, fp.new_id)
             raise _err("hash", f"applying the hunks of {fp.path} gives blob "
-                       f"{got[:12]}, but the patch's index line records "
-                       f"{fp.new_id[:12]} (a hunk or line was dropped or edited)",
+                       f"{shown_got}, but the patch's index line records "
+                       f"{shown_want} (a hunk or line was dropped or edited)",
                        "re-run `patchbake patch export`")
         return Outcome(out.path, out.status, out.pre, out.pre_mode, out.post, out.post_mode,
                        out.pre_id, got, out.edits)

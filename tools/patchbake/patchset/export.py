@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..digest import Digest
+from ..digest import Digest, differing
 from ..errors import ExportError
 from ..fsutil import atomic_write, read_optional
 from ..sources import fetch
@@ -156,9 +156,10 @@ def _guard_forward(o: _Origin, refs: _Refs, current: str | None,
                           hint="export from a workspace made from the committed patch, or "
                                "pass --force --reason '...'")
     if src.patch_sha256 != current:
+        recorded, now = differing(str(src.patch_sha256), current, 16)
         raise ExportError("the committed patch was changed after the last export (SOURCE "
-                          f"records sha256 {str(src.patch_sha256)[:16]}..., the file is "
-                          f"{current[:16]}...); exporting would erase that change",
+                          f"records sha256 {recorded}..., the file is "
+                          f"{now}...); exporting would erase that change",
                           hint="make a fresh workspace from the committed patch and redo the "
                                "edit there, or pass --force --reason '...'")
     if not refs.source_commit_known:

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..digest import Digest
-from ..errors import ApplyError, ExportError, GuardError, PatchbakeError, PatchError
+from ..digest import Digest, differing
+from ..errors import (ApplyError, ExportError, GuardError, PatchbakeError, PatchError,
+                      ToolMissingError)
 from ..fsutil import read_input, read_optional
 from .apply import Outcome, _AlreadyThere, apply_file
 from .diffparse import Patch, parse_patch
@@ -50,6 +51,17 @@ class Report:
     patch_sha256: str
     problems: tuple[Problem, ...] = ()
     applied: bool = False  # the three-way part ran (a pristine tree was available)
+    # a check could not run because this machine lacks a program: the cause a command
+    # reports (exit 4) before any disagreement the guard found
+    tool_missing: ToolMissingError | None = None
+
+    def raise_for_problems(self, error: Callable[[str], PatchbakeError]) -> None:
+        """Raise the missing tool, else ``error`` (given the summary line) if not ok."""
+        if self.tool_missing is not None:
+            raise self.tool_missing
+        if self.problems:
+            first = self.problems[0]
+            raise error(f"{len(self.problems)} problem(s); first: {first.message}")
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "files": self.files, "added": self.added,
@@ -60,6 +72,7 @@ class Report:
 @dataclass(slots=True)
 class _Run:
     problems: list[Problem] = field(default_factory=list)
+    tool_missing: ToolMissingError | None = None
 
     def add(self, kind: str, path: str | None, message: str) -> None:
         self.problems.append(Problem(kind, path, message))
@@ -212,8 +225,9 @@ def _compare(patch: Patch, fl: FileList, run: _Run) -> None:
 def _headers(fl: FileList, patch_sha: str, pin: str | None, run: _Run) -> None:
     rec = fl.header.get("patch-sha256")
     if rec and rec != patch_sha:
+        was, now = differing(rec, patch_sha, 16)
         run.add("stale-files", None, f"FILES.txt was written for another patch (patch-sha256 "
-                f"{rec[:16]}..., the patch is {patch_sha[:16]}...): the patch was changed "
+                f"{was}..., the patch is {now}...): the patch was changed "
                 "without regenerating FILES.txt; " + EXPORT)
     up = fl.header.get("upstream")
     if pin and up and up != pin:
@@ -293,6 +307,8 @@ def _reexport(patch: Patch, rx: Reexport, run: _Run) -> None:
     try:
         fresh = rx.result()
     except PatchbakeError as exc:
+        if isinstance(exc, ToolMissingError):
+            run.tool_missing = exc
         run.add("reexport", None, f"re-export failed: {exc.one_line()}")
         return
     if fresh != patch.data:
@@ -330,8 +346,9 @@ def check(  # noqa: C901 - every guard check in order, gathered into one report
     if fl is not None:
         _headers(fl, sha, pin, run)
     if source_patch_sha256 and source_patch_sha256 != sha:
-        run.add("source", None, f"SOURCE records patch sha256 {source_patch_sha256[:16]}..., "
-                f"the patch is {sha[:16]}...: it was changed without `patchbake patch export`")
+        was, now = differing(source_patch_sha256, sha, 16)
+        run.add("source", None, f"SOURCE records patch sha256 {was}..., "
+                f"the patch is {now}...: it was changed without `patchbake patch export`")
     if source_tree_digest and tree_digest and source_tree_digest != str(tree_digest):
         run.add("upstream", None, f"SOURCE was exported against the tree {source_tree_digest}, "
                 f"the pinned upstream is {tree_digest}; regenerate the patch for this pin")
@@ -358,7 +375,8 @@ def check(  # noqa: C901 - every guard check in order, gathered into one report
     files = len(patch.files) if patch else len(fl.entries) if fl else 0
     added = patch.added if patch else 0
     removed = patch.removed if patch else 0
-    return Report(not run.problems, files, added, removed, sha, tuple(run.problems), applied)
+    return Report(not run.problems, files, added, removed, sha, tuple(run.problems), applied,
+                  run.tool_missing)
 
 
 def check_lineage(lineage: Any, *, pristine_root: Path | None = None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import time
 from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from ..digest import Digest
 from ..errors import ApplyError, GuardError, PatchbakeError
 from ..fsutil import atomic_write, pretty_json, read_input, read_optional, sha256_bytes
 from ..sources import fetch, tree_digest
+from ..sources.treememo import TreeMemo, memo_path
 from ..store import Store
 from .diffparse import Patch, parse_patch
 from .filelist import FileList, parse_filelist
@@ -109,12 +112,23 @@ def patched_tree(lineage: Any, store: Store) -> PatchedTree:
         staging = store.tmpdir("patched")
         try:
             tree = staging / "tree"
+            # the pristine tree's memo (filled where the pristine tree is hashed: verify,
+            # the pristine package), confirmed against its files right before they are
+            # linked: the links are then memoised from it (sources.treememo.seed_links),
+            # so the new tree's digest reads only the files the patch wrote
+            pristine_memo = TreeMemo.for_tree(store.root, fetched.root)
+            confirmed = pristine_memo.confirm(fetched.root) if pristine_memo else set()
+            confirmed_at = time.time_ns()
             # Both trees live in the store (one file system) and are read-only by
             # convention: untouched files are hard links to the pristine ones; every
             # touched file is a new file (written after an unlink), checked by hash.
             applied = build_tree(lp.patch, fetched.root, tree, filelist=lp.filelist,
                                  link=True)
-            digest = tree_digest(tree)
+            memo = TreeMemo(memo_path(store.root, key))
+            if pristine_memo is not None:
+                memo.seed_links(pristine_memo, confirmed, tree, confirmed_at)
+                pristine_memo.save()
+            digest = tree_digest(tree, memo)
             root = store.publish_tree(tree, Digest.from_hex(key))
         finally:
             store.discard(staging)

@@ -29,6 +29,7 @@ from ..evidence import dsse
 from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
+from . import units
 from ..fsutil import pretty_json, read_input, sha256_bytes, write_once
 
 BENCHMARK_TYPE = "urn:patchbake:predicate:benchmark:v1"
@@ -78,6 +79,9 @@ def check_figures(figures: Any, where: str) -> dict[str, dict[str, Any]]:
         if not ok:
             refuse_evidence("bad-predicate", f"{where}: figure '{metric}' needs a positive finite "
                  "'value' and 'better': lower|higher")
+        problem = units.unit_problem(f)
+        if problem:  # a figure without a unit cannot be compared with the next release's
+            refuse_evidence("bad-predicate", f"{where}: figure '{metric}' {problem}")
     return dict(figures)
 
 

@@ -8,7 +8,8 @@ the image record, plus ``bundle.json`` listing each file's sha256. No store, no 
 ``verify`` checks, in order: the ledger (chain, canonical lines, signatures by a
 ``release`` key), the release manifest's hash (its id) and its ledger entry, the VSA,
 each envelope (recorded sha256, trusted signature, subject = the release's digest), the
-image record, and that every recorded gate passed. Each check is a row; the first break
+image's SBOM and provenance (the same, signed by a ``release`` key, and valid documents:
+AttestationError otherwise), the image record, and that every recorded gate passed. Each check is a row; the first break
 raises (LedgerError for the ledger, ReleaseError for the rest).
 """
 
@@ -28,10 +29,13 @@ from ..fsutil import atomic_write, pretty_json, read_input, sha256_bytes
 from ..images.record import ImageRecord
 from ..images.refs import ImageRef
 from ..verify import baked
-from . import ledger, manifest, vsa
+from ..fields import Fields
+from ..digest import is_hex
+from . import imageattest, ledger, manifest, tlog, vsa
 from .attest import verify_approvals, verify_benchmark
 
 BUNDLE = "bundle.json"
+INCLUSION = "inclusion.json"  # beside the checkpoint: the release entry's audit path
 BUNDLE_FORMAT = "patchbake-release-bundle/1"
 POLICY = Path("manifests") / "trust-policy.yaml"
 
@@ -81,6 +85,15 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
         lpath = staging / manifest.RELEASES_DIR / ledger.NAME
         lpath.write_bytes(b"".join(e.line + b"\n" for e in entries[:last + 1]))
         listing[lpath.relative_to(staging).as_posix()] = sha256_bytes(lpath.read_bytes())
+        # the signed checkpoint of the whole log and the audit path of the release's entry
+        # in it: a downstream user checks offline that the release is in the signed log
+        cp = read_input(rdir / tlog.NAME, "the ledger's checkpoint", LedgerError)
+        first = next(i for i, e in enumerate(entries) if e.release == rel.id)
+        proof = pretty_json(tlog.inclusion(entries, first).to_json())
+        for name, data in ((tlog.NAME, cp), (INCLUSION, proof)):
+            out = staging / manifest.RELEASES_DIR / name
+            out.write_bytes(data)
+            listing[out.relative_to(staging).as_posix()] = sha256_bytes(data)
         atomic_write(staging / BUNDLE, pretty_json({
             "format": BUNDLE_FORMAT, "release": rel.id, "digest": str(rel.digest),
             "channel": rel.channel, "files": listing, "tool": f"patchbake {__version__}"}))
@@ -98,13 +111,13 @@ def release_of(root: Path, text: str) -> str:
     ``name@sha256:<hex>``, parsed by images.refs): the latest release of that image."""
     if text.startswith("sha256:") or "@" in text:
 
-        digest = ImageRef.parse(text).digest
-        found = [e for e in ledger.read(manifest.releases_dir(root))
-                 if e.kind == "release" and e.digest == digest]
+        entries = [e for e in ledger.read(manifest.releases_dir(root)) if e.kind == "release"]
+        digest = ImageRef.parse(text, lambda: [e.digest for e in entries]).digest
+        found = [e for e in entries if e.digest == digest]
         if not found:
             raise ReleaseError(f"no release in the ledger names image {digest}")
         return found[-1].release
-    return manifest.parse_id(text)
+    return manifest.parse_id(text, manifest.releases_dir(root))
 
 
 def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
@@ -125,8 +138,23 @@ def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
                                    rel.digest, pol, rel.channel)
         if not want <= {a.envelope_sha256 for a in good}:
             raise ReleaseError("an approval the release recorded no longer verifies")
-    n = len(rel.envelopes())
+    n = len(rel.envelopes()) - len(m.attestations)
     return f"{n} signed statement(s) verified; every subject is {rel.digest}"
+
+
+def _attestations(root: Path, rel: manifest.Release, pol: Any) -> str:
+    """The image's SBOM and provenance: both recorded by every release that has them;
+    a release without (no image record, or made before they existed) says so."""
+    atts = rel.manifest.attestations
+    if not atts:
+        return "none recorded (the release names no image record, or predates them)"
+    if sorted(a.kind for a in atts) != ["provenance", "sbom"]:
+        raise ReleaseError(f"release {rel.id[:16]} records {[a.kind for a in atts]}, not "
+                           "one SBOM and one provenance")
+    try:
+        return "; ".join(imageattest.verify(root, a, rel.digest, pol) for a in atts)
+    except EvidenceError as exc:
+        raise ReleaseError(f"attestation: {exc.message}") from None
 
 
 def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
@@ -143,10 +171,75 @@ def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
     return name
 
 
+def _listing(root: Path) -> tuple[str, str]:
+    """bundle.json names every file of the bundle with its sha256, and nothing else: a
+    file added, removed or changed after export, or a name that leaves the bundle, is
+    refused."""
+    raw = read_input(root / BUNDLE, "the bundle's listing", ReleaseError)
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise ReleaseError(f"{BUNDLE} is not JSON") from None
+    f = Fields(doc, BUNDLE, ReleaseError, ("format", "release", "digest", "channel", "files",
+                                           "tool"))
+    if f.text("format") != BUNDLE_FORMAT:
+        raise ReleaseError(f"{BUNDLE} is not a {BUNDLE_FORMAT} listing")
+    files = f.mapping("files")
+    base = root.resolve()
+    for name, sha in sorted(files.items()):
+        path = (root / name).resolve()
+        if name.startswith("/") or ".." in Path(name).parts or not path.is_relative_to(base) \
+                or not is_hex(sha):
+            raise ReleaseError(f"{BUNDLE}: entry {name!r} is not a file of the bundle with "
+                               "a sha256")
+        data = read_input(root / name, f"bundle file {name}", ReleaseError)
+        if sha256_bytes(data) != sha:
+            raise ReleaseError(f"bundle file {name} was changed after export (its sha256 is "
+                               f"not the one {BUNDLE} lists)")
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*")
+               if p.is_file() and p.name != BUNDLE}
+    extra = sorted(present - set(files))
+    if extra:
+        raise ReleaseError(f"bundle file {extra[0]} is not in {BUNDLE} ({len(extra)} such): "
+                           "something was added after export")
+    return f.text("release"), f"{len(files)} files, each as {BUNDLE} lists it"
+
+
+def _in_log(rdir: Path, entries: list[ledger.Entry], entry: ledger.Entry,
+            rel: manifest.Release, pol: policy.Policy, bundle: bool) -> str:
+    """The release's entry is in the log a release key signed: from a bundle by the audit
+    path it carries, in the repository against the committed checkpoint."""
+    origin = tlog.origin_of(rel.manifest.pipeline)
+    if not bundle:
+        cp = tlog.check_committed(rdir, entries, pol, origin)
+        if cp is None or cp.size <= entry.seq:
+            raise LedgerError("the ledger's checkpoint does not cover the release's entry",
+                              hint="`patchbake ledger checkpoint` signs one")
+        proof = tlog.inclusion(entries[:cp.size], entry.seq)
+    else:
+        cp = tlog.read_note(read_input(rdir / tlog.NAME, "the bundle's checkpoint",
+                                       LedgerError), pol, origin, f"bundle {tlog.NAME}")
+        raw = read_input(rdir / INCLUSION, "the bundle's inclusion proof", LedgerError)
+        try:
+            f = Fields(json.loads(raw), INCLUSION, LedgerError, ("index", "size", "proof"))
+            proof = tlog.Inclusion(f.integer("index"), f.integer("size"),
+                                   tuple(bytes.fromhex(h) for h in f.texts("proof")))
+        except ValueError:
+            raise LedgerError(f"{INCLUSION} is not an inclusion proof") from None
+        if proof.index != entry.seq:
+            raise LedgerError(f"{INCLUSION} proves entry {proof.index}, the release's is "
+                              f"{entry.seq}")
+    tlog.check_inclusion(entry, proof, cp, f"bundle {INCLUSION}" if bundle else "ledger")
+    return f"entry {entry.seq} is in the signed log of {cp.size} (checkpoint, audit path)"
+
+
 def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = None) -> Verdict:
     rdir = manifest.releases_dir(root)
     pol = policy.load(policy_path)
     bundle = (root / BUNDLE).is_file()
+    # a bundle's files first: each as its listing says, none added (the listing is not
+    # signed; what it protects against is a file changed or slipped in after export)
+    listed = _listing(root) if bundle else None
     entries = ledger.verify(rdir, pol, check_releases=not bundle)
     if (rdir / "promotion.pending.json").exists():
         raise LedgerError("an interrupted promotion is pending (promotion.pending.json)",
@@ -154,12 +247,18 @@ def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = Non
     rid = release_of(root, text)
     rel = manifest.load_from(rdir, rid)
     out = Verdict(rel.id, rel.digest, rel.channel)
+    if listed is not None:
+        if listed[0] != rel.id:
+            raise ReleaseError(f"{BUNDLE} is the listing of release {listed[0][:16]}, not of "
+                               f"{rel.id[:16]}")
+        out.checks.append(("bundle", listed[1]))
     out.checks.append(("ledger", f"{len(entries)} entries, chain and signatures intact"))
     out.checks.append(("release manifest", f"release.json hashes to its id {rel.id[:16]}…"))
     mine = ledger.find(entries, "release", release=rel.id)
     if not mine or mine[0].digest != rel.digest:
         raise ReleaseError(f"release {rel.id[:16]} has no ledger entry naming {rel.digest}")
     out.checks.append(("ledger entry", f"line {mine[0].seq + 1} records it"))
+    out.checks.append(("transparency log", _in_log(rdir, entries, mine[0], rel, pol, bundle)))
     if digest is not None and digest != rel.digest:
         raise ReleaseError(f"the release is about {rel.digest}, not {digest}")
     out.checks.append(("digest", f"{rel.image} {rel.digest}"))
@@ -171,6 +270,7 @@ def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = Non
         out.checks.append(("evidence", _envelopes(root, rel, pol)))
     except EvidenceError as exc:
         raise ReleaseError(f"evidence: {exc.message}") from None
+    out.checks.append(("sbom and provenance", _attestations(root, rel, pol)))
     record = rel.manifest.images[0].record
     if record:
         out.checks.append(("image record", _image_record(root, rel, record)))

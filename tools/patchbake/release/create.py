@@ -1,7 +1,7 @@
 """Evaluating a channel for an image, and creating a release from a passing evaluation.
 
 ``create`` is all-or-nothing and idempotent: gates are evaluated (nothing is written if
-any blocks), the release manifest is written once under its id, the VSA beside it, and
+any blocks), the image's signed SBOM and provenance written once, the release manifest is written once under its id, the VSA beside it, and
 the ledger's ``release`` entry appended last under the ledger lock. Re-running with
 nothing changed finds the release already in the ledger and writes nothing.
 """
@@ -20,7 +20,7 @@ from ..fsutil import read_input
 from ..images import definition as definitions
 from ..store import Store
 from ..suites import image as imagemod
-from . import journal, ledger, manifest
+from . import imageattest, journal, ledger, manifest, tlog
 from .gates import Evaluation, Table, evaluate
 
 
@@ -112,8 +112,18 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
     key = release_key(pipeline, pol, key_path)
     table, ev = gates(pipeline, store, channel, ref, lineage)
     require_pass(table)
+    # the image's SBOM and provenance, signed by the release's key: written once (the same
+    # bake gives the same bytes), recorded in the manifest, so the VSA covers them
+    attestations = imageattest.make(pipeline, ev.digest, key, pol)
     data = manifest.build(table, ev.facts, pipeline.name, ev.lineage.key,
-                          read_input(sig.trust_policy, "the trust policy", ConfigError))
+                          read_input(sig.trust_policy, "the trust policy", ConfigError),
+                          attestations)
+    origin = tlog.origin_of(pipeline.name)
     with ledger.locked(rdir):  # one transaction: release dir and ledger entry (journal.py)
+        journal.recover(rdir, pol)
+        # no append to a rolled-back log
+        tlog.check_committed(rdir, ledger.verify(rdir, pol), pol, origin)
         rel, entry = journal.record(rdir, pol, data, key)
+        if entry is not None:
+            tlog.publish(rdir, ledger.verify(rdir, pol), origin, key, pol)
     return Created(rel, table, entry is not None, entry)

@@ -176,8 +176,34 @@ class Approval:
                 "envelope_sha256": self.envelope_sha256}
 
 
+@dataclass(frozen=True, slots=True)
+class Attestation:
+    """The image's SBOM or provenance, signed by the key that created the release
+    (release/imageattest.py)."""
+
+    kind: str  # "sbom" | "provenance"
+    path: str  # repository-relative
+    predicate_type: str
+    envelope_sha256: str
+    keyid: str
+    signer: str
+
+    KEYS = ("kind", "path", "predicate_type", "envelope_sha256", "keyid", "signer")
+    KINDS = ("sbom", "provenance")
+
+    @classmethod
+    def load(cls, f: Fields) -> Attestation:
+        return cls(f.one_of("kind", cls.KINDS), f.text("path"), f.text("predicate_type"),
+                   f.hex("envelope_sha256"), f.text("keyid"), f.text("signer"))
+
+    def dump(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "predicate_type": self.predicate_type,
+                "envelope_sha256": self.envelope_sha256, "keyid": self.keyid,
+                "signer": self.signer}
+
+
 # what release.envelopes() lists: every signed input, each with its path and sha256
-SignedInput = Evidence | Benchmark | Approval
+SignedInput = Evidence | Benchmark | Approval | Attestation
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
 from ..cuda.check import check_stored
 from ..cuda.verdict import Target
-from ..digest import Digest
+from ..digest import Digest, differing
 from ..errors import EvidenceError, GuardError, ImageError, PatchbakeError, StoreError
 from ..evidence import policy, records
 from ..evidence.records import Verified
@@ -34,6 +34,7 @@ from ..store import Store
 from ..suites.image import find_record
 from ..suites.run import suite_content_sha256
 from ..verify import baked
+from . import gpus, units
 from .attest import benchmark_path, verify_approvals, verify_benchmark
 from .facts import Approval, Benchmark, Evidence, Facts, Patch, Record, Upstream, Verification
 from ..fields import Fields
@@ -183,8 +184,9 @@ def gate_record(ev: Evaluation, g: Gate) -> Outcome:
     if rec.manifest_digest != ev.digest:
         return "fail", f"{path} records {rec.manifest_digest}, not {ev.digest}"
     if rec.patch_sha256 != patch:
-        return "fail", (f"{path} was baked from patch sha256:{rec.patch_sha256[:12]}, the "
-                        f"committed patch is sha256:{patch[:12]}")
+        baked, committed = differing(rec.patch_sha256, patch)
+        return "fail", (f"{path} was baked from patch sha256:{baked}, the "
+                        f"committed patch is sha256:{committed}")
     if rec.doc.get("files_sha256") != files:
         return "fail", f"{path} names another FILES.txt than the committed one"
     if (rec.doc.get("upstream") or {}).get("pin") != lin.upstream.pin:
@@ -308,7 +310,7 @@ def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
         cap = v.statement.environment.get("compute_capability")
         # held to the suite's declaration here too: a channel need not list the suite in
         # an evidence gate, and "PASSED" alone says nothing of counts or probes
-        problem = _suite_problem(ev, name, v)
+        problem = _suite_problem(ev, name, v) or gpus.claim_problem(v.statement.environment)
         if problem is None and cap == g.capability:
             ev.facts.evidence[name] = _evidence_fact(ev, v)
             return "pass", (f"suite '{name}' passed on {v.statement.environment.get('gpu_name')}"
@@ -322,16 +324,27 @@ def gate_capability(ev: Evaluation, g: Gate) -> Outcome:
 
 
 def _regressions(now: dict[str, Any], before: dict[str, Any], tol: float) -> list[str]:
+    """Each figure of the previous release against today's, in one unit (a figure moved
+    from 12.9 ms to 0.0155 s is 20 % slower, not 1000 times faster)."""
     out = []
     for metric, old in sorted(before.items()):
         new = now.get(metric)
         if new is None:
             out.append(f"{metric} is no longer measured")
             continue
-        change = (new["value"] - old["value"]) / old["value"]
+        try:
+            old_v, new_v = units.comparable(old, new)
+        except ValueError as exc:
+            out.append(f"{metric}: {exc}")
+            continue
+        change = (new_v - old_v) / old_v
         worse = change if old.get("better") == "lower" else -change
-        if worse > tol:
-            out.append(f"{metric} {old['value']} -> {new['value']} ({worse:+.1%} worse)")
+        if new.get("better") != old.get("better"):
+            out.append(f"{metric}: 'better' changed from {old.get('better')} to "
+                       f"{new.get('better')}")
+        elif worse > tol:
+            out.append(f"{metric} {old['value']} {old.get('unit', '')} -> {new['value']} "
+                       f"{new.get('unit', '')} ({worse:+.1%} worse)")
     return out
 
 

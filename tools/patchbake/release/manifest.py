@@ -17,7 +17,14 @@ Format ``patchbake-release/1``::
                    "counts", "runner", "gpu", "capability"}],
      "benchmark": {...} | null, "approvals": [...],
      "gates": [{"channel", "gate", "status", "reason"}],
-     "trust_policy_sha256": "...", "tool": "patchbake 0.1.0"}
+     "trust_policy_sha256": "...", "tool": "patchbake 0.1.0",
+     "attestations": [{"kind", "path", "predicate_type", "envelope_sha256", "keyid",
+                       "signer"}]}
+
+``attestations`` (the image's signed SBOM and SLSA provenance, release/imageattest.py) is
+present when the release has them, which every release of an image with a committed
+record does; a manifest without it (an image without record, or a release made before
+they existed) keeps its bytes and its id.
 
 ``upstream``, ``patch`` and ``verify`` are null, and ``images[0]``'s record members too,
 when the channel's gates did not look at them. ``Manifest`` is the typed document, with
@@ -32,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..digest import Digest, is_hex
+from ..digest import Digest, differing, expand, is_hex, is_short
 from ..errors import ReleaseError
 from ..fsutil import canonical_json, read_input, sha256_bytes, write_once
 from .facts import (
     Approval,
+    Attestation,
     Benchmark,
     Evidence,
     Facts,
@@ -72,6 +80,7 @@ class Manifest:
     gates: tuple[Decision, ...]
     trust_policy_sha256: str
     tool: str
+    attestations: tuple[Attestation, ...] = ()  # sbom, provenance
 
     @classmethod
     def load(cls, doc: object, where: str) -> Manifest:
@@ -84,7 +93,7 @@ class Manifest:
                 raise ReleaseError(f"{where} is not JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ReleaseError(f"{where} is not a {FORMAT} manifest")
-        f = Fields(doc, where, ReleaseError, KEYS)
+        f = Fields(doc, where, ReleaseError, KEYS, ("attestations",))
         images = tuple(Image.load(i) for i in f.members("images", Image.KEYS))
         if not images:
             raise ReleaseError(f"{where} names no image")
@@ -100,7 +109,9 @@ class Manifest:
             else None,
             tuple(Approval.load(a) for a in f.members("approvals", Approval.KEYS)),
             tuple(Decision.load(g) for g in f.members("gates", Decision.KEYS)),
-            f.hex("trust_policy_sha256"), f.text("tool"))
+            f.hex("trust_policy_sha256"), f.text("tool"),
+            tuple(Attestation.load(a) for a in f.members("attestations", Attestation.KEYS))
+            if "attestations" in f.doc else ())
 
     def dump(self) -> dict[str, Any]:
         """The JSON object release.json holds (its canonical bytes hash to the release id)."""
@@ -116,6 +127,8 @@ class Manifest:
             "approvals": [a.dump() for a in self.approvals],
             "gates": [g.dump() for g in self.gates],
             "trust_policy_sha256": self.trust_policy_sha256, "tool": self.tool,
+            **({"attestations": [a.dump() for a in self.attestations]}
+               if self.attestations else {}),
         }
 
     def canonical(self) -> bytes:
@@ -144,9 +157,11 @@ class Release:
         return self.manifest.images[0].name
 
     def envelopes(self) -> list[SignedInput]:
-        """Every signed input the release names: evidence, benchmark, approvals."""
+        """Every signed input the release names: evidence, benchmark, approvals, the
+        image's SBOM and provenance."""
         m = self.manifest
-        return [*m.evidence, *([m.benchmark] if m.benchmark else []), *m.approvals]
+        return [*m.evidence, *([m.benchmark] if m.benchmark else []), *m.approvals,
+                *m.attestations]
 
 
 def releases_dir(root: Path) -> Path:
@@ -154,7 +169,7 @@ def releases_dir(root: Path) -> Path:
 
 
 def build(table: Table, facts: Facts, pipeline_name: str, lineage: str,
-          policy_bytes: bytes) -> Manifest:
+          policy_bytes: bytes, attestations: tuple[Attestation, ...] = ()) -> Manifest:
     if not table.passed:
         raise ValueError("a release is made only from a table whose gates all pass")
     rec = facts.record
@@ -165,7 +180,7 @@ def build(table: Table, facts: Facts, pipeline_name: str, lineage: str,
         table.channel, pipeline_name, lineage, facts.upstream, facts.patch, (image,),
         facts.verify, tuple(facts.evidence[k] for k in sorted(facts.evidence)),
         facts.benchmark, tuple(facts.approvals), tuple(table.decisions),
-        sha256_bytes(policy_bytes), f"patchbake {__version__}")
+        sha256_bytes(policy_bytes), f"patchbake {__version__}", attestations)
 
 
 def write(root: Path, data: Manifest) -> tuple[Release, bool]:
@@ -177,12 +192,17 @@ def write(root: Path, data: Manifest) -> tuple[Release, bool]:
     return Release(rid, path, data), written
 
 
-def parse_id(text: str) -> str:
-    rid = text.removeprefix("sha256:")
-    if not is_hex(rid):
-        raise ReleaseError(f"'{text}' is not a release id (the 64-hex sha256 of release.json)",
+def parse_id(text: str, dir_: Path) -> str:
+    """The release id ``text`` names: in full, or a unique prefix (>= 12 hex digits, as
+    `ledger verify` shows them) of a release under ``dir_``."""
+    if not is_short(text):
+        raise ReleaseError(f"'{text}' is not a release id (the 64-hex sha256 of release.json, "
+                           "or a unique prefix of at least 12)",
                            hint="`patchbake ledger verify` lists the releases")
-    return rid
+    known = [Digest.from_hex(p.name) for p in (dir_.iterdir() if dir_.is_dir() else ())
+             if is_hex(p.name)]
+    return expand(text, known, "release id", ReleaseError,
+                  missing_hint="`patchbake ledger verify` lists the releases").hex
 
 
 def load_from(dir_: Path, rid: str) -> Release:
@@ -193,8 +213,9 @@ def load_from(dir_: Path, rid: str) -> Release:
                           f"release {rid[:16]} has no manifest at {path}",
                           hint="create it with `patchbake release create`"))
     if sha256_bytes(body) != rid:
-        raise ReleaseError(f"{path} hashes to {sha256_bytes(body)[:16]}…, not its release id "
-                           f"{rid[:16]}…: the release manifest was altered")
+        got, want = differing(sha256_bytes(body), rid, 16)
+        raise ReleaseError(f"{path} hashes to {got}…, not its release id "
+                           f"{want}…: the release manifest was altered")
     data = Manifest.load(body, str(path))
     if data.canonical() != body:  # the id names these bytes: no other spelling of them
         raise ReleaseError(f"{path} is not in canonical form (sorted keys, compact "
@@ -203,4 +224,4 @@ def load_from(dir_: Path, rid: str) -> Release:
 
 
 def load(root: Path, text: str) -> Release:
-    return load_from(releases_dir(root), parse_id(text))
+    return load_from(releases_dir(root), parse_id(text, releases_dir(root)))

@@ -7,7 +7,8 @@ All-or-nothing, in this order (under the ledger lock):
    now and must all pass; every signed input still has the bytes the release recorded and
    the VSA verifies (GateError 60 / LedgerError 61 otherwise: nothing was sent);
 2. blobs and the manifest go up by digest (invisible: no tag names them yet), read back;
-3. the statements are attached (referrers.py);
+3. the statements are attached (referrers.py): evidence, benchmark, approvals, the image's
+   SBOM and provenance, the VSA;
 4. a journal (``promotion.pending.json``) records the signed ledger entry about to be
    appended; 5. the tag is set and read back; 6. the entry is appended, the journal removed.
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline
-from ..digest import Digest
+from ..digest import Digest, differing
 from ..errors import (
     ConfigError,
     EvidenceError,
@@ -42,7 +43,7 @@ from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef, parse_ref
 from ..store import Store
-from . import create, ledger, manifest, referrers, vsa
+from . import create, ledger, manifest, referrers, tlog, vsa
 from .attest import APPROVAL_TYPE, BENCHMARK_TYPE
 
 JOURNAL = "promotion.pending.json"
@@ -109,9 +110,10 @@ def check_recorded_inputs(root: Path, rel: manifest.Release, policy: Any) -> Non
         got = sha256_bytes(read_input(path, f"release {rel.id[:16]}'s signed input",
                                       GateError))
         if got != e.envelope_sha256:
+            now, recorded = differing(got, e.envelope_sha256)
             raise GateError(f"release {rel.id[:16]}: {e.path} is not the envelope the "
-                            f"release recorded (sha256 {got[:12]}…, recorded "
-                            f"{e.envelope_sha256[:12]}…): re-signed or altered")
+                            f"release recorded (sha256 {now}…, recorded "
+                            f"{recorded}…): re-signed or altered")
     vsa_path = rel.path.parent / manifest.VSA_NAME
     try:
         vsa.verify(read_input(vsa_path, f"release {rel.id[:16]}'s VSA", GateError), rel,
@@ -125,7 +127,8 @@ def statements(root: Path, rel: manifest.Release) -> list[referrers.Statement]:
     m = rel.manifest
     inputs = [*((e.path, PREDICATE_TYPE) for e in m.evidence),
               *([(m.benchmark.path, BENCHMARK_TYPE)] if m.benchmark else []),
-              *((a.path, APPROVAL_TYPE) for a in m.approvals)]
+              *((a.path, APPROVAL_TYPE) for a in m.approvals),
+              *((a.path, a.predicate_type) for a in m.attestations)]
     out = [referrers.Statement(read_input(root / path, "a signed input", GateError), ptype,
                                Path(path).name)
            for path, ptype in inputs]
@@ -162,6 +165,8 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
     with ledger.locked(rdir):
         recovered = recover(rdir, pol)
         entries = ledger.verify(rdir, pol)
+        origin = tlog.origin_of(pipeline.name)
+        tlog.check_committed(rdir, entries, pol, origin)  # no append to a rolled-back log
         rel = manifest.load(root, release)
         if not ledger.find(entries, "release", release=rel.id):
             raise LedgerError(f"release {rel.id[:16]} is not in the ledger",
@@ -201,6 +206,7 @@ def promote(pipeline: Pipeline, store: Store, release: str, to: str, *,
                 pass  # the registry is gone too: the journal stays for the next run
             raise
         ledger.append(rdir, entry)
+        tlog.publish(rdir, [*entries, entry], origin, key, pol)
         (rdir / JOURNAL).unlink()
         fsync_dir(rdir)
     return Promoted(rel.id, str(dest), rel.digest, False, attached, recovered)

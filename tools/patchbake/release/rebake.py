@@ -3,8 +3,9 @@
 The fresh store starts with no bake cache and no image blobs. Its inputs are shared
 read-only, each checked where it is used: the pristine upstream tree and the strictly
 patched tree (content-addressed by the pin's tree digest and the patch's sha256; every
-touched file is re-hashed when the cached tree is used), and the base image's blobs (hard
-links; the bake checks them against the base digest the definition pins). What the bake
+touched file is re-hashed when the cached tree is used), the base image's blobs (hard
+links; the bake checks them against the base digest the definition pins), and the memos
+of those inputs (the tree memo of their files' hashes, the base layers' ops). What the bake
 itself makes is recomputed there: the overlay layer (tar writer), the config and the
 manifest, which is what two bakes could disagree on. Nothing is written into the
 repository (``bake_image(record=False)``) and the fresh store is removed afterwards.
@@ -52,8 +53,18 @@ def _seed(warm: Store, fresh: Store, base_digest: Digest) -> None:
         (warm.root / sub).mkdir(exist_ok=True)
         os.symlink(warm.root / sub, fresh.root / sub)
     (fresh.root / "bakes").mkdir(exist_ok=True)
-    for cached in (warm.root / "bakes").glob("standin-*.json"):  # the stand-in base's recipe
-        shutil.copyfile(cached, fresh.root / "bakes" / cached.name)
+    # memos of what those shared inputs hash to: the tree memo (stat -> sha256 of the
+    # shared trees' files) and the base layers' ops (by blob digest; the blobs are the
+    # warm store's, hashed when it stored them); what the bake makes is not memoised
+    for memo in ("tree-memo", "layer-ops"):
+        (warm.root / "bakes" / memo).mkdir(parents=True, exist_ok=True)
+        os.symlink(warm.root / "bakes" / memo, fresh.root / "bakes" / memo)
+    # the recipes that name a locally built base (the stand-in's, the serving base's from
+    # its lock): the base's blobs are linked above, and the bake checks them against the
+    # digest the definition pins
+    for pattern in ("standin-*.json", "servingbase-*.json"):
+        for cached in (warm.root / "bakes").glob(pattern):
+            shutil.copyfile(cached, fresh.root / "bakes" / cached.name)
 
 
 def rebake(pipeline: Pipeline, definition: str, lineage: Lineage, warm: Store,

@@ -40,6 +40,18 @@ def bootstrap(spec: OsRoot, epoch: int, tarball: Path, work: Path,
               held: tuple[tuple[str, Path], ...] = ()) -> Installed:
     """Run mmdebstrap for ``spec`` into ``tarball`` (``/dev/null`` to only resolve); ``work``
     receives the package list and the downloaded packages."""
+    # The caller's umask reaches the tarball twice: the directory the setup hook makes, and
+    # the seed directory sync-in copies over /var/cache/apt/archives (its mode included).
+    # A fixed one, or two users' bases differ in that directory's mode (0700 vs 0775).
+    previous = os.umask(0o022)
+    try:
+        return _bootstrap(spec, epoch, tarball, work, held)
+    finally:
+        os.umask(previous)
+
+
+def _bootstrap(spec: OsRoot, epoch: int, tarball: Path, work: Path,
+               held: tuple[tuple[str, Path], ...]) -> Installed:
     status = work / "installed.tsv"
     archives = work / "archives"
     seed = work / "seed"
@@ -65,8 +77,7 @@ def bootstrap(spec: OsRoot, epoch: int, tarball: Path, work: Path,
     ]
     if not spec.include:
         argv.remove("--include=")
-    proc.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch), "LC_ALL": "C.UTF-8",
-                        "TZ": "UTC"})
+    proc.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch), "LC_ALL": "C.UTF-8", "TZ": "UTC"})
     packages = []
     for line in status.read_text().splitlines():
         name, version, arch = line.split("\t")

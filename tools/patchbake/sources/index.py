@@ -140,3 +140,51 @@ def find_file(package: str, filename: str, sha256: str, *,
         f"{what}: {http.redact(page)} lists no file '{filename}' ({len(names)} files"
         + (f"; sdists include: {', '.join(sdists)}" if sdists else "") + ")",
         hint="check upstream.filename and version in pipeline.yaml, or the pip index")
+
+
+def _sdist_files(package: str, session: requests.Session, index: str | None,
+                 what: str) -> tuple[list[dict[str, Any]], str, str]:
+    """(the sdist entries of ``package``'s project page, its URL, where the index came
+    from)."""
+    base, origin = (index, "given") if index else configured_index(
+        session.network if isinstance(session, Session) else None)
+    page = base.rstrip("/") + "/" + normalise_name(package) + "/"
+    files, _ = _project_files(session, page, f"{what} (index from {origin})")
+    return ([f for f in files if isinstance(f, dict)
+             and str(f.get("filename", "")).endswith(".tar.gz")], page, origin)
+
+
+def find_sdists(package: str, *, session: requests.Session,
+                index: str | None = None) -> list[str]:
+    """The sdist file names ``package``'s project page lists (``patchbake doctor``)."""
+    files, _, _ = _sdist_files(package, session, index, f"index lookup of {package}")
+    return [str(f["filename"]) for f in files]
+
+
+def find_sdist(package: str, version: str, *, session: requests.Session,
+               index: str | None = None) -> tuple[str, str, str]:
+    """(file name, sha256 as the index states it, where the index came from) of
+    ``package``'s sdist of ``version``: what a new pin is made of (``patchbake init``).
+    The bytes are checked against that sha256 when ``fetch`` downloads them."""
+    what = f"index lookup of {package} {version}"
+    files, page, origin = _sdist_files(package, session, index, what)
+    stems = {f"{package}-{version}", f"{normalise_name(package).replace('-', '_')}-{version}"}
+    for f in files:
+        name = str(f["filename"])
+        if name.removesuffix(".tar.gz") in stems:
+            stated = str((f.get("hashes") or {}).get("sha256") or "").lower()
+            if not re.fullmatch(r"[0-9a-f]{64}", stated):
+                raise FetchError(f"{what}: the index states no sha256 for {name}",
+                                 hint="pin it by hand: `upstream.sha256` of the file you "
+                                      "trust (docs/pipeline.md)")
+            return name, stated, origin
+    versions = sorted({m.group(1) for f in files for m in
+                       [re.fullmatch(rf"{re.escape(package)}-(.+)\.tar\.gz",
+                                     str(f["filename"]))] if m}, key=_version_key)
+    raise FetchError(f"{what}: {http.redact(page)} has no sdist of version {version}"
+                     + (f" (newest: {', '.join(versions[-3:])})" if versions else ""),
+                     hint=f"check the version (`pip index versions {package}` lists them)")
+
+
+def _version_key(v: str) -> tuple[tuple[int, str], ...]:
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.\-+]", v))

@@ -31,9 +31,16 @@ def is_dist_record(path: str, sp: str) -> bool:
         and folder.endswith(".dist-info") and folder.count("/") == sp.count("/") + 1
 
 
+def scripts_dir(sp: str) -> str:
+    """Where the installer put the distribution's console scripts: ``<prefix>/bin`` of the
+    site-packages' prefix (``usr/local/lib/python3.11/dist-packages`` -> ``usr/local/bin``)."""
+    return f"{sp.split('/lib/python')[0]}/bin/" if "/lib/python" in sp else "usr/bin/"
+
+
 def dist_record_findings(view: View, sp: str) -> tuple[dict[str, int], list[str]]:
     """Every row of the vLLM distribution's RECORD checked against the image (a base with
-    no dist-info -- the stand-in -- has none: no rows, no findings)."""
+    no dist-info -- the stand-in -- has none: no rows, no findings). The view must track
+    the package, its dist-info and ``scripts_dir``."""
     records = [p for p in view.files if is_dist_record(p, sp)]
     if not records:
         return {"rows": 0, "checked": 0}, []
@@ -43,16 +50,13 @@ def dist_record_findings(view: View, sp: str) -> tuple[dict[str, int], list[str]
     data = view.contents.get(path)
     if data is None:
         return {"rows": 0, "checked": 0}, [f"/{path} could not be read"]
-    cut = len(sp) + 1
-    folder = path[cut:].rpartition("/")[0]
-    installed = {p[cut:]: f.sha256 for p, f in view.files.items()
-                 if f.kind == "file" and (p.startswith(f"{sp}/{PACKAGE}")
-                                          or p.startswith(f"{sp}/{folder}/"))}
+    folder = path[len(sp) + 1:].rpartition("/")[0]
+    installed = {p: f.sha256 for p, f in view.files.items() if f.kind == "file"}
     try:
         rows = distrecord.rows(data)
     except (UnicodeDecodeError, ValueError) as exc:
         return {"rows": 0, "checked": 0}, [f"/{path} is not a RECORD file ({exc})"]
-    found = distrecord.problems(rows, installed, f"{folder}/RECORD", PACKAGE)
+    found = distrecord.problems(rows, installed, sp, f"{folder}/RECORD", PACKAGE)
     checked = sum(1 for r in rows if r.sha256 is not None)
     return {"rows": len(rows), "checked": checked}, [f"RECORD: {m}" for m in found[:20]] + (
         [f"RECORD: {len(found) - 20} more rows disagree"] if len(found) > 20 else [])

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from . import memo, startup_hooks
-from .above_base import after_base, dist_record_findings, drift_before_overlay, stale_bytecode
+from .above_base import (after_base, dist_record_findings, drift_before_overlay,
+                         scripts_dir, stale_bytecode)
 from ..config import Lineage, Pipeline
 from ..digest import Digest
 from ..errors import ImageError, IntegrityError, VerifyError
@@ -53,6 +54,7 @@ from ..patchset.patched import patched_tree
 from ..sources import fetch
 from ..sources import tree_digest as compute_digest
 from ..sources.digest import MODE_LINK, digest_entries, tree_entries
+from ..sources.treememo import TreeMemo
 from ..store import Store
 
 PACKAGE = "vllm/"
@@ -107,7 +109,7 @@ def _pristine_hashes(root: Path, tree_digest: Digest, store: Store) -> dict[str,
             return dict(data["files"])
     except (OSError, ValueError):
         pass
-    entries = tree_entries(root)
+    entries = tree_entries(root, memo=TreeMemo.for_tree(store.root, root))
     got = digest_entries(entries)
     if got != tree_digest:
         raise IntegrityError(f"the pristine tree at {root} hashes to {got}, its record says "
@@ -214,8 +216,10 @@ def verify_image(pipeline: Pipeline, ref: str | Digest, store: Store, lineage: s
         recalled = memo.load(store, memo_key, len(res.image.layers)) if memo_key else None
         env = startup_hooks.env_of(res.image.config)
         where = startup_hooks.places(exp.definition.site_packages, env)
-        tracked = (f"{exp.sp}/{PACKAGE}", f"{exp.sp}/vllm-", "opt/patchbake/",
-                   *where.tracked())
+        tracked = (f"{exp.sp}/{PACKAGE}", f"{exp.sp}/vllm-", scripts_dir(exp.sp),
+                   "opt/patchbake/",
+                   *where.tracked(),
+                   *startup_hooks.allowed_paths(exp.definition.startup_allow))
         cache_dir = store.root / "bakes" / "layer-ops" if use_cache else None
         digests = _keep_hashing(early, res, exp, tracked, cache_dir, recalled is not None)
         if recalled is not None and digests is not None:
@@ -311,7 +315,8 @@ def _fresh_inputs(pipeline: Pipeline, lin: Lineage, store: Store, patched: Patch
         fetched = fetch(lin, store, base=pipeline.root)
         return patched, fetched.root, fetched.tree_digest
 
-    return patched, pristine_root, compute_digest(pristine_root)
+    return patched, pristine_root, compute_digest(
+        pristine_root, TreeMemo.for_tree(store.root, pristine_root))
 
 
 def _patch_checks(identity: dict[str, Any] | None, patched: Patched) -> list[str]:

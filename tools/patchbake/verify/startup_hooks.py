@@ -127,6 +127,45 @@ def _hooks(view: View, pl: Places, sp: str) -> list[tuple[str, str]]:
     return sorted(out)
 
 
+def _link_problem(view: View, link_sha256: str, shown: str,
+                  allow: dict[str, str]) -> str | None:
+    """A hook that is a symlink (Debian's ``sitecustomize.py`` -> ``/etc/python3.X/...``)
+    passes only when it points, by an absolute path, at a regular file of the image that the
+    definition allow-lists too, with the content the hook's own entry names: the link is
+    checked by its target text (the view hashes a symlink's target) and the file by its
+    bytes. Allow-listed paths are scanned (``allowed_paths``), so the target is in the view."""
+    target = next((p for p in allow if p.startswith("/")
+                   and hashlib.sha256(p.encode()).hexdigest() == link_sha256), None)
+    info = view.files.get(target.lstrip("/")) if target else None
+    if target is None or info is None or info.kind != "file":
+        return ("it is a symlink whose target is not an allow-listed file of the image "
+                "(allow-list the target path too)")
+    if allow.get(shown) != info.sha256 or allow.get(target) != info.sha256:
+        return (f"it links to {target}, whose content is not the allow-listed one "
+                f"[sha256:{info.sha256}]")
+    return None
+
+
+def _hook_problem(view: View, path: str, why: str, allow: dict[str, str]) -> str | None:
+    info = view.files[path]
+    shown = "/" + path
+    if info.kind == "symlink":
+        problem = _link_problem(view, info.sha256, shown, allow)
+        return f"{shown}: {why}; {problem}" if problem else None
+    if info.kind != "file":  # a device or the like is not a checked file
+        return f"{shown}: {why}; it is a {info.kind} whose content cannot be checked"
+    if allow.get(shown) != info.sha256:
+        return (f"{shown}: {why}; not allow-listed by the definition"
+                + (" (allow-list names another sha256)" if shown in allow else "")
+                + f" [sha256:{info.sha256}]")
+    return None
+
+
+def allowed_paths(allow: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The allow-listed files as scan prefixes: a symlinked hook's target is read too."""
+    return tuple(p.lstrip("/") for p, _ in allow if p.startswith("/"))
+
+
 def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[str, str],
              base_config: dict[str, Any] | None, config: dict[str, Any],
              wrapped: dict[str, Any] | None = None,
@@ -136,16 +175,8 @@ def findings(view: View, pl: Places, sp: str, allow: dict[str, str], env: dict[s
     base's entrypoint): the image's entrypoint and cmd must be exactly that, so the
     wrapper cannot be dropped. ``declared_env``: variables the definition has bake set
     (the engine backend's ``TORCH_CUDA_ARCH_LIST``), admitted with exactly that value."""
-    out: list[str] = []
-    for path, why in _hooks(view, pl, sp):
-        info = view.files[path]
-        shown = "/" + path
-        if info.kind != "file":  # a symlink's target (or a device) is not a checked file
-            out.append(f"{shown}: {why}; it is a {info.kind} whose content cannot be checked")
-        elif allow.get(shown) != info.sha256:
-            out.append(f"{shown}: {why}; not allow-listed by the definition"
-                       + (" (allow-list names another sha256)" if shown in allow else "")
-                       + f" [sha256:{info.sha256}]")
+    out = [problem for path, why in _hooks(view, pl, sp)
+           if (problem := _hook_problem(view, path, why, allow))]
     seen: dict[str, str] = {}
     for item in (config.get("config") or {}).get("Env") or []:
         k, _, v = str(item).partition("=")
