@@ -125,14 +125,19 @@ def test_the_reader_agrees_with_pips_own_configuration(
     pipconf["env"].write_text("[global]\nproxy = http://e.test:1\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(pipconf["env"]))
     monkeypatch.setenv("PIP_INDEX_URL", "https://env.test/s")
+    # keyed by the kinds' values, which pip's kinds equal whether they are plain strings
+    # (pip < 26) or a str Enum (pip 26)
     monkeypatch.setattr(pipcfg, "get_configuration_files", lambda: {
-        pipcfg.kinds.GLOBAL: [str(pipconf["global"])], pipcfg.kinds.USER: [
-            str(pipconf["user"])], pipcfg.kinds.SITE: [str(pipconf["site"])]})
+        "global": [str(pipconf["global"])], "user": [str(pipconf["user"])],
+        "site": [str(pipconf["site"])]})
     conf = pipcfg.Configuration(isolated=False)
     conf.load()
+    # pip < 26 lists merged "section.key" pairs; pip 26 lists each file's own, in order
+    pairs = [kv for k, v in conf.items()
+             for kv in (v.items() if isinstance(v, dict) else [(k, v)])]
     theirs: dict[str, str] = {}
     for section in (*netconfig.SECTIONS, ":env:"):  # pip's ConfigOptionParser's order
-        theirs.update({k.split(".", 1)[1]: v for k, v in conf.items()
+        theirs.update({k.split(".", 1)[1]: v for k, v in pairs
                        if k.split(".", 1)[0] == section and v
                        and k.split(".", 1)[1] in netconfig.OPTIONS})
     assert {k: v for k, (v, _) in netconfig.raw_values().items()} == theirs

@@ -104,11 +104,12 @@ class NetworkSettings:
 def file_locations() -> tuple[list[str], list[str], list[str]]:
     """(global, user, site) configuration files, as pip itself lists them."""
     try:  # pip knows its own file locations best (they differ per platform)
-        from pip._internal.configuration import get_configuration_files, kinds
+        from pip._internal.configuration import get_configuration_files
 
+        # keyed by kind: plain strings before pip 26, a str Enum equal to them since
         found = get_configuration_files()
-        return (list(found.get(kinds.GLOBAL, [])), list(found.get(kinds.USER, [])),
-                list(found.get(kinds.SITE, [])))
+        return (list(found.get("global", [])), list(found.get("user", [])),  # type: ignore[call-overload]
+                list(found.get("site", [])))  # type: ignore[call-overload]
     except Exception:  # noqa: BLE001 - no pip, or its internals moved: the usual places
         xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
         home = Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config"))

@@ -281,10 +281,21 @@ def gc(store: Store, *, repo: Path | None = None, grace_s: float = DEFAULT_GRACE
         rep.removed.append(f"blobs/sha256/{name}")
         if not dry_run:
             _remove(p)
+    _remove_unreferenced(store, rep, grace_s, now, dry_run)
+    for name in rep.idle_locks:
+        if not dry_run:
+            _remove_idle_lock(store.root / "locks" / name)
+    return rep
+
+
+def _remove_unreferenced(store: Store, rep: Report, grace_s: float, now: float,
+                         dry_run: bool) -> None:
+    """Blobs and trees nothing names, once older than ``grace_s``; a tree's memo goes
+    with it."""
     doomed = [store.root / "blobs" / "sha256" / h for h in rep.unreferenced_blobs]
     doomed += [store.root / "trees" / t for t in rep.unreferenced_trees]
     for p in doomed:
-        if p.parent.name in ("sha256", "trees") and not _old(p, grace_s, now):
+        if not _old(p, grace_s, now):
             continue
         rep.bytes_freed += _size(p)
         rep.removed.append(str(p.relative_to(store.root)))
@@ -296,10 +307,6 @@ def gc(store: Store, *, repo: Path | None = None, grace_s: float = DEFAULT_GRACE
             rep.removed.append(str(memo.relative_to(store.root)))
             if not dry_run:
                 _remove(memo)
-    for name in rep.idle_locks:
-        if not dry_run:
-            _remove_idle_lock(store.root / "locks" / name)
-    return rep
 
 
 def _remove(p: Path) -> None:

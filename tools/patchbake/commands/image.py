@@ -24,7 +24,7 @@ from ..images.refs import resolve
 from ..images.servingbase import build_serving_base
 from ..images.standin import build_standin
 from ..oci import engine, layout
-from ..oci.archive import export_docker_archive
+from ..oci.archive import docker_archive, export_docker_archive
 from ..fsutil import output_to
 from .names import did_you_mean
 
@@ -300,20 +300,16 @@ def image_export(ctx: Ctx, ref: str, dest: Path, tag: str | None) -> None:
 @pass_ctx
 def image_load(ctx: Ctx, ref: str, tag: str | None) -> None:
     """Load REF (definition, store name or digest) into the Docker engine (`docker load`
-    of a docker-archive written from the store, removed afterwards)."""
+    of a docker-archive streamed from the store: no copy on disk)."""
     with did_you_mean(ctx, ref), resolve(ctx.store, ref, ctx.pipeline) as res:
         if res.kind not in ("definition", "store"):
             raise ImageError(f"load reads images from the store; {ref} is a {res.kind}")
         digest = res.image.manifest_digest
         config = res.image.config_desc.digest
     name = tag or f"patchbake/{ref.replace(':', '-')}:{digest.short()}"
-    tmp = ctx.store.tmpdir("engine-load")
-    try:
-        if not ctx.as_json:
-            ui.step(f"docker load {name}")
-        engine.load(export_docker_archive(ctx.store, digest, tmp / "image.tar", [name]))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not ctx.as_json:
+        ui.step(f"docker load {name}")
+    engine.load_stream(docker_archive(ctx.store, digest, [name]), name)
     out = {"tag": name, "digest": str(digest), "image_id": str(config)}
     if ctx.as_json:
         ui.emit_json(out)

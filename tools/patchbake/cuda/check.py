@@ -4,7 +4,6 @@ of that report against what the image's definition declares."""
 from __future__ import annotations
 
 import fnmatch
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 

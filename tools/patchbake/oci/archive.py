@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,16 @@ _READ = 1 << 20
 def export_docker_archive(store: Store, manifest_digest: Digest, dest: Path,
                           repo_tags: list[str]) -> Path:
     """Write ``dest`` (docker-archive + OCI layout in one tar) atomically."""
+    with atomic_writer(dest) as f:
+        for chunk in docker_archive(store, manifest_digest, repo_tags):
+            f.write(chunk)
+    return dest
+
+
+def docker_archive(store: Store, manifest_digest: Digest,
+                   repo_tags: list[str]) -> Iterator[bytes]:
+    """The bytes of a docker-archive + OCI layout of the image, in one tar (written to a
+    file by ``export_docker_archive``, or streamed into ``docker load``)."""
     image = load_image(StoreBlobs(store), manifest_digest)
     missing = [d.digest for d in image.layers if not store.has(d.digest)]
     if missing:
@@ -69,10 +80,7 @@ def export_docker_archive(store: Store, manifest_digest: Digest, dest: Path,
     entries += [file_entry("manifest.json", data=canonical_json(docker_manifest)),
                 file_entry("index.json", data=canonical_json(index)),
                 file_entry("oci-layout", data=layout.LAYOUT_VERSION)]
-    with atomic_writer(dest) as f:
-        for chunk in write_layer(with_parents(entries), 0):
-            f.write(chunk)
-    return dest
+    yield from write_layer(with_parents(entries), 0)
 
 
 @dataclass(frozen=True)

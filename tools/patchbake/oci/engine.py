@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,27 @@ def save(name: str, dest: Path) -> Path:
 def load(archive: Path) -> None:
     """``docker load`` an archive."""
     docker(["load", "--input", str(archive)], what=f"docker load {archive}", timeout=1800)
+
+
+def load_stream(chunks: Iterable[bytes], what: str) -> None:
+    """``docker load`` a docker-archive streamed to its standard input: no copy of the image
+    on disk besides the store's and the engine's (a 10 GB image needs no 10 GB archive)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        running = proc.start(["docker", "load"], stdout=out, stderr=err)
+        try:
+            for chunk in chunks:
+                if not running.send(chunk):
+                    break  # it exited early: its exit code and stderr say why
+        except BaseException:
+            running.stop()
+            raise
+        code = running.finish()
+        if code != 0:
+            err.seek(0)
+            tail = err.read().decode("utf-8", "replace").strip().splitlines()[-3:]
+            raise EngineError(f"docker load of {what} failed (exit {code}): "
+                              + " | ".join(tail),
+                              hint="start an engine (ci/services.sh) and check its disk")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from functools import partial
 from dataclasses import dataclass

@@ -395,13 +395,19 @@ GATES: dict[str, Callable[[Evaluation, Gate], Outcome]] = {
 def evaluate(ev: Evaluation, channel: Channel) -> Table:
     """Every gate of ``channel`` (inherited ones first); never raises for a gate."""
     decisions = []
+    # an image this store does not hold is a verdict on the image (blocked), not a broken
+    # store: the gates that read it say so
+    absent = ev.store is not None and not ev.store.has(ev.digest)
     for g in channel.gates:
         try:
             status, reason = GATES[g.kind](ev, g)
-        except StoreError:
-            # the store itself is unusable (read-only, broken): no gate can be judged, so
-            # this is the store's error (13), not a verdict on the image (blocked, 60)
-            raise
+        except StoreError as exc:
+            if not absent:
+                # the store itself is unusable (read-only, broken): no gate can be judged,
+                # so this is the store's error (13), not a verdict on the image (60)
+                raise
+            status, reason = "error", (f"the image {ev.digest} is not in the store: "
+                                       f"{exc.one_line()}")
         except PatchbakeError as exc:
             status, reason = "error", exc.one_line()
         except Exception as exc:  # noqa: BLE001 - fail closed: an unexpected crash blocks
