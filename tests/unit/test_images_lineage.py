@@ -246,3 +246,40 @@ def test_record_rows_are_read_as_csv() -> None:
     wrong = BaseTree(tree.files, {"RECORD": f'"{name}",sha256={h[::-1]},3\r\n'.encode()},
                      tree.dist_name)
     assert _record_problems(wrong) == [f"{name} differs from its RECORD hash"]
+
+
+def test_a_real_bases_dist_info_is_read_once(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dist-info is read with every layer streamed through once per base; later bakes
+    take it from the store's memo (a bake's time does not grow with the base), and a damaged
+    or foreign memo is read again. The memo is the store's, trusted as its layers' ops memos
+    are (`verify` reads the baked image's own bytes): the lineage check reads what it says."""
+    from patchbake.images import tree
+
+    repo = make_repo(tmp_path)
+    digest = _real_like_base(repo, "0.25.1")
+    _define_archive(repo, "real", digest)
+    first = bake_image(repo.pipeline, "real", repo.store, patched=repo.patched, epoch=0)
+    memos = list((repo.store.root / "bakes" / "layer-ops").glob("dist-info-*.json"))
+    assert len(memos) == 1
+    reads: list[str] = []
+    real_read = tree._read_dist_info
+
+    def counted(*args: object) -> tuple[dict[str, bytes], str | None]:
+        reads.append("read")
+        return real_read(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tree, "_read_dist_info", counted)
+    again = bake_image(repo.pipeline, "real", repo.store, patched=repo.patched, epoch=1)
+    assert reads == [] and again.layers[:-1] == first.layers[:-1]
+    for epoch, damage in enumerate((b"{not json", json.dumps(
+            {"format": "other/9", "files": {}, "dist_name": None}).encode()), start=2):
+        memos[0].write_bytes(damage)
+        bake_image(repo.pipeline, "real", repo.store, patched=repo.patched, epoch=epoch)
+        assert reads.pop() == "read" and reads == []
+    # what the memo says is what the check reads
+    doc = json.loads(memos[0].read_bytes())
+    doc["files"]["METADATA"] = base64.b64encode(b"Name: vllm\nVersion: 0.24.0\n\n").decode()
+    memos[0].write_text(json.dumps(doc))
+    with pytest.raises(LineageError, match="installs vllm 0.24.0"):
+        bake_image(repo.pipeline, "real", repo.store, patched=repo.patched, epoch=4)

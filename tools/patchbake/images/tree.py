@@ -42,6 +42,7 @@ from ..store import Store
 from .base import BaseImage
 
 TREE_FORMAT = "patchbake-tree/1"
+DIST_MEMO_FORMAT = "patchbake-base-dist-info/1"
 TREE_PATH = "/opt/patchbake/tree.json"
 PACKAGE = "vllm/"
 
@@ -74,16 +75,30 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
     # the layers' ops memoised by layer digest; once every layer has its memo the blobs
     # are not hashed again (the store hashed them on write; `store fsck` re-checks, and
     # verify hashes every byte of the baked image). A base that installs a vLLM
-    # dist-info is read again with it written out (RECORD, METADATA)
+    # dist-info is read again with it written out (RECORD, METADATA), once per base
     view = scan_image(base.image, StoreBlobs(store), tracked,
                       cache_dir=store.root / "bakes" / "layer-ops", stored=True)
     if not any(k.startswith(f"{sp_rel}/vllm-") for k in view.files):
         return _tree_of(view, base.name, sp_rel, {}, None)
+    memo = _dist_memo_path(store, base, sp_rel)
+    found = _read_dist_memo(memo)
+    if found is None:
+        found = _read_dist_info(base, store, sp_rel, tracked)
+        cache_write(memo, canonical_json({
+            "format": DIST_MEMO_FORMAT, "dist_name": found[1],
+            "files": {k: base64.b64encode(v).decode() for k, v in found[0].items()}}))
+    dist, dist_name = found
+    return _tree_of(view, base.name, sp_rel, dist, dist_name)
+
+
+def _read_dist_info(base: BaseImage, store: Store, sp_rel: str, tracked: tuple[str, ...]
+                    ) -> tuple[dict[str, bytes], str | None]:
+    """METADATA and RECORD of the base's ``vllm-*.dist-info``, and its name: the layers read
+    again with the dist-info written out."""
     tmp = store.tmpdir("base-dist-info")
     try:
-        # only the dist-info is written out (its RECORD and METADATA are read below)
-        view = scan_image(base.image, StoreBlobs(store), tracked,
-                          write_root=tmp, write_prefix=f"{sp_rel}/vllm-")
+        scan_image(base.image, StoreBlobs(store), tracked, write_root=tmp,
+                   write_prefix=f"{sp_rel}/vllm-")
         dists = sorted({p.name for p in tmp.iterdir() if p.name.endswith(".dist-info")}) \
             if tmp.is_dir() else []
         if len(dists) > 1:
@@ -97,7 +112,31 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
                 dist[name] = p.read_bytes()
     finally:
         store.discard(tmp)
-    return _tree_of(view, base.name, sp_rel, dist, f"vllm-{dists[0]}" if dists else None)
+    return dist, f"vllm-{dists[0]}" if dists else None
+
+
+def _dist_memo_path(store: Store, base: BaseImage, sp_rel: str) -> Path:
+    """Where the dist-info read from ``base`` is memoised. Reading it means reading every
+    layer through (a real serving base is ~10 GB): without the memo a bake's time would
+    grow with the base. The key is the manifest digest, which names every layer by its
+    digest, so the memo is a function of bytes the store verified when it wrote them; it is
+    used only after the layers' own ops memos replayed (``stored=True`` above), so a base
+    whose memos are gone is read and hashed again."""
+    key = hashlib.sha256(f"{DIST_MEMO_FORMAT}\0{base.manifest_digest}\0{sp_rel}".encode())
+    return store.root / "bakes" / "layer-ops" / f"dist-info-{key.hexdigest()}.json"
+
+
+def _read_dist_memo(path: Path) -> tuple[dict[str, bytes], str | None] | None:
+    """The memoised dist-info; None when absent or not one this version wrote."""
+    try:
+        doc = json.loads(path.read_bytes())
+        if doc["format"] != DIST_MEMO_FORMAT:
+            return None
+        dist = {str(k): base64.b64decode(v, validate=True) for k, v in doc["files"].items()}
+        name = doc["dist_name"]
+        return dist, None if name is None else str(name)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _tree_of(view: View, name: str, sp_rel: str, dist: dict[str, bytes],
