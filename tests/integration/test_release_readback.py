@@ -252,3 +252,10 @@ def test_from_registry_needs_a_digest(env: Env, capsys: pytest.CaptureFixture[st
     capsys.readouterr()
     assert main(["release", "verify", "--from-registry", f"{env.registry}/back/ok:1.0"]) == 2
     assert "name the image by digest" in capsys.readouterr().err
+    assert main(["release", "verify"]) == 2
+    assert "name the release (an id, or sha256:DIGEST), or the image with --from-registry" \
+        in capsys.readouterr().err
+    other = "sha256:" + "0" * 64
+    assert main(["release", "verify", "--digest", other, "--from-registry",
+                 f"{env.registry}/back/ok@{env.digest}"]) == 2
+    assert "name two images" in capsys.readouterr().err
