@@ -31,7 +31,7 @@ from patchbake.digest import Digest
 from patchbake import config
 from patchbake.images.bake import bake_image
 from patchbake.entry import main
-from patchbake.release import ledger, manifest, referrers
+from patchbake.release import discover, ledger, manifest, referrers
 from patchbake.release.rebake import _seed
 from patchbake.store import Store
 
@@ -80,7 +80,12 @@ def private_store(shared_home: Path, root: Path, where: Path) -> Store:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, shared_home: Path,
         registry: str) -> Iterator[Env]:
-    tmp = tmp_path_factory.mktemp("release")
+    yield from released(tmp_path_factory.mktemp("release"), shared_home, registry)
+
+
+def released(tmp: Path, shared_home: Path, registry: str) -> Iterator[Env]:
+    """A repository with a release of the offline image in ``sm89-stable`` (every kind of
+    statement: evidence, benchmark, approval, SBOM, provenance, VSA), its own store."""
     root = tmp / "repo"
     k = make_repo(root, tmp / "keys")
     store = private_store(shared_home, root, tmp / "store")
@@ -123,7 +128,7 @@ def test_promotion_attaches_statements_with_the_tag_fallback(
     assert env.tag("rel/app", att["att_tag"]) == att["att_digest"]
     client = referrers.RegistryClient(env.registry)
     assert not referrers.supports_referrers(client, "rel/app", Digest.parse(env.digest))
-    types = referrers.find_attached(client, "rel/app", Digest.parse(env.digest))
+    types = discover.predicate_types(client, "rel/app", Digest.parse(env.digest))
     assert sorted(types) == sorted([
         "https://in-toto.io/attestation/test-result/v0.1"] * 2 + [
         "urn:patchbake:predicate:benchmark:v1", "urn:patchbake:predicate:approval:v1",

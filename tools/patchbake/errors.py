@@ -350,6 +350,13 @@ class ReleaseError(PatchbakeError):
     kind = "release"
 
 
+class AttachedError(PatchbakeError):
+    """Statements attached to an image in a registry are missing, untrusted or not its release's."""
+
+    exit_code = 63
+    kind = "attached"
+
+
 def all_error_classes() -> list[type[PatchbakeError]]:
     """Every class in the hierarchy, for docs and the distinct-exit-code test."""
     seen: list[type[PatchbakeError]] = []

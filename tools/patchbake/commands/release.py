@@ -128,7 +128,7 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
 
 
 @release_group.command("verify")
-@click.argument("ref")
+@click.argument("ref", required=False)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None,
               help="an exported bundle directory (default: this repository)")
 @click.option("--image", "image_ref", default=None,
@@ -137,23 +137,68 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
 @click.option("--trust-policy", "trust_policy", type=click.Path(path_type=Path), default=None,
               help="the trust policy you hold (default: this repository's; never the "
                    "bundle's own copy)")
+@click.option("--from-registry", "from_registry", default=None, metavar="HOST:PORT/REPO@DIGEST",
+              help="also read back the statements attached to this image in a registry and "
+                   "verify each (REF, when given, names the release; default: the latest "
+                   "release of that digest)")
 @pass_ctx
-def verify_cmd(ctx: Ctx, ref: str, bundle: Path | None, image_ref: str | None,
-               digest: str | None, trust_policy: Path | None) -> None:
-    """Verify a release offline: ledger, manifest hash, VSA, evidence, gates as recorded."""
+def verify_cmd(ctx: Ctx, ref: str | None, bundle: Path | None, image_ref: str | None,
+               digest: str | None, trust_policy: Path | None,
+               from_registry: str | None) -> None:
+    """Verify a release offline: ledger, manifest hash, VSA, evidence, gates as recorded;
+    with --from-registry, also what is attached to the image in the registry."""
     from ..release import bundle as bundlemod
 
     root, policy_path = _root_and_policy(ctx, bundle, trust_policy)
-    verdict = bundlemod.verify(root, policy_path, ref, None if digest is None
-                               else Digest.parse(digest, "--digest", UsageError))
+    want = None if digest is None else Digest.parse(digest, "--digest", UsageError)
+    where = None if from_registry is None else _registry_image(from_registry, want)
+    if ref is None and where is None:
+        raise UsageError("name the release (an id, or sha256:DIGEST), or the image with "
+                         "--from-registry HOST:PORT/REPO@sha256:DIGEST")
+    if where is not None:
+        want = where.digest
+    verdict = bundlemod.verify(root, policy_path, ref or str(want), want)
     if image_ref:
         bundlemod.verify_image(ctx.pipeline, ctx.store, verdict, image_ref)
+    back = None if where is None else _read_back(root, policy_path, verdict.release, where)
     if ctx.as_json:
-        ui.emit_json(verdict.to_json())
+        ui.emit_json({**verdict.to_json(),
+                      **({} if back is None else {"registry": back.to_json()})})
         return
     ui.table(f"release {verdict.release}", ["check", "detail"], verdict.checks)
+    if back is not None:
+        ui.table(f"attached to {back.ref} (read from the {back.source})",
+                 ["statement", "status", "signer", "envelope sha256", "detail"],
+                 [(r.statement, r.status, r.signer,
+                   "-" if r.envelope is None else r.envelope.hex[:16] + "…", r.detail)
+                  for r in back.rows])
     ui.out_console().print(f"VERIFIED: release {verdict.release[:16]} of {verdict.digest} in "
-                 f"'{verdict.channel}'", markup=False)
+                           f"'{verdict.channel}'" + ("" if back is None else
+                           f"; {back.count('recorded')} recorded statements attached in "
+                           f"{back.ref.split('@')[0]}, {back.count('extra')} extra"),
+                           markup=False)
+
+
+def _registry_image(text: str, digest: Digest | None) -> Any:
+    from ..oci.registry_ref import parse_ref
+
+    where = parse_ref(text)
+    if where.digest is None:
+        raise UsageError(f"--from-registry {text}: name the image by digest "
+                         "(HOST:PORT/REPO@sha256:...): a tag can move",
+                         hint="`patchbake ledger verify` lists each release's digest")
+    if digest is not None and digest != where.digest:
+        raise UsageError(f"--digest {digest} and --from-registry {text} name two images")
+    return where
+
+
+def _read_back(root: Path, policy_path: Path, release: str, where: Any) -> Any:
+    from ..evidence import policy
+    from ..oci.registry import RegistryClient
+    from ..release import manifest, readback
+
+    rel = manifest.load_from(manifest.releases_dir(root), release)
+    return readback.verify(RegistryClient.for_ref(where), where, rel, policy.load(policy_path))
 
 
 @release_group.command("export")

@@ -98,7 +98,8 @@ class Entry:
         entry = cls(f.integer("seq"), f.hex("prev"), f.text("kind"), f.hex("release"),
                     f.text("channel"), f.text("image"), f.digest("digest"), f.text("time"),
                     f.text("to") if promotion else None,
-                    Attached.load(f.member("attached", Attached.KEYS)) if promotion else None,
+                    Attached.load(f.member("attached", Attached.KEYS, Attached.OPTIONAL))
+                    if promotion else None,
                     Signature(sig.text("keyid"), sig.text("sig")))
         if entry.line != line:
             raise LedgerError(f"{where}: not in canonical form (the line was edited)")

@@ -7,9 +7,18 @@ predicate type) and ``subject`` = the image manifest. It is pushed by digest onl
 
 A registry with the referrers API (``GET /v2/<repo>/referrers/<digest>`` answers an
 index) then lists them under the image. One without it (distribution 2.8 answers 404)
-gets cosign's tag scheme as well: one manifest whose layers are every envelope, tagged
-``sha256-<image hex>.att``. That tag is the one tag that moves (cosign's own scheme:
-attestations added later extend it); an image's own tags never move.
+gets two tags that point at them:
+
+- the OCI 1.1 referrers tag schema: ``sha256-<image hex>`` names an image index whose
+  descriptors are the artifact manifests (with their ``artifactType`` and annotations),
+  what the referrers API would answer. It is read, extended with the descriptors it
+  lacks and written back (``merge_index``): other tools' entries stay;
+- cosign's tag scheme: one manifest whose layers are every envelope, tagged
+  ``sha256-<image hex>.att``.
+
+Those two are the only tags that move (by design, as in the spec and in cosign: statements
+added later extend them); an image's own tags never move. ``discover`` reads them back
+(readback.py verifies what it finds).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ EMPTY_MEDIA = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
+TITLE_ANNOTATION = "org.opencontainers.image.title"
 
 
 @dataclass(frozen=True)
@@ -52,18 +62,28 @@ class Attached:
     manifests: tuple[Digest, ...]  # artifact manifest digests (OCI 1.1, with subject)
     att_tag: str | None  # the cosign tag when the fallback was used
     att_digest: Digest | None
+    index_tag: str | None = None  # the OCI 1.1 referrers tag when the fallback was used
+    index_digest: Digest | None = None
 
     KEYS = ("mode", "manifests", "att_tag", "att_digest")
+    OPTIONAL = ("index_tag", "index_digest")  # absent from promotions made before them
 
     @classmethod
     def load(cls, f: Fields) -> Attached:
         return cls(f.text("mode"), f.digests("manifests"), f.opt_text("att_tag"),
-                   f.opt_digest("att_digest"))
+                   f.opt_digest("att_digest"),
+                   f.opt_text("index_tag") if f.has("index_tag") else None,
+                   f.opt_digest("index_digest") if f.has("index_digest") else None)
 
     def dump(self) -> dict[str, Any]:
-        return {"mode": self.mode, "manifests": [str(d) for d in self.manifests],
-                "att_tag": self.att_tag,
-                "att_digest": None if self.att_digest is None else str(self.att_digest)}
+        out: dict[str, Any] = {
+            "mode": self.mode, "manifests": [str(d) for d in self.manifests],
+            "att_tag": self.att_tag,
+            "att_digest": None if self.att_digest is None else str(self.att_digest)}
+        if self.index_tag is not None:
+            out["index_tag"] = self.index_tag
+            out["index_digest"] = None if self.index_digest is None else str(self.index_digest)
+        return out
 
 
 def _canon(obj: Any) -> bytes:
@@ -111,16 +131,82 @@ def artifact_manifest(client: RegistryClient, store: Store, repo: str, subject: 
                       st: Statement) -> bytes:
     config = _push_blob(client, store, repo, EMPTY, EMPTY_MEDIA)
     layer = _push_blob(client, store, repo, st.data, DSSE_MEDIA)
-    layer["annotations"] = {PREDICATE_ANNOTATION: st.predicate_type,
-                            "org.opencontainers.image.title": st.title}
+    notes = {PREDICATE_ANNOTATION: st.predicate_type, TITLE_ANNOTATION: st.title}
+    layer["annotations"] = notes
+    # the manifest's own annotations are what a referrers list (API or tag) shows of it
     return _canon({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                    "artifactType": ARTIFACT_TYPE, "config": config, "layers": [layer],
                    "subject": {"mediaType": subject.media_type, "digest": str(subject.digest),
-                               "size": subject.size}})
+                               "size": subject.size},
+                   "annotations": notes})
 
 
 def att_tag(digest: Digest) -> str:
     return f"{digest.algorithm}-{digest.hex}.att"
+
+
+def referrers_tag(digest: Digest) -> str:
+    """The OCI 1.1 referrers tag schema: ``<alg>-<ref>``, ref the hex truncated to 64."""
+    return f"{digest.algorithm}-{digest.hex[:64]}"
+
+
+def index_descriptor(data: bytes) -> dict[str, Any]:
+    """The descriptor a referrers list holds for one artifact manifest (the spec's rules:
+    ``artifactType`` is the manifest's, else its config's media type; the manifest's
+    annotations are copied)."""
+    m = json.loads(data)
+    desc: dict[str, Any] = {"mediaType": m.get("mediaType", OCI_MANIFEST),
+                            "digest": str(Digest.of(data)), "size": len(data)}
+    kind = m.get("artifactType") or (m.get("config") or {}).get("mediaType")
+    if kind:
+        desc["artifactType"] = kind
+    if m.get("annotations"):
+        desc["annotations"] = m["annotations"]
+    return desc
+
+
+def merge_index(current: bytes | None, add: list[dict[str, Any]], where: str) -> bytes | None:
+    """The referrers tag's index with the descriptors in ``add`` it lacks (by digest), or
+    None when it lacks none. ``current`` None (the tag is absent) starts an empty index.
+    Entries already there (other tools', earlier promotions') are kept as they are; a
+    tag that names anything but an image index is refused, never replaced."""
+    doc: Any = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    if current is not None:
+        try:
+            doc = json.loads(current)
+        except (ValueError, RecursionError):
+            doc = None
+        if not isinstance(doc, dict) or doc.get("mediaType") != OCI_INDEX \
+                or doc.get("schemaVersion") != 2 or not isinstance(doc.get("manifests"), list) \
+                or not all(isinstance(d, dict) for d in doc["manifests"]):
+            raise RegistryError(f"{where} is not an OCI image index (a referrers list); "
+                                "refusing to replace it",
+                                hint="inspect what set that tag; the referrers tag schema "
+                                     "reserves it for the list of the image's referrers")
+    have = {d.get("digest") for d in doc["manifests"]}
+    new = []
+    for d in add:
+        if d["digest"] not in have:
+            new.append(d)
+            have.add(d["digest"])
+    if not new:
+        return None
+    doc["manifests"] = [*doc["manifests"], *new]
+    return _canon(doc)
+
+
+def _update_index(client: RegistryClient, repo: str, digest: Digest,
+                  manifests: list[bytes]) -> Digest:
+    tag = referrers_tag(digest)
+    got = client.fetch_manifest(RegistryRef(client.host, repo, tag, None), tag,
+                                push_scope=True, missing_ok=True)
+    current = None if got is None else got[0]
+    data = merge_index(current, [index_descriptor(m) for m in manifests], f"{repo}:{tag}")
+    if data is None:
+        assert current is not None
+        return Digest.of(current)
+    put_manifest(client, repo, data, OCI_INDEX)  # by digest first, then the tag
+    return put_manifest(client, repo, data, OCI_INDEX, tag=tag)
 
 
 def _att_manifest(client: RegistryClient, store: Store, repo: str,
@@ -149,12 +235,14 @@ def _existing_att_layers(client: RegistryClient, repo: str, tag: str) -> list[di
 def attach(client: RegistryClient, store: Store, repo: str, subject: Descriptor,
            statements: list[Statement]) -> Attached:
     """Attach every statement to ``subject`` in ``repo``; idempotent."""
-    digests = []
+    digests, bodies = [], []
     for st in statements:
         data = artifact_manifest(client, store, repo, subject, st)
         digests.append(put_manifest(client, repo, data, OCI_MANIFEST))
+        bodies.append(data)
     if supports_referrers(client, repo, subject.digest):
         return Attached("referrers", tuple(digests), None, None)
+    index = _update_index(client, repo, subject.digest, bodies)
     tag = att_tag(subject.digest)
     layers = _existing_att_layers(client, repo, tag)
     have = {x.get("digest") for x in layers}
@@ -168,24 +256,5 @@ def attach(client: RegistryClient, store: Store, repo: str, subject: Descriptor,
     data = _att_manifest(client, store, repo, layers)
     put_manifest(client, repo, data, OCI_MANIFEST)
     put_manifest(client, repo, data, OCI_MANIFEST, tag=tag)
-    return Attached("tag-fallback", tuple(digests), tag, Digest.of(data))
-
-
-def find_attached(client: RegistryClient, repo: str, digest: Digest) -> list[str]:
-    """Predicate types attached to ``digest``: via referrers, else via the .att tag."""
-    r = RegistryRef(client.host, repo, None, digest)
-    if supports_referrers(client, repo, digest):
-        resp = client.http.request("GET", f"/v2/{repo}/referrers/{digest}",
-                                   headers={"Accept": OCI_INDEX},
-                                   scopes=[blobs.pull_scope(repo)])
-        found = resp.json().get("manifests", [])
-        resp.close()
-        out: list[str] = []
-        for d in found:
-            child = Digest.parse(d.get("digest"), f"{repo}: a referrer's digest", RegistryError)
-            m = json.loads(client.get_manifest(r.with_digest(child))[0])
-            out.extend(x.get("annotations", {}).get(PREDICATE_ANNOTATION, "")
-                       for x in m.get("layers", []))
-        return out
-    return [x.get("annotations", {}).get(PREDICATE_ANNOTATION, "")
-            for x in _existing_att_layers(client, repo, att_tag(digest))]
+    return Attached("tag-fallback", tuple(digests), tag, Digest.of(data),
+                    referrers_tag(subject.digest), index)
