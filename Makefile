@@ -156,7 +156,8 @@ sm89-compile-evidence:
 
 lint: $(VENV_STAMP)
 	$(PIP) install -q -e '.[lint]'
-	$(PY) -m ruff check tools tests bench
+	$(PY) -m ruff check tools tests bench ci
+	$(VENV_BIN)actionlint  # the workflows; self-hosted labels in .github/actionlint.yaml
 	$(PY) -m mypy  # files and strictness: [tool.mypy] in pyproject.toml (package and tests)
 	$(VENV_BIN)lint-imports  # the layers: [tool.importlinter] in pyproject.toml
 

@@ -114,10 +114,9 @@ class Run:
 
     # -- one job ---------------------------------------------------------------------------
     def run_leg(self, leg: Leg, doc_env: dict[str, Any]) -> str:
-        labels = leg.spec.get("runs-on")
-        labels = [labels] if isinstance(labels, str) else list(labels)
+        runs_on = leg.spec.get("runs-on", [])
         ctx = self.context(leg, {})
-        labels = workflow.substitute(labels, ctx)
+        labels = workflow.substitute([runs_on] if isinstance(runs_on, str) else list(runs_on), ctx)
         if "if" in leg.spec and not workflow.evaluate(str(leg.spec["if"]).strip("${} "), ctx):
             say(f"{leg.title}: skipped (if: {leg.spec['if']})")
             return "skipped"
@@ -138,7 +137,7 @@ class Run:
         work = self.tmp / "jobs" / leg.title.replace(" ", "_").replace(",", "")
         work.mkdir(parents=True)
         steps: dict[str, Any] = {}
-        for i, step in enumerate(leg.spec.get("steps", []), 1):
+        for step in leg.spec.get("steps", []):
             ctx = self.context(leg, steps)
             env = {**workflow.substitute(doc_env, ctx),
                    **workflow.substitute(leg.spec.get("env", {}), ctx),
