@@ -18,7 +18,7 @@ APT_GET = DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 export PATCHBAKE_NO_PROGRESS ?=
 
 .PHONY: help setup setup-python setup-suite setup-system setup-bench services services-stop demo \
-        test unit integration bench lint dist check clean venv reliability guard ci-gates \
+        test unit integration bench lint dist check clean venv reliability guard ci-gates ci-local \
         sm89-compile-evidence serving-image
 
 # `make` alone explains itself: several targets install packages as root.
@@ -39,6 +39,7 @@ help:
 	@echo "  reliability     hostile inputs, faults, crash trials"
 	@echo "  guard           the lost-line guard with only Python and git"
 	@echo "  ci-gates        every channel's release gates for the offline image"
+	@echo "  ci-local        run .github/workflows/release.yml here (CHANNEL=..., WORKFLOW=...)"
 	@echo "  clean           remove build outputs"
 
 setup: setup-system setup-python
@@ -139,6 +140,14 @@ guard:
 ci-gates: setup-python
 	PY=$(PY) ./ci/gates.sh
 
+# A workflow's jobs on this machine, as GitHub Actions would run them (docs/ci.md): fresh
+# clones, artifacts by name, throwaway keys, no GPU. Needs the loopback registry
+# (`make services`). WORKFLOW: a file in .github/workflows; CHANNEL: release.yml's input.
+WORKFLOW ?= release.yml
+CHANNEL ?=
+ci-local: $(VENV_STAMP)
+	PYTHONPATH=tools $(PY) ci/local_runner.py $(WORKFLOW) $(if $(CHANNEL),--input channel=$(CHANNEL))
+
 # The payload's Triton kernel compiled ahead of time for sm_89: compile evidence, not run
 # evidence (docs/cuda-code.md). TRITON_PYTHON: a Python with triton==3.6.0; no GPU needed.
 TRITON_PYTHON ?= python3
@@ -147,7 +156,8 @@ sm89-compile-evidence:
 
 lint: $(VENV_STAMP)
 	$(PIP) install -q -e '.[lint]'
-	$(PY) -m ruff check tools tests bench
+	$(PY) -m ruff check tools tests bench ci
+	$(VENV_BIN)actionlint  # the workflows; self-hosted labels in .github/actionlint.yaml
 	$(PY) -m mypy  # files and strictness: [tool.mypy] in pyproject.toml (package and tests)
 	$(VENV_BIN)lint-imports  # the layers: [tool.importlinter] in pyproject.toml
 

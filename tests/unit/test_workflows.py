@@ -14,7 +14,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
-ALLOWED = {"git"}  # besides make, ci/ scripts and patchbake; git is what checkout brings
+# besides make, ci/ scripts and patchbake: git (what checkout brings) and apt-get (the
+# container's git, make and python3, installed before checkout can make a clone)
+ALLOWED = {"git", "apt-get"}
 
 
 def test_there_are_workflows() -> None:
@@ -111,3 +113,48 @@ def test_the_run_step_check_can_fail() -> None:
     assert problems(["python3", "-m", "patchbake", "relaese"], targets, commands)
     assert problems(["curl", "x"], targets, commands)
     assert not problems(["make", "ci-gates"], targets, commands)
+
+
+def jobs_of(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((REPO / ".github" / "workflows" / name).read_text())
+    return dict(doc["jobs"])
+
+
+def test_the_gates_job_requires_the_channel_being_released() -> None:
+    env = jobs_of("release.yml")["gates"]["env"]
+    assert env["REQUIRED_CHANNEL"] == "${{ inputs.channel }}"
+    assert "REQUIRED_CHANNEL" in (REPO / "ci" / "gates.sh").read_text()
+
+
+def test_key_secrets_are_key_material_never_paths() -> None:
+    text = (REPO / ".github" / "workflows" / "release.yml").read_text()
+    assert "_PATH }}" not in text and "PATCHBAKE_SIGNING_KEY:" not in text
+    assert "key_from_env PATCHBAKE_KEY_PEM" in (REPO / "ci" / "promote.sh").read_text()
+
+
+def test_the_gpu_legs_sign_different_declared_suites() -> None:
+    from patchbake import config
+
+    legs = jobs_of("release.yml")["gpu-suites"]["strategy"]["matrix"]["include"]
+    suites = [leg["suite"] for leg in legs]
+    assert len(set(suites)) == len(suites)
+    declared = config.load(REPO / "pipeline.yaml").suites
+    assert all(s in declared and declared[s].requires.gpu for s in suites)
+    sm89 = next(leg["suite"] for leg in legs if leg["sm"] == "sm89")
+    assert declared[sm89].requires.capability == "==8.9"
+
+
+def test_the_release_records_come_back_and_the_approval_is_behind_reviewers() -> None:
+    jobs = jobs_of("release.yml")
+    uploads = [s["with"]["name"] for s in jobs["promote"]["steps"]
+               if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert uploads == ["release-record"]
+    assert jobs["propose"]["permissions"]["contents"] == "write"
+    assert jobs["approve"]["environment"]["name"] == "release"
+    assert "approve" in jobs["gates"]["needs"]
+
+
+def test_the_container_gets_git_make_and_python_before_checkout() -> None:
+    steps = jobs_of("pull-request.yml")["test"]["steps"]
+    assert "apt-get install" in steps[0]["run"] and "git make python3" in steps[0]["run"]
+    assert steps[1]["uses"].startswith("actions/checkout")

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# CI, in the job bound to the `release` environment: GitHub starts it only after one of the
+# environment's required reviewers approves the run, and only then hands it the
+# environment's secret PATCHBAKE_APPROVER_KEY (a key whose trust-policy role is `approver`).
+# So the review becomes what the approval gate checks: a signed approval of this digest for
+# CHANNEL. A channel without an approval gate needs none: nothing is signed.
+# The approval is left in approval-out/, laid out like the repository: the job's artifact.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. ci/lib.sh
+: "${CHANNEL:?set CHANNEL}" "${DIGEST:?set DIGEST=sha256:...}"
+if ! channel_has_gate "$CHANNEL" approval; then
+  echo "channel '$CHANNEL' has no approval gate: the review was the approval; nothing to sign"
+  exit 0
+fi
+key_from_env PATCHBAKE_KEY_PEM
+pb release approve --channel "$CHANNEL" --image "$DIGEST" \
+  --note "approved by ${GITHUB_ACTOR:-a reviewer} in run ${GITHUB_RUN_ID:-local} of ${GITHUB_REPOSITORY:-this repository}"
+collect_changes approval-out
