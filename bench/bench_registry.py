@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
 from patchbake.digest import Digest
+from patchbake.errors import ImageError
 from patchbake.fsutil import canonical_json
 from patchbake.oci import layout
 from patchbake.oci.media import Descriptor
@@ -149,7 +150,8 @@ def one_blob_at_a_time(fn: Callable[[Any], object]) -> Callable[[Any], object]:
     return go
 
 
-def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, float]:
+def one_round(work: Path, store: Store, digest: str, rnd: int, ref_name: str = "bench"
+              ) -> dict[str, float]:
     """One round: four pushes, each into a FRESH registry, then four pulls from the library's
     registry into empty stores. Only the pull source and one other registry exist at a
     time, and each pull's copy is removed before the next: at 1 GB the round peaks at about
@@ -159,7 +161,7 @@ def one_round(work: Path, store: Store, digest: str, rnd: int) -> dict[str, floa
     t: dict[str, float] = {}
 
     def skopeo_push(r: str) -> None:
-        run([*skopeo, "--dest-tls-verify=false", f"oci:{store.root}:bench",
+        run([*skopeo, "--dest-tls-verify=false", f"oci:{store.root}:{ref_name}",
              f"docker://{r}/b/img:v1"])
         # What skopeo pushed must be the same image (same manifest digest), else the
         # comparison would be between different work.
@@ -211,8 +213,31 @@ def timed_with(fn: Callable[[Any], object], arg: Any) -> float:
 def bench_size(work: Path, total_mb: int, layers: int, rounds: int) -> dict[str, object]:
     store = Store.open(work / f"store-{total_mb}")
     digest, nbytes = make_image(store, total_mb, layers)
-    runs = [one_round(work, store, digest, i) for i in range(rounds)]
-    shutil.rmtree(store.root, ignore_errors=True)
+    try:
+        return measure(work, store, digest, nbytes, layers, rounds, "bench", GOALS.get(total_mb))
+    finally:
+        shutil.rmtree(store.root, ignore_errors=True)
+
+
+def bench_stored(work: Path, name: str, rounds: int) -> dict[str, object]:
+    """An image the user's store holds under ``name`` (the real serving image: ~10 GB in 6
+    layers), transferred from that store as it is; the store is only read."""
+    store = Store.open(Path(os.environ.get("PATCHBAKE_HOME",
+                                           Path.home() / ".cache" / "patchbake")))
+    try:
+        found = layout.lookup(store, name)
+    except ImageError as exc:
+        raise SystemExit(f"bench_registry: {exc.one_line()} (`make serving-image` bakes "
+                         "sm89-serving-local)") from None
+    doc = json.loads(store.read_blob(found.digest))
+    nbytes = found.size + doc["config"]["size"] + sum(x["size"] for x in doc["layers"])
+    return measure(work, store, str(found.digest), nbytes, len(doc["layers"]), rounds, name,
+                   GOALS[1024])
+
+
+def measure(work: Path, store: Store, digest: str, nbytes: int, layers: int, rounds: int,
+            ref_name: str, goal: float | None) -> dict[str, object]:
+    runs = [one_round(work, store, digest, i, ref_name) for i in range(rounds)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     mb = nbytes / 1e6
     print(f"\nimage {digest}: {mb:.1f} MB in {layers} layer(s) + config; {rounds} rounds, "
@@ -224,8 +249,7 @@ def bench_size(work: Path, total_mb: int, layers: int, rounds: int) -> dict[str,
             sec = med[f"{op}_{who}"]
             label = {"lib": "patchbake (library call)", "cli": "patchbake (CLI process)",
                      "serial": "library, 1 blob at a time", "skopeo": "skopeo copy"}[who]
-            goal = GOALS.get(total_mb) if who == "cli" else None
-            verdict = "" if goal is None else \
+            verdict = "" if goal is None or who != "cli" else \
                 f"  goal >= {goal}x: {'met' if anchor / sec >= goal else 'MISSED'}"
             print(f"{op:<5} {label:<26} {sec:>9.3f} {mb / sec:>8.1f} {anchor / sec:>9.2f}x"
                   f"{verdict}")
@@ -243,6 +267,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="36x1:9,1024x8:3",
                     help="MBxLAYERS:ROUNDS, comma-separated")
+    ap.add_argument("--stored", default="", metavar="NAME[:ROUNDS]",
+                    help="also an image the user's store holds under NAME, e.g. "
+                         "sm89-serving-local:1 (the real serving image, ~10 GB: needs about "
+                         "30 GB free)")
     args = ap.parse_args()
     for tool in ("skopeo", "docker-registry"):
         if not shutil.which(tool):
@@ -257,13 +285,17 @@ def main() -> int:
     try:
         results = {f"{mb}MBx{layers}": bench_size(work, mb, layers, rounds)
                    for mb, layers, rounds in sizes}
+        if args.stored:
+            name, _, rounds = args.stored.partition(":")
+            results[name] = bench_stored(work, name, int(rounds or 1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out = REPO / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "registry.json").write_text(json.dumps({
         "version": 2, "sizes": results,
-        "command": f"python3 bench/bench_registry.py --sizes {args.sizes}",
+        "command": f"python3 bench/bench_registry.py --sizes {args.sizes}"
+                   + (f" --stored {args.stored}" if args.stored else ""),
         "python": sys.executable, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
         "concurrency": os.environ.get("PATCHBAKE_REGISTRY_CONCURRENCY", "default (4)"),
         "skopeo": subprocess.run(["skopeo", "--version"], capture_output=True, check=False,
