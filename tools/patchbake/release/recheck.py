@@ -10,7 +10,7 @@ skipped: the page shows each result, and the command fails when one is broken.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -136,4 +136,6 @@ def recheck(root: Path, policy_path: Path, rel: manifest.Release) -> Rechecked:
         out.run("approvals", partial(_approvals, root, pol, rel, recorded_at))
     for a in m.attestations:
         out.run(a.path, partial(imageattest.verify, root, a, rel.digest, pol))
+    # paths as the repository names them: the page never depends on the checkout's place
+    out.checks = [replace(c, detail=c.detail.replace(f"{root}/", "")) for c in out.checks]
     return out
