@@ -73,7 +73,7 @@ def _evidence(root: Path, rel: manifest.Release) -> Path:
     return root / "manifests/evidence" / DIGEST[7:] / "dsv4-topk-gpu.dsse.json"
 
 
-BREAKS: dict[str, tuple[Callable[[Path, manifest.Release], Path], Callable[[Path], None],
+BREAKS: dict[str, tuple[Callable[[Path, manifest.Release], Path], Callable[[Path], object],
                         str, str]] = {
     "VSA deleted": (_vsa, lambda p: p.unlink(), "VSA", "the release's VSA"),
     "VSA corrupted": (_vsa, _flip, "VSA", "does not verify"),
