@@ -257,8 +257,9 @@ MUTATIONS: dict[str, tuple[Callable[[Env], Path], Callable[[Env, Path], None], i
                          lambda e, p: p.unlink(), 60, "suite 'dsv4-topk-cpu': missing"),
     "evidence corrupted": (lambda e: _evidence(e, "dsv4-topk-gpu.dsse.json"),
                            lambda e, p: _flip(p), 60, "does not verify"),
+    # the approval names the envelope it approved, so its gate is the first to refuse
     "evidence re-signed": (lambda e: _evidence(e, "dsv4-topk-gpu.dsse.json"), _resign, 60,
-                           "not the envelope the release recorded"),
+                           "is for another release: it approves manifests/evidence/"),
     "signature corrupted": (lambda e: _evidence(e, "dsv4-topk-cpu.dsse.json"),
                             lambda e, p: p.write_text(p.read_text().replace(
                                 '"sig": "', '"sig": "AAAA', 1)), 60, "does not verify"),
