@@ -94,9 +94,8 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
                   image_ref: str | None) -> None:
     """Sign suite results (from `suites run --results-out`) into manifests/evidence/."""
     from ..evidence import keys as keymod
-    from ..evidence import records
-
     from ..evidence import policy as policymod
+    from ..evidence import records
 
     sig = ctx.pipeline.signing
     key_file = key_path or sig.private_key()
