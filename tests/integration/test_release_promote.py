@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -223,6 +224,29 @@ def _resign(e: Env, path: Path) -> None:
                                          ).to_json()))
 
 
+def _reapprove(change: Callable[[dict[str, Any]], object], digest: str | None = None
+               ) -> Callable[[Env, Path], None]:
+    """Replace the approval with one the approver signed with ``change`` made to its
+    predicate (and about ``digest``, if given)."""
+    def mutate(e: Env, path: Path) -> None:
+        from patchbake.evidence import dsse, keys
+
+        st = json.loads(dsse.parse(path.read_bytes(), str(path)).payload)
+        change(st["predicate"])
+        if digest:
+            st["subject"][0]["digest"] = {"sha256": digest}
+        payload = json.dumps(st, sort_keys=True, separators=(",", ":")).encode()
+        path.write_text(json.dumps(dsse.sign(payload, keys.load_private(e.keys.approver)
+                                             ).to_json()))
+    return mutate
+
+
+def _release_key_approves(e: Env, p: Path) -> None:
+    doc = yaml.safe_load(p.read_text())
+    doc["keys"]["release"]["roles"] = ["release", "approver"]
+    p.write_text(yaml.safe_dump(doc))
+
+
 def _evidence(e: Env, name: str) -> Path:
     return e.root / "manifests" / "evidence" / e.digest[7:] / name
 
@@ -238,8 +262,9 @@ MUTATIONS: dict[str, tuple[Callable[[Env], Path], Callable[[Env, Path], None], i
                          lambda e, p: p.unlink(), 60, "suite 'dsv4-topk-cpu': missing"),
     "evidence corrupted": (lambda e: _evidence(e, "dsv4-topk-gpu.dsse.json"),
                            lambda e, p: _flip(p), 60, "does not verify"),
+    # the approval names the envelope it approved, so its gate is the first to refuse
     "evidence re-signed": (lambda e: _evidence(e, "dsv4-topk-gpu.dsse.json"), _resign, 60,
-                           "not the envelope the release recorded"),
+                           "is for another release: it approves manifests/evidence/"),
     "signature corrupted": (lambda e: _evidence(e, "dsv4-topk-cpu.dsse.json"),
                             lambda e, p: p.write_text(p.read_text().replace(
                                 '"sig": "', '"sig": "AAAA', 1)), 60, "does not verify"),
@@ -261,6 +286,29 @@ MUTATIONS: dict[str, tuple[Callable[[Env], Path], Callable[[Env, Path], None], i
                          lambda e, p: _flip(p), 60, "benchmark 'dsv4-topk-gpu'"),
     "approval removed": (lambda e: next(_evidence(e, "").glob("approval-*")),
                          lambda e, p: p.unlink(), 60, "0 of 1 signed approval"),
+    "approval expired": (lambda e: next(_evidence(e, "").glob("approval-*")),
+                         _reapprove(lambda p: p.update(issued="2026-01-01T00:00:00Z",
+                                                       expires="2026-01-08T00:00:00Z")),
+                         60, "expired at 2026-01-08T00:00:00Z"),
+    "approval without expiry": (lambda e: next(_evidence(e, "").glob("approval-*")),
+                                _reapprove(lambda p: p.pop("expires")), 60,
+                                "has no expiry"),
+    "approval beyond the cap": (lambda e: next(_evidence(e, "").glob("approval-*")),
+                                _reapprove(lambda p: p.update(expires="2099-01-01T00:00:00Z")),
+                                60, "beyond the 30-day cap"),
+    "approval of another lineage": (
+        lambda e: next(_evidence(e, "").glob("approval-*")),
+        _reapprove(lambda p: p["release"].update(lineage="v0.33.0")),
+        60, "is for another release: it approves lineage 'v0.33.0'"),
+    "approval of other figures": (
+        lambda e: next(_evidence(e, "").glob("approval-*")),
+        _reapprove(lambda p: p["release"]["inputs"][0].update(
+            sha256="0" * 64)), 60, "is for another release: it approves manifests/evidence/"),
+    "approval of another image": (lambda e: next(_evidence(e, "").glob("approval-*")),
+                                  _reapprove(lambda p: None, "cd" * 32), 60,
+                                  "the statement is about sha256:cdcd"),
+    "release key approves": (lambda e: e.root / "manifests/trust-policy.yaml",
+                             _release_key_approves, 60, "approve their own release"),
     "sbom corrupted": (lambda e: next(_evidence(e, "").glob("sbom-*")),
                        lambda e, p: _flip(p), 60, "not the envelope the release recorded"),
     "provenance removed": (lambda e: next(_evidence(e, "").glob("provenance-*")),

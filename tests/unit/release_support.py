@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,18 @@ def sign_all(root: Path, k: Keys, image: str, digest: str, *,
     attest.sign_benchmark(ev, "dsv4-topk-gpu", image, Digest.parse(digest), FIGURES,
                           {"gpu": "NVIDIA L40S", "capability": capability},
                           keys.load_private(k.evidence))
-    attest.sign_approval(ev, "sm89-stable", image, Digest.parse(digest), "approver", "tests",
-                         keys.load_private(k.approver))
+    sign_approval(root, k.approver, image, digest)
+
+
+def sign_approval(root: Path, key: Path, image: str, digest: str, *, channel: str = "sm89-stable",
+                  now: datetime | None = None, lifetime: timedelta = attest.LIFETIME,
+                  name: str = "approver") -> Path:
+    """An approval of the release the channel's signed gates describe now (their inputs)."""
+    p = config.load(root / "pipeline.yaml")
+    basis, _ = gates.approval_basis(create.evaluation(p, None, f"{image}@{digest}"), channel)
+    return attest.sign_approval(root / "manifests" / "evidence", channel, image,
+                                Digest.parse(digest), name, "tests", keys.load_private(key),
+                                basis, now=now, lifetime=lifetime)
 
 
 def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",

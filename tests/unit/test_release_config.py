@@ -71,16 +71,19 @@ def test_unknown_channel_is_a_config_error_on_the_command_line(
     assert "no channel 'validatd'; did you mean 'validated'?" in capsys.readouterr().err
 
 
-def _policy(tmp_path: Path, version: int, **entry: Any) -> policy.Policy:
+def _policy(tmp_path: Path, version: int, top: dict[str, Any] | None = None,
+            **entry: Any) -> policy.Policy:
     made = keys.generate(tmp_path / "k")
     body = {"keyid": made.keyid, "public_key": made.public_pem, **entry}
     path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump({"version": version, "keys": {"k": body}}))
+    path.write_text(yaml.safe_dump({"version": version, "keys": {"k": body}, **(top or {})}))
     return policy.load(path)
 
 
 def test_policy_v2_roles(tmp_path: Path) -> None:
-    pol = _policy(tmp_path, 2, roles=["approver", "release"], channels=["sm89-*"])
+    pol = _policy(tmp_path, 2, {"separation_of_duties": False}, roles=["approver", "release"],
+                  channels=["sm89-*"])
+    assert not pol.separation_of_duties
     (t,) = pol.keys.values()
     assert t.approves("sm89-stable") and not t.approves("validated")
     assert list(pol.with_role("release")) == [t.keyid] and t.grants == ()

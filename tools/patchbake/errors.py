@@ -357,6 +357,13 @@ class AttachedError(PatchbakeError):
     kind = "attached"
 
 
+class ReportBrokenError(PatchbakeError):
+    """`patchbake report` wrote its page, and a check it made there is broken."""
+
+    exit_code = 64
+    kind = "report-broken"
+
+
 def all_error_classes() -> list[type[PatchbakeError]]:
     """Every class in the hierarchy, for docs and the distinct-exit-code test."""
     seen: list[type[PatchbakeError]] = []

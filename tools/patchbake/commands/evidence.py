@@ -94,10 +94,24 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
                   image_ref: str | None) -> None:
     """Sign suite results (from `suites run --results-out`) into manifests/evidence/."""
     from ..evidence import keys as keymod
+    from ..evidence import policy as policymod
     from ..evidence import records
 
     sig = ctx.pipeline.signing
-    key = keymod.load_private(key_path or sig.private_key())
+    key_file = key_path or sig.private_key()
+    key = keymod.load_private(key_file)
+    loaded = [(rp, SuiteResult.load(rp)) for rp in results]
+    # the key's grants, for every result, before anything is fetched or written
+    pol = policymod.load(sig.trust_policy)
+    keyid = keymod.keyid_of(key.public_key())
+    if keyid not in pol.keys:
+        raise EvidenceError(f"the signing key {key_file} ({keyid[:16]}) is not in "
+                            f"{pol.path.name}: its evidence would not verify; nothing was "
+                            "written", reason="untrusted-key",
+                            hint="add its public key with an 'allow' grant in review")
+    for rp, result in loaded:
+        pol.check_allowed(keyid, statement.PREDICATE_TYPE, result.suite_name,
+                          f"{rp} (nothing was written)")
     want = _image(ctx, image_ref) if image_ref else None
     rows = []
     pinned: dict[str, Digest] = {}  # each lineage's pinned vllm/ digest, fetched when needed
@@ -111,8 +125,7 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
             pinned[lin.key] = tree_digest(f.root / "vllm")
         return pinned[lin.key]
 
-    for rp in results:
-        result = SuiteResult.load(rp)
+    for rp, result in loaded:
         digest = result.image.digest
         if want and digest != want.digest:
             raise EvidenceError(f"{rp} is a result for image {digest}, not {want.digest}")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,14 @@ import click
 from .. import ui
 from ..cli import Ctx, complete_channels, complete_images, pass_ctx
 from ..digest import Digest
-from ..errors import GateError, LedgerError, ReleaseError, UsageError
+from ..errors import (
+    EvidenceError,
+    GateError,
+    LedgerError,
+    ReleaseError,
+    ReportBrokenError,
+    UsageError,
+)
 from ..fsutil import output_to, read_input
 
 # The release stage is imported inside each command: it signs and verifies with
@@ -219,29 +227,66 @@ def export_cmd(ctx: Ctx, release: str, dest: Path) -> None:
     ui.table(f"bundle {out}", ["file", "sha256"], sorted(listing["files"].items()))
 
 
+def _lifetime(text: str) -> Any:
+    """``7d``, ``36h`` or ``90m`` as a timedelta."""
+    from datetime import timedelta
+
+    units = {"d": "days", "h": "hours", "m": "minutes"}
+    number, unit = text[:-1], text[-1:]
+    if unit not in units or not number.isdigit():
+        raise UsageError(f"--expires-in {text!r}: give a number of days, hours or minutes "
+                         "(7d, 36h, 90m)")
+    return timedelta(**{units[unit]: int(number)})
+
+
+def signing_key(ctx: Ctx, key_path: Path | None, trusted_for: Callable[[Any], bool],
+                what: str, hint: str) -> Any:
+    """The private key, refused before any effect unless the trust policy trusts it for
+    ``what`` (EvidenceError, reason not-allowed: its signature would not count)."""
+    from ..evidence import keys, policy
+
+    key_file = key_path or ctx.pipeline.signing.private_key()
+    key = keys.load_private(key_file)
+    pol = policy.load(ctx.pipeline.signing.trust_policy)
+    trusted = pol.keys.get(keys.keyid_of(key.public_key()))
+    if trusted is None or not trusted_for(trusted):
+        raise EvidenceError(f"the signing key {key_file} may not sign {what} in "
+                            f"{pol.path.name}: its signature would not count; nothing was "
+                            "written", reason="not-allowed", hint=hint)
+    return key, trusted
+
+
 @release_group.command("approve")
 @click.option("--channel", required=True, shell_complete=complete_channels)
 @click.option("--image", "image_ref", required=True, shell_complete=complete_images)
 @click.option("--note", default="", help="why (kept in the signed approval)")
+@click.option("--expires-in", "expires_in", default="7d", show_default=True,
+              help="how long the approval counts (7d, 36h, 90m; at most 30d)")
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None, help=KEY_HELP)
 @pass_ctx
-def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str,
+def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str, expires_in: str,
                 key_path: Path | None) -> None:
-    """Sign an approval of an image for a channel (the key needs role approver)."""
+    """Sign an approval of the release an image would make in a channel now: the image, the
+    channel, the lineage and every signed input of the channel's signed gates (the key needs
+    role approver for the channel)."""
     from ..config import channels
-    from ..evidence import keys, policy
-    from ..release import attest, create
+    from ..release import attest, create, gates
 
     channels.get(ctx.pipeline.channels, channel)  # an unknown channel, before any key
+    lifetime = _lifetime(expires_in)
     ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
-    key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
-    pol = policy.load(ev.policy_path)
-    trusted = pol.keys.get(keys.keyid_of(key.public_key()))
-    if trusted is None or not trusted.approves(channel):
-        raise UsageError(f"this key has no approver role for '{channel}' in "
-                         f"{ev.policy_path.name}: its approval would not count")
+    key, trusted = signing_key(ctx, key_path, lambda t: t.approves(channel),
+                               f"approvals for '{channel}' (role approver)",
+                               "an approver's key (`roles: [approver]`, its channels) signs "
+                               "approvals")
+    basis, decided = gates.approval_basis(ev, channel)
+    blocked = [d for d in decided if d.status != "pass"]
+    if blocked:
+        raise GateError(f"'{channel}' gate {blocked[0].gate} does not pass for {ev.digest}: "
+                        f"{blocked[0].reason}; an approval names the signed inputs of a "
+                        "release that can be made, so nothing was signed")
     path = attest.sign_approval(ev.evidence_dir, channel, ev.image, ev.digest, trusted.name,
-                                note, key)
+                                note, key, basis, lifetime=lifetime)
     ui.emit_json({"approval": str(path)}) if ctx.as_json else ui.out_console().print(str(path))
 
 
@@ -255,7 +300,6 @@ def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
                   key_path: Path | None) -> None:
     """Sign benchmark figures (JSON: {"figures": {metric: {value, unit, better}},
     "environment": {...}}) measured on an image."""
-    from ..evidence import keys
     from ..release import attest, create
 
     ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
@@ -263,7 +307,10 @@ def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
         doc = json.loads(figures.read_bytes())
     except ValueError as exc:
         raise UsageError(f"{figures} is not JSON: {exc}") from None
-    key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
+    key, _ = signing_key(ctx, key_path, lambda t: any(
+        g.covers(attest.BENCHMARK_TYPE, name) for g in t.grants),
+        f"benchmark '{name}' ({attest.BENCHMARK_TYPE})",
+        "extend the key's 'allow' list with that predicate type and benchmark name")
     path = attest.sign_benchmark(ev.evidence_dir, name, ev.image, ev.digest,
                                  doc.get("figures"), doc.get("environment") or {}, key)
     ui.emit_json({"benchmark": str(path)}) if ctx.as_json else ui.out_console().print(str(path))
@@ -360,9 +407,17 @@ def ledger_checkpoint_cmd(ctx: Ctx, key_path: Path | None) -> None:
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path))
 @pass_ctx
 def report_cmd(ctx: Ctx, release: str, out: Path) -> None:
-    """Write a static HTML page about a release (no external assets)."""
+    """Write a static HTML page about a release (no external assets); every "signed" on it
+    is checked in this run. Exit 64 (after writing the page) when a check is broken."""
     from ..release import report
 
     with output_to(out, "--out"):
-        page = report.write(ctx.pipeline, ctx.pipeline.signing.trust_policy, release, out)
+        page, checked = report.write(ctx.pipeline, ctx.pipeline.signing.trust_policy, release,
+                                     out)
+    if checked.broken:
+        first = checked.broken[0]
+        raise ReportBrokenError(f"{page} shows {len(checked.broken)} broken check(s); first: "
+                                f"{first.subject}: {first.detail}",
+                                hint="restore the file from the commit that recorded the "
+                                     "release, or `patchbake release verify` it")
     ui.emit_json({"report": str(page)}) if ctx.as_json else ui.out_console().print(str(page))

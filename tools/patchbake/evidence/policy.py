@@ -22,7 +22,9 @@ Version 2 adds ``roles`` to a key (version 1 files still load, their keys having
         channels: ["sm89-stable"]        # ... for these channels (fnmatch; default all)
 
 ``allow`` (evidence grants) is optional in version 2; a key with neither grants nor roles
-is an error. A keyid that does not match its PEM is a policy error, never silently
+is an error. ``separation_of_duties`` (top level, default true) refuses a policy in which
+one key, or one named ``owner``, holds both ``release`` and ``approver``: whoever signs a
+release never approves it. A keyid that does not match its PEM is a policy error, never silently
 recomputed. Verification is fail-closed: a missing or invalid policy trusts nobody.
 """
 
@@ -49,6 +51,8 @@ POLICY_SCHEMA = Schema({
     "version": Field(int, required=True,
                      check=lambda v: None if v in VERSIONS else "must be 1 or 2"),
     "keys": Field(dict, required=True, help="name -> key entry"),
+    "separation_of_duties": Field(bool, default=True,
+                                  help="version 2: no key or owner both releases and approves"),
 })
 KEY_SCHEMA = Schema({
     "keyid": Field(str, required=True, check=sha256_check),
@@ -94,6 +98,7 @@ class Policy:
     path: Path
     keys: dict[str, TrustedKey]  # by keyid
     version: int = 1
+    separation_of_duties: bool = True
 
     def with_role(self, role: str) -> dict[str, Ed25519PublicKey]:
         """The public keys that hold ``role`` (what a VSA, ledger entry or approval may
@@ -135,7 +140,25 @@ def parse(data: Any, path: Path) -> Policy:
             grants.append(Grant(a["predicate_type"], tuple(a["suites"])))
         keys[entry["keyid"]] = TrustedKey(str(name), entry["keyid"], pub, entry["owner"],
                                           tuple(grants), roles, tuple(entry["channels"]))
-    return Policy(path, keys, top["version"])
+    if top["separation_of_duties"]:
+        _check_separation(keys.values(), src)
+    return Policy(path, keys, top["version"], top["separation_of_duties"])
+
+
+def _check_separation(keys: Any, src: str) -> None:
+    """Refused before any command uses the policy: a release manager approving their own
+    release (one key, or two keys of one named owner)."""
+    releasers = [k for k in keys if "release" in k.roles]
+    for a in (k for k in keys if "approver" in k.roles):
+        both = next((r for r in releasers if r.keyid == a.keyid
+                     or (a.owner and r.owner == a.owner)), None)
+        if both is not None:
+            who = (f"key '{a.name}' holds" if both.keyid == a.keyid else
+                   f"owner {shown(a.owner)} holds '{both.name}' (release) and '{a.name}'")
+            raise ConfigError(f"{src}: {who} both the 'release' and the 'approver' role: "
+                              "a release manager would approve their own release",
+                              hint="give approvals to another key and person, or set "
+                                   "`separation_of_duties: false` deliberately")
 
 
 def _roles(entry: dict[str, Any], version: int, where: str, src: str) -> tuple[str, ...]:

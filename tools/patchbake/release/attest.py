@@ -6,9 +6,12 @@ signed with Ed25519 (evidence/dsse.py), and are verified fail-closed:
 - ``benchmark-<name>.dsse.json``: predicate ``urn:patchbake:predicate:benchmark:v1``,
   figures ``{metric: {value, unit, better}}`` and the environment they ran on; the signer
   needs a trust-policy grant for that predicate type and the benchmark's name.
-- ``approval-<channel>-<keyid16>.dsse.json``: predicate
-  ``urn:patchbake:predicate:approval:v1`` naming the channel; the signer's role must be
-  ``approver`` for that channel (policy version 2).
+- ``approval-<channel>-<keyid16>-<issued>.dsse.json``: predicate
+  ``urn:patchbake:predicate:approval:v1`` naming the channel, the release it approves (its
+  ``basis``: the lineage and every signed input the channel's signed gates read, by path and
+  envelope sha256) and when it was ``issued`` and ``expires`` (RFC 3339 UTC, at most
+  ``MAX_LIFETIME`` apart); the signer's role must be ``approver`` for that channel (policy
+  version 2). An approval counts once per key and once per owner.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..digest import Digest
-from ..errors import EvidenceError, refuse_evidence
+from ..errors import EvidenceError, UsageError, refuse_evidence
 from ..evidence import dsse
 from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
@@ -35,6 +39,66 @@ from ..fsutil import pretty_json, read_input, sha256_bytes, write_once
 BENCHMARK_TYPE = "urn:patchbake:predicate:benchmark:v1"
 APPROVAL_TYPE = "urn:patchbake:predicate:approval:v1"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+LIFETIME = timedelta(days=7)  # an approval's default lifetime
+MAX_LIFETIME = timedelta(days=30)  # never longer: a forgotten approval must die
+SKEW = timedelta(minutes=5)  # how far in the future an approval may say it was issued
+_RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def rfc3339(when: datetime) -> str:
+    return when.astimezone(timezone.utc).strftime(_RFC3339)
+
+
+def parse_time(value: Any, what: str, where: str) -> datetime:
+    """An RFC 3339 UTC time as patchbake writes it (``2026-12-01T05:40:00Z``)."""
+    try:
+        return datetime.strptime(str(value), _RFC3339).replace(tzinfo=timezone.utc)
+    except ValueError:
+        refuse_evidence("bad-predicate", f"{where}: its {what} {str(value)[:40]!r} is not an "
+                        "RFC 3339 UTC time (YYYY-MM-DDTHH:MM:SSZ)")
+
+
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What an approval approves besides the image digest and the channel: the lineage and
+    every signed input (path, envelope sha256) the channel's signed gates read. The id of
+    the release cannot be named (the release manifest records the approvals), so these
+    are what bind an approval to one release."""
+
+    lineage: str
+    inputs: tuple[tuple[str, str], ...]  # sorted
+
+    def dump(self) -> dict[str, Any]:
+        return {"lineage": self.lineage,
+                "inputs": [{"path": p, "sha256": h} for p, h in self.inputs]}
+
+    @classmethod
+    def load(cls, value: Any, where: str) -> Basis:
+        try:
+            inputs = tuple(sorted((str(i["path"]), str(i["sha256"])) for i in value["inputs"]))
+            return cls(str(value["lineage"]), inputs)
+        except (KeyError, TypeError):
+            refuse_evidence("bad-predicate", f"{where}: names no release it approves (its "
+                            "'release' must hold 'lineage' and 'inputs')")
+
+    def mismatch(self, want: Basis) -> str | None:
+        """Why an approval of ``self`` is not one of ``want`` (None: it is)."""
+        if self.lineage != want.lineage:
+            return f"approves lineage {self.lineage!r}, not {want.lineage!r}"
+        mine, theirs = dict(self.inputs), dict(want.inputs)
+        for path in sorted(set(mine) | set(theirs)):
+            if path not in theirs:
+                return f"approves with {path}, which this release does not have"
+            if path not in mine:
+                return f"was signed before {path} existed"
+            if mine[path] != theirs[path]:
+                return (f"approves {path} sha256 {mine[path][:12]}…, this release has "
+                        f"{theirs[path][:12]}…")
+        return None
 
 
 @dataclass(frozen=True)
@@ -96,11 +160,19 @@ def sign_benchmark(evidence_dir: Path, name: str, image: str, digest: Digest,
 
 
 def sign_approval(evidence_dir: Path, channel: str, image: str, digest: Digest, approver: str,
-                  note: str, key: Ed25519PrivateKey) -> Path:
+                  note: str, key: Ed25519PrivateKey, basis: Basis, *,
+                  now: datetime | None = None, lifetime: timedelta = LIFETIME) -> Path:
+    """Approve ``digest`` into ``channel`` as ``basis`` describes it, for ``lifetime``."""
+    if not timedelta(0) < lifetime <= MAX_LIFETIME:
+        raise UsageError(f"an approval lives more than 0 and at most {MAX_LIFETIME.days} days, "
+                         f"not {lifetime}")
+    issued = (now or utcnow()).replace(microsecond=0)
     payload = _statement(image, digest, APPROVAL_TYPE, {
-        "channel": channel, "approver": approver, "note": note})
-    path = approval_dir(evidence_dir, digest) / \
-        f"approval-{channel}-{keyid_of(key.public_key())[:16]}.dsse.json"
+        "channel": channel, "approver": approver, "note": note, "release": basis.dump(),
+        "issued": rfc3339(issued), "expires": rfc3339(issued + lifetime)})
+    path = approval_dir(evidence_dir, digest) / (
+        f"approval-{channel}-{keyid_of(key.public_key())[:16]}-"
+        f"{issued.strftime('%Y%m%dT%H%M%SZ')}.dsse.json")
     return _write(path, payload, key)
 
 
@@ -127,21 +199,59 @@ def verify_benchmark(path: Path, digest: Digest, policy: Policy, name: str) -> S
     return Signed(path, keyid, policy.keys[keyid].name, pred, sha256_bytes(data))
 
 
-def verify_approvals(evidence_dir: Path, digest: Digest, policy: Policy, channel: str
-                     ) -> tuple[list[Signed], list[str]]:
-    """(approvals that verify for ``channel``, reasons the others do not)."""
+def read_approval(path: Path, digest: Digest, policy: Policy, channel: str) -> Signed:
+    """An approval of ``digest`` into ``channel`` signed by a key whose role is approver for
+    that channel; neither its lifetime nor what it approves is judged here."""
+    approvers = {k: t.key for k, t in policy.keys.items() if t.approves(channel)}
+    keyid, pred, data = _open(path, digest, APPROVAL_TYPE, approvers)
+    if pred.get("channel") != channel:
+        refuse_evidence("bad-predicate", f"{path}: approves channel {pred.get('channel')!r}, "
+                        f"not {channel!r}")
+    return Signed(path, keyid, policy.keys[keyid].name, pred, sha256_bytes(data))
+
+
+def check_live(pred: Mapping[str, Any], at: datetime, where: str) -> None:
+    """The approval was issued, and had not expired, at ``at``; it lived at most
+    MAX_LIFETIME. An approval without ``expires`` never counts."""
+    if "expires" not in pred or "issued" not in pred:
+        refuse_evidence("bad-predicate", f"{where}: has no expiry ('issued' and 'expires'): "
+                        "an approval that never expires does not count",
+                        hint="sign a new one with `patchbake release approve`")
+    issued = parse_time(pred["issued"], "'issued'", where)
+    expires = parse_time(pred["expires"], "'expires'", where)
+    if expires - issued > MAX_LIFETIME or expires > at + MAX_LIFETIME:
+        refuse_evidence("bad-predicate", f"{where}: expires {rfc3339(expires)}, beyond the "
+                        f"{MAX_LIFETIME.days}-day cap on an approval's lifetime")
+    if issued > at + SKEW or expires <= issued:
+        refuse_evidence("bad-predicate", f"{where}: issued {rfc3339(issued)}, expires "
+                        f"{rfc3339(expires)}: not a lifetime around {rfc3339(at)}")
+    if expires <= at:
+        refuse_evidence("bad-predicate", f"{where}: expired at {rfc3339(expires)} (now "
+                        f"{rfc3339(at)})", hint="an approver signs a new one")
+
+
+def verify_approvals(evidence_dir: Path, digest: Digest, policy: Policy, channel: str,
+                     basis: Basis, now: datetime) -> tuple[list[Signed], list[str]]:
+    """(approvals that count for ``channel`` and ``basis`` at ``now``, reasons the others do
+    not). Each key, and each named owner, counts once: k-of-n means k people."""
     good: list[Signed] = []
     bad: list[str] = []
-    approvers = {k: t.key for k, t in policy.keys.items() if t.approves(channel)}
     for path in sorted(approval_dir(evidence_dir, digest).glob(f"approval-{channel}-*.dsse.json")):
         try:
-            keyid, pred, data = _open(path, digest, APPROVAL_TYPE, approvers)
-            if pred.get("channel") != channel:
-                refuse_evidence("bad-predicate", f"{path}: approves channel {pred.get('channel')!r}, not "
-                     f"{channel!r}")
+            a = read_approval(path, digest, policy, channel)
+            check_live(a.predicate, now, str(path))
+            why = Basis.load(a.predicate.get("release"), str(path)).mismatch(basis)
+            if why:
+                refuse_evidence("bad-predicate", f"{path}: is for another release: it {why}")
         except EvidenceError as exc:
             bad.append(exc.one_line())
             continue
-        if all(g.keyid != keyid for g in good):  # one key approves once
-            good.append(Signed(path, keyid, policy.keys[keyid].name, pred, sha256_bytes(data)))
+        owner = policy.keys[a.keyid].owner
+        twin = next((g for g in good if g.keyid == a.keyid
+                     or (owner and policy.keys[g.keyid].owner == owner)), None)
+        if twin is not None:
+            bad.append(f"{path}: counted once: {twin.path.name} is by the same "
+                       + ("key" if twin.keyid == a.keyid else f"owner ({owner})"))
+            continue
+        good.append(a)
     return good, bad

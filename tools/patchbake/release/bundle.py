@@ -32,7 +32,7 @@ from ..verify import baked
 from ..fields import Fields
 from ..digest import is_hex
 from . import imageattest, ledger, manifest, tlog, vsa
-from .attest import verify_approvals, verify_benchmark
+from .attest import Basis, check_live, parse_time, read_approval, verify_benchmark
 
 BUNDLE = "bundle.json"
 INCLUSION = "inclusion.json"  # beside the checkpoint: the release entry's audit path
@@ -120,7 +120,29 @@ def release_of(root: Path, text: str) -> str:
     return manifest.parse_id(text, manifest.releases_dir(root))
 
 
-def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
+def recorded_approvals(root: Path, rel: manifest.Release, pol: Any, recorded_at: str) -> None:
+    """Each approval the release recorded: the recorded bytes, signed by an approver of the
+    channel whose gate counted it, about this digest, live when the release's ledger entry
+    was signed (``recorded_at``; an approval may expire afterwards), for this release's
+    lineage and naming only signed inputs the release recorded. EvidenceError or
+    ReleaseError otherwise."""
+    m = rel.manifest
+    channel = next((g.channel for g in m.gates if g.gate == "approval"), rel.channel)
+    inputs = {(e.path, e.envelope_sha256) for e in rel.envelopes()}
+    at = parse_time(recorded_at, "ledger entry's time", f"release {rel.id[:16]}")
+    for a in m.approvals:
+        got = read_approval(root / a.path, rel.digest, pol, channel)
+        if got.envelope_sha256 != a.envelope_sha256:
+            raise ReleaseError(f"{a.path} is not the approval the release recorded")
+        check_live(got.predicate, at, a.path)
+        basis = Basis.load(got.predicate.get("release"), a.path)
+        if basis.lineage != m.lineage or not set(basis.inputs) <= inputs:
+            raise ReleaseError(f"{a.path} approves another release than {rel.id[:16]} "
+                               f"(lineage {basis.lineage!r}, or a signed input it does not "
+                               "record)")
+
+
+def _envelopes(root: Path, rel: manifest.Release, pol: Any, recorded_at: str) -> str:
 
     m = rel.manifest
     for e in m.evidence:
@@ -132,12 +154,7 @@ def _envelopes(root: Path, rel: manifest.Release, pol: Any) -> str:
         got = verify_benchmark(root / b.path, rel.digest, pol, b.name)
         if got.envelope_sha256 != b.envelope_sha256:
             raise ReleaseError(f"{b.path} is not the benchmark the release recorded")
-    want = {a.envelope_sha256 for a in m.approvals}
-    if want:
-        good, _ = verify_approvals(root / Path(m.approvals[0].path).parent.parent,
-                                   rel.digest, pol, rel.channel)
-        if not want <= {a.envelope_sha256 for a in good}:
-            raise ReleaseError("an approval the release recorded no longer verifies")
+    recorded_approvals(root, rel, pol, recorded_at)
     n = len(rel.envelopes()) - len(m.attestations)
     return f"{n} signed statement(s) verified; every subject is {rel.digest}"
 
@@ -267,7 +284,7 @@ def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = Non
                          str(vpath.relative_to(root)))
     out.checks.append(("VSA", f"verification summary signed by {checked.signer}"))
     try:
-        out.checks.append(("evidence", _envelopes(root, rel, pol)))
+        out.checks.append(("evidence", _envelopes(root, rel, pol, mine[0].time)))
     except EvidenceError as exc:
         raise ReleaseError(f"evidence: {exc.message}") from None
     out.checks.append(("sbom and provenance", _attestations(root, rel, pol)))

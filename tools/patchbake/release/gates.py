@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..config import Lineage, Pipeline
+from ..config import channels
 from ..config.channels import Channel, Gate
 from ..config.suites import get as get_suite
 from ..cuda.check import check_stored
@@ -35,7 +37,7 @@ from ..suites.image import find_record
 from ..suites.run import suite_content_sha256
 from ..verify import baked
 from . import gpus, units
-from .attest import benchmark_path, verify_approvals, verify_benchmark
+from .attest import Basis, benchmark_path, utcnow, verify_approvals, verify_benchmark
 from .facts import Approval, Benchmark, Evidence, Facts, Patch, Record, Upstream, Verification
 from ..fields import Fields
 from .rebake import rebake
@@ -102,6 +104,7 @@ class Evaluation:
     evidence_dir: Path
     policy_path: Path
     previous_figures: Callable[[str, str], dict[str, Any] | None] = lambda c, n: None
+    clock: Callable[[], datetime] = utcnow  # when approvals are judged live (tests set it)
     facts: Facts = field(default_factory=Facts)
     _memo: dict[str, Any] = field(default_factory=dict)
 
@@ -373,15 +376,41 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
                     f"'{g.declared_in}' release")
 
 
+SIGNED_GATES = ("evidence", "capability", "benchmark")  # the inputs an approval names
+
+
+def approval_basis(ev: Evaluation, channel: str) -> tuple[Basis, list[Decision]]:
+    """What an approval into ``channel`` approves (the lineage and the signed inputs its
+    signed gates read, as they verify now), and those gates' decisions. The facts they
+    gather are kept apart from the evaluation's own."""
+    ch = channels.get(ev.pipeline.channels, channel, ev.pipeline.path.name)
+    saved, ev.facts = ev.facts, Facts()
+    decisions = []
+    try:
+        for g in ch.gates:
+            if g.kind in SIGNED_GATES:
+                status, reason = GATES[g.kind](ev, g)
+                decisions.append(Decision(g.declared_in, g.kind, status, reason))
+        inputs = {e.path: e.envelope_sha256 for e in ev.facts.evidence.values()}
+        if ev.facts.benchmark is not None:
+            inputs[ev.facts.benchmark.path] = ev.facts.benchmark.envelope_sha256
+    finally:
+        ev.facts = saved
+    return Basis(ev.lineage.key, tuple(sorted(inputs.items()))), decisions
+
+
 def gate_approval(ev: Evaluation, g: Gate) -> Outcome:
-    good, bad = verify_approvals(ev.evidence_dir, ev.digest, ev.policy(), g.declared_in)
+    basis, _ = approval_basis(ev, g.declared_in)
+    good, bad = verify_approvals(ev.evidence_dir, ev.digest, ev.policy(), g.declared_in,
+                                 basis, ev.clock())
     ev.facts.approvals = [Approval(_rel(ev, a.path), a.keyid, a.signer, a.envelope_sha256)
                           for a in good]
     if len(good) >= g.approvals:
         return "pass", "approved by " + ", ".join(a.signer for a in good)
     why = f"; rejected: {bad[0]}" if bad else ""
     return "fail", (f"missing input: {len(good)} of {g.approvals} signed approval(s) for "
-                    f"'{g.declared_in}' by a key whose role is approver{why}")
+                    f"'{g.declared_in}' by a key whose role is approver (each key and owner "
+                    f"counts once){why}")
 
 
 GATES: dict[str, Callable[[Evaluation, Gate], Outcome]] = {

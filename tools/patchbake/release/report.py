@@ -1,10 +1,13 @@
 """``patchbake report RELEASE --out DIR``: one static HTML page about a release.
 
-Everything on the page is read from verified records: the ledger (verified first), the
-release manifest (its hash is its id), the image record it names, and the next channel's
-own gates evaluated now on signed inputs only (so the page says what blocks the next
-step, with the gate's reason). Jinja2 with autoescape; no script, no external asset: the
-style is inline and the benchmark chart is inline SVG.
+Every "signed", "verified" or "passed" on the page is the result of a check made in the
+same run (recheck.py): the ledger, the VSA against the trust policy, every signed input the
+release recorded (bytes, signature, subject). A broken check is shown as broken, in its
+place and in the verdict, and ``write`` reports it (the command then exits 64 after writing
+the page). The release manifest must load (its hash is its id), or there is no page. The
+next channel's own gates are evaluated now on signed inputs only (so the page says what
+blocks the next step, with the gate's reason). Jinja2 with autoescape; no script, no
+external asset: the style is inline and the benchmark chart is inline SVG.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import jinja2
 
 from ..config import Pipeline
 from ..errors import ImageError
-from ..evidence import policy
 from ..fsutil import atomic_write, read_input
-from . import ledger, manifest
+from . import manifest
 from .create import evaluation, previous_figures
 from .facts import Facts
 from .gates import GATES, Decision
+from .recheck import Rechecked, recheck
 
 TEMPLATE = "report.html.j2"
 STORE_FREE = ("evidence", "capability", "benchmark", "approval")  # need no store
@@ -91,33 +94,39 @@ def bars(figures: dict[str, Any], previous: dict[str, Any] | None) -> list[Bar]:
     return out
 
 
-def render(pipeline: Pipeline, policy_path: Path, release: str) -> str:
-
-
+def render(pipeline: Pipeline, policy_path: Path, release: str) -> tuple[str, Rechecked]:
     rdir = manifest.releases_dir(pipeline.root)
-    entries = ledger.verify(rdir, policy.load(policy_path))
     rel = manifest.load(pipeline.root, release)
+    checked = recheck(pipeline.root, policy_path, rel)
     rec_path = rel.manifest.images[0].record
     record = json.loads(read_input(pipeline.root / rec_path, "the image record", ImageError)) \
         if rec_path else None
     nxt, next_gates, facts = _next_channel(pipeline, rel)
-    bench = rel.manifest.benchmark or facts.benchmark
+    bench, bench_ok = rel.manifest.benchmark, True
+    if bench is not None:
+        bench_ok = checked.ok(bench.path)
+    elif facts.benchmark is not None:  # verified by the next channel's gate, in this run
+        bench = facts.benchmark
     previous = None
     if bench:
         previous = previous_figures(rdir)(nxt or rel.channel, bench.name)
     env = jinja2.Environment(loader=jinja2.PackageLoader("patchbake", "data"),
                              autoescape=True, undefined=jinja2.StrictUndefined)
-    return env.get_template(TEMPLATE).render(
-        rel=rel, chain=identity_chain(rel, record), entries=entries,
+    html = env.get_template(TEMPLATE).render(
+        rel=rel, chain=identity_chain(rel, record), checked=checked,
         next_channel=nxt, next_gates=next_gates,
         next_blocked=any(d.status != "pass" for d in next_gates),
-        bench=bench, bars=bars(bench.figures, previous) if bench else [],
+        bench=bench, bench_ok=bench_ok,
+        bars=bars(bench.figures, previous) if bench else [],
         evidence=rel.manifest.evidence)
+    return html, checked
 
 
-def write(pipeline: Pipeline, policy_path: Path, release: str, out: Path) -> Path:
-    html = render(pipeline, policy_path, release)
+def write(pipeline: Pipeline, policy_path: Path, release: str, out: Path
+          ) -> tuple[Path, Rechecked]:
+    """The page, written even when a check is broken (it says which): the caller fails."""
+    html, checked = render(pipeline, policy_path, release)
     out.mkdir(parents=True, exist_ok=True)
     page = out / "index.html"
     atomic_write(page, html.encode("utf-8"))
-    return page
+    return page, checked

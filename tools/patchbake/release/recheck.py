@@ -1,0 +1,141 @@
+"""What ``patchbake report`` verifies in its own run before its page may say "signed",
+"verified" or "passed": the trust policy loads; the ledger verifies (chain, canonical
+lines, signatures by a ``release`` key) and records the release; the VSA verifies against
+the policy and names exactly this release; every signed input the release recorded still
+has its recorded bytes, a trusted signature and this digest as its subject (evidence,
+benchmark, approvals, SBOM and provenance). A check that cannot be made is broken, never
+skipped: the page shows each result, and the command fails when one is broken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+from ..errors import PatchbakeError, ReleaseError
+from ..evidence import policy, records
+from ..fsutil import read_input
+from . import imageattest, ledger, manifest, vsa
+from .attest import verify_benchmark
+from .bundle import recorded_approvals
+from .facts import Evidence
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    subject: str  # what was checked: "ledger", "VSA", an envelope's path
+    ok: bool
+    detail: str  # what it showed, or why it is broken
+
+
+@dataclass
+class Rechecked:
+    checks: list[Check] = field(default_factory=list)
+    entries: list[ledger.Entry] = field(default_factory=list)  # only a verified ledger's
+    vsa_signer: str | None = None
+
+    @property
+    def broken(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def ok(self, subject: str) -> bool:
+        return any(c.subject == subject and c.ok for c in self.checks)
+
+    def detail(self, subject: str) -> str:
+        return next((c.detail for c in self.checks if c.subject == subject), "not checked")
+
+    def run(self, subject: str, check: Callable[[], str]) -> bool:
+        try:
+            self.checks.append(Check(subject, True, check()))
+        except PatchbakeError as exc:
+            self.checks.append(Check(subject, False, exc.message))
+        return self.checks[-1].ok
+
+
+def _recorded(path: Path, sha256: str, got: str, what: str) -> None:
+    if got != sha256:
+        raise ReleaseError(f"{path} is not the {what} the release recorded (sha256 "
+                           f"{got[:12]}…, recorded {sha256[:12]}…): re-signed or altered")
+
+
+def _in_ledger(out: Rechecked, root: Path, pol: policy.Policy, rel: manifest.Release
+               ) -> str | None:
+    """The ledger verifies and records the release: the time of its entry, or None."""
+    recorded_at: list[str] = []
+
+    def check() -> str:
+        entries = ledger.verify(manifest.releases_dir(root), pol)
+        mine = ledger.find(entries, "release", release=rel.id)
+        if not mine or mine[0].digest != rel.digest:
+            raise ReleaseError(f"no ledger entry records release {rel.id[:16]} of {rel.digest}")
+        out.entries, recorded_at[:] = entries, [mine[0].time]
+        return (f"{len(entries)} entries, chain and signatures intact; line {mine[0].seq + 1} "
+                "records the release")
+
+    out.run("ledger", check)
+    return recorded_at[0] if recorded_at else None
+
+
+def _signed_vsa(out: Rechecked, root: Path, pol: policy.Policy, rel: manifest.Release) -> None:
+    def check() -> str:
+        path = rel.path.parent / manifest.VSA_NAME
+        got = vsa.verify(read_input(path, "the release's VSA", ReleaseError), rel, pol,
+                         str(path.relative_to(root)))
+        out.vsa_signer = got.signer
+        return (f"signed by {got.signer} (a release key); names release {rel.id[:16]}… and "
+                "its inputs")
+
+    out.run("VSA", check)
+
+
+def _evidence(root: Path, pol: policy.Policy, rel: manifest.Release, e: Evidence) -> str:
+    v = records.verify_file(root / e.path, rel.digest, pol, e.suite)
+    _recorded(root / e.path, e.envelope_sha256, v.envelope_sha256, "evidence")
+    return f"signed by {v.signer}, about {rel.digest}, {v.statement.result}"
+
+
+def _benchmark(root: Path, pol: policy.Policy, rel: manifest.Release) -> str:
+    b = rel.manifest.benchmark
+    assert b is not None
+    got = verify_benchmark(root / b.path, rel.digest, pol, b.name)
+    _recorded(root / b.path, b.envelope_sha256, got.envelope_sha256, "benchmark")
+    return f"signed by {got.signer}, about {rel.digest}"
+
+
+def _approvals(root: Path, pol: policy.Policy, rel: manifest.Release,
+               recorded_at: str | None) -> str:
+    if recorded_at is None:
+        raise ReleaseError("not judged: the ledger, which says when the release was made, "
+                           "does not verify")
+    recorded_approvals(root, rel, pol, recorded_at)
+    return (f"signed by {', '.join(a.signer for a in rel.manifest.approvals)}; live when "
+            "the release was recorded")
+
+
+def recheck(root: Path, policy_path: Path, rel: manifest.Release) -> Rechecked:
+    out = Rechecked()
+    try:
+        pol = policy.load(policy_path)
+    except PatchbakeError as exc:
+        out.checks.append(Check("trust policy", False, f"{exc.message}: nothing can be "
+                                "verified"))
+        out.checks += [Check(what, False, "not verified: no usable trust policy")
+                       for what in ("ledger", "VSA", *(e.path for e in rel.envelopes()))]
+        return out
+    out.checks.append(Check("trust policy", True, f"{policy_path.name}: {len(pol.keys)} keys"))
+    recorded_at = _in_ledger(out, root, pol, rel)
+    _signed_vsa(out, root, pol, rel)
+    m = rel.manifest
+    for e in m.evidence:
+        out.run(e.path, partial(_evidence, root, pol, rel, e))
+    if m.benchmark is not None:
+        out.run(m.benchmark.path, partial(_benchmark, root, pol, rel))
+    if m.approvals:
+        out.run("approvals", partial(_approvals, root, pol, rel, recorded_at))
+    for a in m.attestations:
+        out.run(a.path, partial(imageattest.verify, root, a, rel.digest, pol))
+    # paths as the repository names them: the page never depends on the checkout's place
+    out.checks = [replace(c, detail=c.detail.replace(f"{root}/", "")) for c in out.checks]
+    return out
