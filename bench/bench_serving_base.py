@@ -114,8 +114,8 @@ def anchor_context(warm: Store, lineage: config.Lineage, base: ServingBase, ctx:
 
 def anchor_build(ctx: Path, tag: str, cache: bool) -> tuple[float, str]:
     t0 = time.monotonic()
-    docker("build", *([] if cache else ["--no-cache"]), "--network", "none", "--quiet",
-           "-t", tag, str(ctx))
+    docker("build", *([] if cache else ["--no-cache"]), "--force-rm", "--network", "none",
+           "--quiet", "-t", tag, str(ctx))
     seconds = time.monotonic() - t0
     return seconds, docker("image", "inspect", "--format", "{{.Id}}", tag)
 
@@ -176,8 +176,8 @@ def main() -> int:
         print(f"| {r['side']} | {r['run']} | {r['seconds']} | `{r['identity']}` |")
     same_ours = b1.manifest.digest == b2.manifest.digest == reference.manifest.digest
     same_docker = docker_ids[0] == docker_ids[1]
-    print(f"\nours / docker build (cold, mean of 2): {ratio:.2f}x; ours includes the root "
-          f"filesystem (mmdebstrap), docker's FROM is given")
+    print(f"\nours / docker build (cold, mean of 2): {ratio:.2f}x the time ({1 / ratio:.2f}x "
+          "faster); ours includes the root filesystem (mmdebstrap), docker's FROM is given")
     print(f"same identity twice: ours {same_ours}, docker build {same_docker}")
     out = REPO / "bench" / "out"
     out.mkdir(exist_ok=True)
