@@ -64,11 +64,15 @@ def test_committed_suite_result_round_trips_byte_for_byte(path: Path) -> None:
 
 @pytest.mark.parametrize("path", ENVELOPES, ids=_ids(ENVELOPES))
 def test_committed_statement_round_trips_byte_for_byte(path: Path) -> None:
+    """Every committed envelope (suite results, and the SBOM and provenance a release
+    signs) loads as the statement type it claims and dumps to the signed bytes."""
     payload = _payload(path)
-    assert Statement.load(payload, str(path), PREDICATE_TYPE).dump() == payload
-    stmt = SuiteStatement.load(payload, str(path))
+    claimed = json.loads(payload)["predicateType"]
+    stmt = Statement.load(payload, str(path), claimed)
     assert stmt.dump() == payload == canonical_json(json.loads(payload))
     assert stmt.subject_digest == Digest.from_hex(path.parent.name)
+    if claimed == PREDICATE_TYPE:
+        assert SuiteStatement.load(payload, str(path)).dump() == payload
 
 
 @pytest.mark.parametrize("path", VSAS, ids=_ids(VSAS))
