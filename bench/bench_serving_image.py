@@ -114,6 +114,8 @@ def main() -> int:
         print(f"{NAME} {ours.digest}: {nbytes / 1e9:.2f} GB in {len(layers)} layers")
 
         fresh = int(time.time())
+        # warm-up: the copy's first CLI bake extracts the pinned sdist under the copy
+        cli(repo, store, "--lineage", LINEAGE, "--json", "bake", NAME, epoch=fresh - 1)
         bakes = []
         for i in range(RUNS):
             t = time.perf_counter()
@@ -137,7 +139,8 @@ def main() -> int:
     if docker_s:
         d = statistics.median(docker_s)
         rows += [(f"docker build --no-cache, FROM base + COPY (median of {RUNS})",
-                  f"{d:.2f} s"), ("bake vs docker build", f"{d / bake_s:.1f}x faster"),
+                  f"{d:.2f} s"), ("bake vs docker build", f"{d / bake_s:.1f}x faster" if d >= bake_s
+                  else f"{bake_s / d:.1f}x slower"),
                  ("docker build: same image ID twice", str(len(ids) == 1))]
     a_s = statistics.median(a for a, _, _ in figures.values())
     rows.append(("openssl dgst -sha256 over the layers", f"{nbytes / a_s / 1e6:.0f} MB/s"))
