@@ -161,7 +161,10 @@ def one_round(work: Path, store: Store, digest: str, rnd: int, ref_name: str = "
     t: dict[str, float] = {}
 
     def skopeo_push(r: str) -> None:
-        run([*skopeo, "--dest-tls-verify=false", f"oci:{store.root}:{ref_name}",
+        # --preserve-digests: skopeo must push the manifest as it is (it would rewrite an
+        # image with uncompressed layers, the serving image's, into another digest)
+        run([*skopeo, "--dest-tls-verify=false", "--preserve-digests",
+             f"oci:{store.root}:{ref_name}",
              f"docker://{r}/b/img:v1"])
         # What skopeo pushed must be the same image (same manifest digest), else the
         # comparison would be between different work.
@@ -277,7 +280,7 @@ def main() -> int:
             print(f"bench_registry: {tool} is not installed; skipping", file=sys.stderr)
             return 0
     sizes = []
-    for part in args.sizes.split(","):
+    for part in filter(None, args.sizes.split(",")):  # --sizes '': only --stored
         size, _, rounds = part.partition(":")
         mb, _, layers = size.partition("x")
         sizes.append((int(mb), int(layers or 1), int(rounds or 3)))
