@@ -258,11 +258,11 @@ def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
     from ..evidence import keys
     from ..release import attest, create
 
-    ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
-    try:
-        doc = json.loads(figures.read_bytes())
+    try:  # first: a FIFO given as the figures is refused before any other work
+        doc = json.loads(read_input(figures, "benchmark figures", UsageError))
     except ValueError as exc:
         raise UsageError(f"{figures} is not JSON: {exc}") from None
+    ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
     key = keys.load_private(key_path or ctx.pipeline.signing.private_key())
     path = attest.sign_benchmark(ev.evidence_dir, name, ev.image, ev.digest,
                                  doc.get("figures"), doc.get("environment") or {}, key)

@@ -78,7 +78,7 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
     try:
         for src in _files(root, rel, policy_path):
             target = POLICY if src == policy_path else src.resolve().relative_to(root.resolve())
-            data = src.read_bytes()
+            data = read_input(src, "a file of the release", ReleaseError)
             (staging / target).parent.mkdir(parents=True, exist_ok=True)
             (staging / target).write_bytes(data)
             listing[target.as_posix()] = sha256_bytes(data)
