@@ -50,6 +50,11 @@ class Handler(BaseHTTPRequestHandler):
             if self.path == "/silent":
                 self.connection.settimeout(120)
                 self.connection.recv(1)  # until the client hangs up
+            elif self.path == "/trickle":  # one byte every 2 s
+                for i in range(len(BODY)):
+                    self.wfile.write(BODY[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(2)
             else:  # /drip: 20 KB/s, in 2 KB writes
                 for i in range(0, len(BODY), 2048):
                     self.wfile.write(BODY[i:i + 2048])
@@ -112,6 +117,18 @@ def test_a_drip_under_the_minimum_rate_is_retried_then_refused(server: str,
     assert cp.returncode == 10, cp.stderr
     assert "under 65536 bytes/s" in one_line(cp)
     assert took < 15, took
+    assert list((tmp_path / "store" / "tmp").glob("blob.*")) == []
+
+
+def test_one_byte_every_two_seconds_is_refused_at_the_minimum_rate(server: str,
+                                                                    tmp_path: Path) -> None:
+    """Each read answers within the read timeout, so only the minimum rate (1 KiB/s over
+    a read timeout's span, the default) ends each attempt."""
+    cp, took = fetch(tmp_path, f"{server}/trickle", PATCHBAKE_READ_TIMEOUT_S="3",
+                     PATCHBAKE_ATTEMPTS="2", PATCHBAKE_BACKOFF_S="0.1")
+    assert cp.returncode == 10, cp.stderr
+    assert "under 1024 bytes/s" in one_line(cp)
+    assert took < 20, took
     assert list((tmp_path / "store" / "tmp").glob("blob.*")) == []
 
 
