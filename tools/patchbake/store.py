@@ -35,7 +35,7 @@ from .digest import ALGORITHM, Digest, is_hex
 from .errors import IntegrityError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree, open_lock
 from .staging import is_litter as is_litter  # re-exported: the store's litter test
-from .staging import new_dir, new_file, reclaim, release
+from .staging import discard, new_dir, new_file, reclaim, release
 from .userdirs import user_cache_dir
 
 
@@ -289,9 +289,9 @@ class Store:
 
     @staticmethod
     def discard(staging: Path) -> None:
-        """Remove a staging directory from :meth:`tmpdir` and let go of it."""
-        shutil.rmtree(staging, ignore_errors=True)
-        release(staging)
+        """Remove a staging directory from :meth:`tmpdir` and let go of it (an interrupt
+        landing meanwhile does not cut the removal short)."""
+        discard(staging)
 
     @staticmethod
     def release(staging: Path) -> None:
