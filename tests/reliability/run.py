@@ -502,7 +502,9 @@ tests/unit/test_release_journal.py.
 A body (a download, a blob) is read one socket read at a time whatever its size, so
 the deadline is checked between reads and a peer dripping bytes under the minimum rate ends its attempt after one read timeout's
 span; a peer that promises a body and goes silent ends it after one read
-timeout. By default a server that never answers is given up after about 82 s (5 tries
+timeout, and one that drips its headers (each read answered in time, the headers never
+ending) is cut off once one read timeout has passed since it was asked, as a whole
+(`netpolicy`'s connections shut the socket down). By default a server that never answers is given up after about 82 s (5 tries
 of 15 s, plus backoff), which `--help` of `fetch`, `push` and `pull` says; the deadline
 bounds a transfer that keeps moving. Whatever ends a transfer, its `tmp/blob.*` is
 removed (tests/integration/test_fetch_slow_peers.py, the drip and silence faults of
