@@ -42,6 +42,17 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/headers":  # a status line, then a header one byte every 2 s
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(60):
+                    self.wfile.write(b"a")
+                    self.wfile.flush()
+                    time.sleep(2)
+            except OSError:
+                pass
+            self.close_connection = True
+            return
         self.send_response(200)
         self.send_header("Content-Length", str(10 << 30 if self.path == "/silent" else len(BODY)))
         self.end_headers()
@@ -50,6 +61,11 @@ class Handler(BaseHTTPRequestHandler):
             if self.path == "/silent":
                 self.connection.settimeout(120)
                 self.connection.recv(1)  # until the client hangs up
+            elif self.path == "/trickle":  # one byte every 2 s
+                for i in range(len(BODY)):
+                    self.wfile.write(BODY[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(2)
             else:  # /drip: 20 KB/s, in 2 KB writes
                 for i in range(0, len(BODY), 2048):
                     self.wfile.write(BODY[i:i + 2048])
@@ -111,6 +127,32 @@ def test_a_drip_under_the_minimum_rate_is_retried_then_refused(server: str,
                      PATCHBAKE_BACKOFF_S="0.1")
     assert cp.returncode == 10, cp.stderr
     assert "under 65536 bytes/s" in one_line(cp)
+    assert took < 15, took
+    assert list((tmp_path / "store" / "tmp").glob("blob.*")) == []
+
+
+def test_one_byte_every_two_seconds_is_refused_at_the_minimum_rate(server: str,
+                                                                    tmp_path: Path) -> None:
+    """Each read answers within the read timeout, so only the minimum rate (1 KiB/s over
+    a read timeout's span, the default) ends each attempt."""
+    cp, took = fetch(tmp_path, f"{server}/trickle", PATCHBAKE_READ_TIMEOUT_S="3",
+                     PATCHBAKE_ATTEMPTS="2", PATCHBAKE_BACKOFF_S="0.1")
+    assert cp.returncode == 10, cp.stderr
+    assert "under 1024 bytes/s" in one_line(cp)
+    assert took < 20, took
+    assert list((tmp_path / "store" / "tmp").glob("blob.*")) == []
+
+
+def test_headers_dripped_end_the_attempt_after_one_read_timeout(server: str,
+                                                                 tmp_path: Path) -> None:
+    """Every socket read answers in time, but the headers never end: the wait for them
+    is bounded as a whole (netpolicy's connections), as the body's is by the minimum
+    rate; before, this fetch ran past any deadline."""
+    cp, took = fetch(tmp_path, f"{server}/headers", PATCHBAKE_READ_TIMEOUT_S="2",
+                     PATCHBAKE_ATTEMPTS="2", PATCHBAKE_BACKOFF_S="0.1",
+                     PATCHBAKE_DEADLINE_S="30")
+    assert cp.returncode == 10, cp.stderr
+    assert "failed after 2 attempts" in one_line(cp)
     assert took < 15, took
     assert list((tmp_path / "store" / "tmp").glob("blob.*")) == []
 

@@ -85,3 +85,27 @@ def test_change_in_place_upstream_is_absorbed(section: FilePatch, tmp_path: Path
     [row] = res.rows
     assert row.verdict == "absorbed", (case, row)
     assert res.post == TAKEN[case].encode()
+
+
+def test_a_target_file_made_binary_is_a_conflict_not_a_failure(section: FilePatch,
+                                                                tmp_path: Path) -> None:
+    """git merge-file refuses binary content (exit 255, once a ProcessError, exit 5): a
+    hunk whose target upstream made binary is a conflict left by hand (port exits 26)."""
+    theirs = (HEAD + "    blob = b'\0\1'\n" + TAIL).encode()
+    res = port_modified(section, BASE.encode(), theirs, tmp_path, LABELS)
+    [row] = res.rows
+    assert row.verdict == "conflict" and "binary" in row.note, row
+    assert res.post == theirs  # upstream's file, untouched
+
+
+def test_a_new_file_where_upstream_added_a_binary_one(tmp_path: Path) -> None:
+    from patchbake.patchset.gitbinary import blob_id
+    from patchbake.port.file import port_file
+
+    patch = (b"diff --git a/new.py b/new.py\nnew file mode 100644\nindex " + b"0" * 40
+             + b".." + blob_id(b"x = 1\n").encode() + b"\n--- /dev/null\n+++ b/new.py\n"
+             b"@@ -0,0 +1 @@\n+x = 1\n")
+    [fp] = parse_patch(patch).files
+    res = port_file(fp, None, (b"\0\x7fELF", "100644"), tmp_path, LABELS)
+    [row] = res.rows
+    assert row.verdict == "conflict" and "binary" in row.note, row

@@ -248,7 +248,7 @@ _yaml_case("lineages is a list", 3, "must be of type mapping",
            lambda t: b"version: 1\nname: x\nlineages: [a, b]\n")
 _yaml_case("syntax error", 3, "not valid YAML", lambda t: (t + "bad: [unclosed\n").encode())
 _yaml_case("tab indentation", 3, "not valid YAML", lambda t: (t + "x:\n\t- y\n").encode())
-_yaml_case("empty file", 3, "must be a mapping", lambda t: b"")
+_yaml_case("empty file", 3, "is empty (no YAML document", lambda t: b"")
 _yaml_case("a bare scalar", 3, "must be a mapping", lambda t: b"just words\n")
 _yaml_case("sha256 not hex", 3, "64 lowercase hex", lambda t: t.replace(
     "sha256: ", "sha256: Z", 1).encode())

@@ -502,7 +502,9 @@ tests/unit/test_release_journal.py.
 A body (a download, a blob) is read one socket read at a time whatever its size, so
 the deadline is checked between reads and a peer dripping bytes under the minimum rate ends its attempt after one read timeout's
 span; a peer that promises a body and goes silent ends it after one read
-timeout. By default a server that never answers is given up after about 82 s (5 tries
+timeout, and one that drips its headers (each read answered in time, the headers never
+ending) is cut off once one read timeout has passed since it was asked, as a whole
+(`netpolicy`'s connections shut the socket down). By default a server that never answers is given up after about 82 s (5 tries
 of 15 s, plus backoff), which `--help` of `fetch`, `push` and `pull` says; the deadline
 bounds a transfer that keeps moving. Whatever ends a transfer, its `tmp/blob.*` is
 removed (tests/integration/test_fetch_slow_peers.py, the drip and silence faults of
@@ -527,7 +529,9 @@ blobs and trees older than the grace period (1 h). Anything whose sha256 appears
 store's records (index.json, sources/, patched/, bakes/, registry/) or the repository's
 (pipeline.yaml, patch/, images/, manifests/: image records, evidence, releases, ledger),
 or inside a JSON blob so named, is kept. Every command sweeps the litter of dead writers
-when it opens the store; SIGTERM unwinds like Ctrl-C (exit 143). The handler is the first
+when it opens the store; SIGTERM unwinds like Ctrl-C (exit 143), and one that lands
+while a staging directory is being removed on the way out lets the removal finish first
+(`staging.discard`). The handler is the first
 instruction of `patchbake.entry.main`, and the rest of the program is imported after it,
 so a SIGTERM or Ctrl-C that lands while the CLI is still loading also exits 143 or 130
 with one line; one that lands after the command's result was written is ignored (the
@@ -574,15 +578,20 @@ gates` on a read-only store is exit 13, not "blocked" (60), since no gate could 
 
 Every file a user, the repository or a bundle names (pipeline.yaml, image definitions,
 suite results, JUnit reports, evidence envelopes and statements, the trust policy and
-keys, the patch, FILES.txt, SOURCE, the series, image records, OCI layouts' `index.json`,
-docker-archive tars, the ledger, release manifests and VSAs) is read through
+keys, the patch, FILES.txt, SOURCE, the series, image records and the latest-bake
+pointer, OCI layouts' `index.json`, docker-archive tars, the ledger, release manifests and
+VSAs, the release and promotion journals, a release's files on export, benchmark figures,
+a local index page, a Dockerfile template) is read through
 `fsutil.read_input` / `open_input`: the file is opened without blocking (`O_NONBLOCK`, so a
 FIFO in its place never waits for a writer), and what was opened is checked on its
 descriptor to be a regular file. A FIFO, socket, device or directory is refused at once,
 in one line naming the path and what it is, with the reader's own exit code (3 for
 configuration, 21 for the guard's inputs, 50 `unreadable` for evidence, 61 for the ledger,
-62 for a release); a file over the input cap is exit 15. `tests/unit/test_inputs_safe.py`
-and the corpus hold it.
+62 for a release); a file over the input cap is exit 15. Lock files (the store's
+`locks/*.lock`, the ledger's `.lock`) are opened the same way and refused unless regular
+(13, 61); `store fsck` and `gc` skip a FIFO in the store or the repository rather than
+wait on it (one under a digest's name is a bad blob). `tests/unit/test_inputs_safe.py`,
+`tests/unit/test_inputs_fifo_readers.py` and the corpus hold it.
 
 A value from an input that an error message prints goes through `errors.shown()`, a
 `reprlib` representation bounded while it is built (depth, items, string length), so a

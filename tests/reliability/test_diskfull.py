@@ -193,10 +193,12 @@ def test_gates_on_a_read_only_store_are_a_store_error_not_a_verdict(
 
     root = tmp_path / "repo"
     keys = make_release_repo(root, tmp_path / "keys")
-    digest = "sha256:" + "ab" * 32
-    sign_all(root, keys, "sm89-serving-offline", digest)
     with tmpfs(tmp_path / "fs", "8m") as fs:
         store = Store.open(fs / "store")
+        # the store holds the image (a blob under its digest): an image it does not hold
+        # is a verdict (blocked, 60), tests/unit/test_release_gates.py
+        digest = str(store.put_bytes(b'{"schemaVersion": 2}'))
+        sign_all(root, keys, "sm89-serving-offline", digest)
         remount_ro(fs)
         p = config.load(root / "pipeline.yaml")
         ev = create.evaluation(p, store, f"sm89-serving-offline@{digest}")

@@ -140,3 +140,16 @@ def test_a_body_is_bounded_whatever_its_chunking() -> None:
 def test_a_silent_peer_is_given_up_within_minutes() -> None:
     pol = RetryPolicy.from_limits()
     assert pol.silent_peer_s() <= 90 and pol.silent_peer_s() < pol.deadline_s
+
+
+@pytest.mark.parametrize("command", ["fetch", "push", "pull"])
+def test_help_says_how_long_a_silent_server_is_waited_for(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A person reads the wait before starting it: the figure is the policy's own."""
+    from patchbake.entry import main
+
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    wait = RetryPolicy().silent_peer_s()
+    assert wait <= 90
+    assert f"never answers is given up after about {wait:.0f} s" in text, text

@@ -43,3 +43,46 @@ def test_image_export_under_proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert main(["image", "export", "offline", dest]) == 17
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"patchbake: error: {dest} cannot be written")
+
+
+def _one_line_17(capsys: pytest.CaptureFixture[str], rc: int, dest: str) -> None:
+    err = capsys.readouterr().err
+    assert rc == 17, err
+    [line] = err.splitlines()
+    assert line.startswith(f"patchbake: error: {dest}") and "cannot be written" in line, line
+
+
+def test_release_export_and_report_under_proc(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from release_support import make_release
+    from release_support import make_repo as make_release_repo
+
+    root = tmp_path / "repo"
+    rel = make_release(root, make_release_repo(root, tmp_path / "keys"), "sha256:" + "ab" * 32)
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
+    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
+    capsys.readouterr()
+    _one_line_17(capsys, main(["release", "export", rel.id, "--to", "/proc/bundle"]),
+                 "/proc/bundle")
+    _one_line_17(capsys, main(["report", rel.id, "--out", "/proc/r.html"]),
+                 "/proc/r.html")
+    _one_line_17(capsys, main(["keys", "generate", "--out", "/proc/keys"]),
+                 "/proc/keys")
+
+
+def test_an_oci_layout_without_index_json(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = make_repo(tmp_path)
+    layout_dir = tmp_path / "layout"
+    layout_dir.mkdir()
+    (layout_dir / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    (layout_dir / "blobs" / "sha256").mkdir(parents=True)
+    monkeypatch.setenv("PATCHBAKE_HOME", str(repo.store.root))
+    monkeypatch.chdir(repo.root)
+    capsys.readouterr()
+    assert main(["image", "inspect", str(layout_dir)]) == 30
+    err = capsys.readouterr().err
+    [line] = err.splitlines()
+    assert "index.json does not exist" in line and "Traceback" not in err, err

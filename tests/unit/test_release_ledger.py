@@ -254,6 +254,7 @@ def _relist(out: Path) -> None:
 @pytest.mark.parametrize("change, message", [
     ("add", "is not in bundle.json"),
     ("escape", "is not a file of the bundle"),
+    ("absolute", "is not a file of the bundle"),
     ("other-release", "is the listing of release 0000000000000000, not of"),
     ("proof", "the inclusion proof does not verify"),
     ("checkpoint", "no trusted key signed this checkpoint"),
@@ -270,6 +271,9 @@ def test_bundle_listing_and_log_proof_are_checked(
         (out / "extra.sh").write_text("echo hi\n")
     elif change == "escape":
         doc["files"]["../outside"] = "0" * 64
+        (out / bundle.BUNDLE).write_text(json.dumps(doc))
+    elif change == "absolute":
+        doc["files"][str(root / "pipeline.yaml")] = "0" * 64
         (out / bundle.BUNDLE).write_text(json.dumps(doc))
     elif change == "other-release":
         doc["release"] = "0" * 64

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from pathlib import Path
+
+import pytest
 
 from patchbake import staging
 from patchbake.fsutil import atomic_writer
@@ -61,3 +65,38 @@ def test_released_directories_do_not_keep_descriptors(tmp_path: Path) -> None:
         d.rmdir()
     staging.new_dir(tmp_path, "d.")
     assert not any(str(d) in staging._HELD for d in made)  # noqa: SLF001
+
+
+def test_an_interrupt_during_the_removal_does_not_cut_it_short(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM that lands while a command removes its staging on the way out (the
+    reliability harness's export trial 25) once left it half removed, as litter."""
+    held = staging.new_dir(tmp_path, "extract.")
+    for i in range(5):
+        (held / f"f{i}").write_bytes(b"x")
+    real = shutil.rmtree
+    calls: list[str] = []
+
+    def interrupted(path: str, ignore_errors: bool = False) -> None:
+        calls.append(str(path))
+        if len(calls) == 1:
+            os.unlink(os.path.join(path, "f0"))
+            raise KeyboardInterrupt  # what the SIGTERM handler raises (entry.Terminated)
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        staging.discard(held)
+    assert not held.exists() and len(calls) == 2
+    assert str(held) not in staging._HELD  # noqa: SLF001
+
+
+def test_an_interrupt_while_a_directory_is_made_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(fd: int, op: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fcntl, "flock", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        staging.new_dir(tmp_path, "extract.")
+    assert list(tmp_path.iterdir()) == []

@@ -89,6 +89,31 @@ def read_input(path: str | os.PathLike[str], what: str, error: ErrorFactory,
     return data
 
 
+def open_lock(path: str | os.PathLike[str], error: ErrorFactory) -> BinaryIO:
+    """Open (creating it) a lock file for ``flock``, without blocking: a FIFO, socket,
+    device or directory in its place is refused with ``error`` naming it, never waited
+    on. A write the file system refuses is left to the caller as OSError."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            raise exc from None
+        if stat.S_ISREG(mode):
+            raise
+        fd = -1
+    else:
+        mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        if fd >= 0:
+            os.close(fd)
+        raise error(f"lock file {path} is {_kind(mode)}, not a regular file; remove it "
+                    "(nothing holds a lock through it)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a+b")
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -33,6 +33,7 @@ The figures come from :mod:`patchbake.limits` (``PATCHBAKE_ATTEMPTS``,
 from __future__ import annotations
 
 import email.utils
+import socket
 import ssl
 import threading
 import time
@@ -42,6 +43,9 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import requests
+import requests.adapters
+import urllib3
+import urllib3.connection
 
 from . import __version__, limits, netconfig
 from .errors import DeadlineError, PatchbakeError, TrustError
@@ -221,6 +225,73 @@ class Budget:
             self.sleep(seconds)
 
 
+def _cut(sock: socket.socket, fired: threading.Event) -> None:
+    fired.set()
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # wakes the read waiting on it, unlike close()
+    except OSError:
+        pass
+
+
+class _HeadersInTime:
+    """An answer's status line and headers must arrive within one read timeout, all of
+    them: a server dripping header bytes (each socket read answered in time) is cut
+    off like a silent one, and the attempt fails as Retryable. The body is bounded by
+    :meth:`Budget.body`."""
+
+    sock: socket.socket | None
+    timeout: Any
+
+    def getresponse(self) -> Any:
+        limit = self.timeout if isinstance(self.timeout, (int, float)) else None
+        if self.sock is None or not limit:
+            return super().getresponse()  # type: ignore[misc]
+        fired = threading.Event()
+        timer = threading.Timer(float(limit), _cut, (self.sock, fired))
+        timer.daemon = True
+        timer.start()
+        try:
+            answer = super().getresponse()  # type: ignore[misc]
+        except OSError:
+            if not fired.is_set():
+                raise
+            answer = None
+        finally:
+            timer.cancel()
+        if fired.is_set():  # what was read after the cut is no answer (headers cut short)
+            raise TimeoutError(f"the answer's headers did not arrive within {limit:g} s")
+        return answer
+
+
+class _Connection(_HeadersInTime, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _TLSConnection(_HeadersInTime, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _Connection
+
+
+class _TLSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _TLSConnection
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    """requests' adapter whose connections bound the wait for an answer's headers."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
+
+    def proxy_manager_for(self, *args: Any, **kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(*args, **kwargs)
+        manager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
+        return manager
+
+
 class Session(requests.Session):
     """requests' Session carrying pip's network settings; for pip's trusted hosts (and
     only those) TLS is not verified."""
@@ -245,6 +316,8 @@ def http_session(kind: type[S] = Session,  # type: ignore[assignment]  # the def
     net = settings if settings is not None else netconfig.read()
     net.check_files()
     s = kind()
+    for prefix in ("http://", "https://"):
+        s.mount(prefix, _Adapter())
     s.headers["User-Agent"] = USER_AGENT
     s.network = net
     s.verify = net.verify

@@ -65,14 +65,17 @@ def new_dir(where: str | os.PathLike[str], prefix: str) -> Path:
     _forget_gone()
     while True:
         path = tempfile.mkdtemp(prefix=prefix, dir=where)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = -1
         try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same(path, fd):
                 _HELD[str(Path(path))] = fd
                 return Path(path)
-        except BaseException:
-            os.close(fd)
+        except BaseException:  # an interrupt too: the empty directory is not left behind
+            if fd >= 0:
+                os.close(fd)
+            shutil.rmtree(path, ignore_errors=True)
             raise
         os.close(fd)
 
@@ -82,6 +85,20 @@ def release(path: str | os.PathLike[str]) -> None:
     fd = _HELD.pop(str(Path(path)), None)
     if fd is not None:
         os.close(fd)
+
+
+def discard(path: str | os.PathLike[str]) -> None:
+    """Remove a directory from :func:`new_dir` and let go of it. An interrupt (SIGTERM,
+    Ctrl-C: KeyboardInterrupt) that lands during the removal does not leave it half
+    removed: the removal is finished first, then the interrupt goes on (the SIGTERM
+    handler raises once, so the second pass is not cut short)."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except KeyboardInterrupt:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    finally:
+        release(path)
 
 
 def _forget_gone() -> None:

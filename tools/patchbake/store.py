@@ -33,9 +33,9 @@ from typing import BinaryIO
 
 from .digest import ALGORITHM, Digest, is_hex
 from .errors import IntegrityError, StoreError
-from .fsutil import CHUNK, fsync_dir, fsync_tree
+from .fsutil import CHUNK, fsync_dir, fsync_tree, open_lock
 from .staging import is_litter as is_litter  # re-exported: the store's litter test
-from .staging import new_dir, new_file, reclaim, release
+from .staging import discard, new_dir, new_file, reclaim, release
 from .userdirs import user_cache_dir
 
 
@@ -174,7 +174,7 @@ class Store:
         path = self.lock_path(name)
         while True:
             try:
-                f = open(path, "a+b")  # noqa: SIM115 - closed in the finally below
+                f = open_lock(path, StoreError)
             except OSError as exc:
                 raise write_failure(exc, path) or exc
             try:
@@ -289,9 +289,9 @@ class Store:
 
     @staticmethod
     def discard(staging: Path) -> None:
-        """Remove a staging directory from :meth:`tmpdir` and let go of it."""
-        shutil.rmtree(staging, ignore_errors=True)
-        release(staging)
+        """Remove a staging directory from :meth:`tmpdir` and let go of it (an interrupt
+        landing meanwhile does not cut the removal short)."""
+        discard(staging)
 
     @staticmethod
     def release(staging: Path) -> None:

@@ -23,9 +23,11 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from .digest import Digest, is_digest, is_hex
-from .fsutil import CHUNK
+from .errors import PatchbakeError, StoreError
+from .fsutil import CHUNK, open_input
 from .sources.digest import tree_digest
 from .sources.treememo import memo_path
 from .staging import reclaim
@@ -64,9 +66,38 @@ class Report:
         return not self.damaged and not self.litter and not self.stray
 
 
+def _open_regular(path: Path) -> BinaryIO | None:
+    """``path`` opened for reading without blocking, or None when it is no regular file
+    (or is gone): a FIFO planted in the store or the repository must not hang fsck or gc."""
+    try:
+        return open_input(path, "file", StoreError)
+    except PatchbakeError:
+        return None
+
+
+def _read_small(path: Path, *, json_only: bool = False) -> bytes | None:
+    """The bytes of a record (or, ``json_only``, a blob that starts as a JSON object) to
+    scan; None if it is no regular file, is over MAX_SCAN_BYTES or is not JSON."""
+    f = _open_regular(path)
+    if f is None:
+        return None
+    with f:
+        if os.fstat(f.fileno()).st_size > MAX_SCAN_BYTES:
+            return None
+        head = f.read(1)
+        if json_only and head != b"{":
+            return None
+        data = head + f.read(MAX_SCAN_BYTES)
+    return data if len(data) <= MAX_SCAN_BYTES else None
+
+
 def hash_file(path: Path) -> str:
+    """The sha256 of a blob; "" for what is no regular file (so it matches no name)."""
+    f = _open_regular(path)
+    if f is None:
+        return ""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with f:
         for chunk in iter(lambda: f.read(CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -88,8 +119,9 @@ def _tree_claims(store: Store) -> dict[str, str]:
     claims: dict[str, str] = {}
     for kind in ("sources", "patched"):
         for rec in sorted((store.root / kind).glob("*.json")):
+            raw = _read_small(rec)
             try:
-                doc = json.loads(rec.read_bytes())
+                doc = json.loads(raw) if raw is not None else None
             except (OSError, ValueError):
                 continue
             digest = doc.get("tree_digest") if isinstance(doc, dict) else None
@@ -107,8 +139,11 @@ def _locks(store: Store) -> list[Path]:
 
 
 def _is_idle(lock: Path) -> bool:
+    f = _open_regular(lock)  # no regular file: Store.lock refuses it, naming it
+    if f is None:
+        return False
     try:
-        with open(lock, "rb") as f:
+        with f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -171,10 +206,11 @@ def referenced(store: Store, repo: Path | None) -> set[str]:
     for p in _record_files(store, repo):
         _scan(p.name.encode(), names)
         try:
-            if p.stat().st_size <= MAX_SCAN_BYTES:
-                _scan(p.read_bytes(), names)
+            data = _read_small(p)
         except OSError:
             continue
+        if data is not None:
+            _scan(data, names)
     todo = list(names)
     seen: set[str] = set()
     while todo:
@@ -184,15 +220,13 @@ def referenced(store: Store, repo: Path | None) -> set[str]:
         seen.add(hexd)
         p = store.root / "blobs" / "sha256" / hexd
         try:
-            if not p.is_file() or p.stat().st_size > MAX_SCAN_BYTES:
-                continue
-            with open(p, "rb") as f:
-                if f.read(1) != b"{":
-                    continue
-                found: set[str] = set()
-                _scan(b"{" + f.read(), found)
+            data = _read_small(p, json_only=True)
         except OSError:
             continue
+        if data is None:
+            continue
+        found: set[str] = set()
+        _scan(data, found)
         names |= found
         todo.extend(found - seen)
     return names
@@ -321,8 +355,11 @@ def _remove(p: Path) -> None:
 
 def _remove_idle_lock(path: Path) -> None:
     """Unlink a lock file while holding it (Store.lock re-checks the inode it locked)."""
+    f = _open_regular(path)
+    if f is None:
+        return
     try:
-        with open(path, "rb") as f:
+        with f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -12,7 +12,7 @@ import click
 from .. import ui
 from ..cli import Ctx, pass_ctx
 from ..errors import ImageError
-from ..fsutil import atomic_write, pretty_json
+from ..fsutil import atomic_write, output_to, pretty_json
 from ..release import imageattest
 from ..suites import image as imagemod
 
@@ -44,7 +44,8 @@ def sbom_cmd(ctx: Ctx, ref: str, out: Path | None) -> None:
     docs = _documents(ctx, ref)
     bom = dict(docs.sbom.predicate)
     if out is not None:
-        atomic_write(out, pretty_json(bom))
+        with output_to(out, "--out"):
+            atomic_write(out, pretty_json(bom))
     if ctx.as_json:
         ui.emit_json(bom)
         return
@@ -73,7 +74,8 @@ def provenance_cmd(ctx: Ctx, ref: str, out: Path | None) -> None:
     docs = _documents(ctx, ref)
     doc = docs.provenance.to_json()
     if out is not None:
-        atomic_write(out, pretty_json(doc))
+        with output_to(out, "--out"):
+            atomic_write(out, pretty_json(doc))
     if ctx.as_json:
         ui.emit_json(doc)
         return

@@ -14,6 +14,7 @@ from ..config.signing import default_key_dir
 from ..digest import Digest
 from ..errors import EvidenceError, PatchbakeError, UsageError
 from ..evidence import facts, statement
+from ..fsutil import output_to
 from ..sources import fetch
 from ..sources.digest import tree_digest
 from ..suites import image as imagemod
@@ -64,7 +65,8 @@ def keys_generate(ctx: Ctx, out: Path | None, name: str, suites: str) -> None:
     from ..evidence import keys as keymod
     from ..evidence import policy as policymod
 
-    made = keymod.generate(out or default_key_dir())
+    with output_to(out or default_key_dir(), "--out"):
+        made = keymod.generate(out or default_key_dir())
     entry = policymod.render_entry(name, made.keyid, made.public_pem, "", suites.split(","),
                                    statement.PREDICATE_TYPE)
     if ctx.as_json:

@@ -17,7 +17,7 @@ from ..cli import Ctx, complete_images, complete_suites, pass_ctx
 from ..config import suites as suitesmod
 from ..errors import SuiteError
 from ..verify.expected import image_definition
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, output_to
 from ..oci import image as oci_image
 from ..sources import fetch
 from ..sources.digest import tree_digest
@@ -150,7 +150,8 @@ def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
     for i in images:
         with did_you_mean(ctx, i):
             refs.append(imagemod.identify(ctx.store, i, ctx.pipeline))
-    made = bundle(ctx.store, refs, out)
+    with output_to(out, "--out"):
+        made = bundle(ctx.store, refs, out)
     if ctx.as_json:
         ui.emit_json(made)
     else:

@@ -22,6 +22,7 @@ import jinja2
 from ..config import Lineage, Pipeline
 from ..digest import Digest
 from ..errors import EngineError, ImageError
+from ..fsutil import read_input
 from ..oci import engine, layout
 from ..oci.archive import export_docker_archive, import_docker_archive
 from ..oci.image import StoreBlobs, load_image
@@ -47,12 +48,11 @@ from .recipe import (
 def render(defn: Definition, mode: str, base_ref: str, overlay: Overlay,
            labels: dict[str, str], base_config: dict[str, Any] | None = None) -> str:
     entrypoint, cmd = wrapped_entrypoint(base_config or {})
-    if not defn.template.is_file():
-        raise ImageError(f"{defn.path.name}: template {defn.template} does not exist")
+    text = read_input(defn.template, f"{defn.path.name}: template", ImageError)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
     try:
-        tmpl = env.from_string(defn.template.read_text(encoding="utf-8"))
+        tmpl = env.from_string(text.decode("utf-8", "replace"))
         return tmpl.render(mode=mode, base_ref=base_ref, builder=defn.builder,
                            torch_cuda_arch_list=defn.torch_cuda_arch_list,
                            max_jobs=defn.max_jobs, site_packages=defn.site_packages,

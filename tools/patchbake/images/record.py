@@ -93,7 +93,7 @@ def write_record(repo_root: Path, record: dict[str, Any]) -> Path:
                "digest": str(rec.manifest_digest),
                "record": path.relative_to(repo_root).as_posix()}
     latest = records_dir(repo_root, record["definition"]) / LATEST
-    if not latest.exists() or latest.read_bytes() != pretty_json(pointer):
+    if read_optional(latest, "the latest-bake pointer", ImageError) != pretty_json(pointer):
         previous = _pointer_digest(latest)
         _update_superseded(repo_root, record["definition"], previous, rec.manifest_digest)
         atomic_write(latest, pretty_json(pointer))
@@ -101,9 +101,12 @@ def write_record(repo_root: Path, record: dict[str, Any]) -> Path:
 
 
 def _pointer_digest(latest: Path) -> Digest | None:
+    raw = read_optional(latest, "the latest-bake pointer", ImageError)
+    if raw is None:
+        return None
     try:
-        return Digest.parse(json.loads(latest.read_bytes())["digest"])
-    except (OSError, ValueError, KeyError, TypeError, PatchbakeError):
+        return Digest.parse(json.loads(raw)["digest"])
+    except (ValueError, KeyError, TypeError, PatchbakeError):
         return None
 
 

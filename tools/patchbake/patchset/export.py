@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from ..store import Store
 from .diffparse import Patch, parse_patch
 from .exportdiff import export_diff
 from .filelist import Entry, render
-from .gitcmd import cat_file, git, scratch_repo
+from .gitcmd import cat_file, git, held_scratch_repo
 from .sourcerec import SourceRecord, read_source, render_source
 from .workspace import BASE_REF, PRISTINE_REF, PRISTINE_SUBJECT
 
@@ -241,13 +240,10 @@ def export(  # noqa: C901 - the refusal threads and the diff they run beside, ke
     try:
         side.append(beside(refusals, 1))
         fetched = fetch(lineage, store)
-        scratch = scratch_repo(store.root / "tmp", [o.objects])
-        try:
+        with held_scratch_repo(store.root / "tmp", [o.objects]) as scratch:
             data, patch, post = export_diff(scratch, refs.pristine, o.commit,
                                             lineage.patch.name,
                                             o.repo if o.kind == "workspace" else None)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
     finally:
         for t in side:
             t.join()

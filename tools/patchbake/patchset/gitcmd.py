@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..gitrun import AUTHOR, CONFIG, FIXED_DATE, git, git_env
 from ..scratch import memory_tmp
+from ..staging import discard, new_dir
 
 __all__ = ["AUTHOR", "ATTRIBUTES", "CONFIG", "DIFF_FLAGS", "FIXED_DATE", "canonical_diff",
-           "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "memory_tmp",
-           "objects_dir", "scratch_repo"]
+           "DiffInFile", "canonical_diff_to", "cat_file", "git", "git_env", "held_scratch_repo",
+           "memory_tmp", "objects_dir", "scratch_repo"]
 
 # Attributes that change what git writes into a diff or a commit; "!x" makes x
 # unspecified, overriding lower-precedence .gitattributes files in the tree.
@@ -35,8 +37,24 @@ DIFF_FLAGS: tuple[str, ...] = (
 
 
 def scratch_repo(parent: Path, alternates: Sequence[Path] = ()) -> Path:
-    """A minimal bare repository (no hooks, no config of anyone else's) borrowing objects."""
-    d = Path(tempfile.mkdtemp(prefix="patchbake-diff.", dir=parent))
+    """A minimal bare repository (no hooks, no config of anyone else's) borrowing objects,
+    in a new directory under ``parent`` that the caller removes."""
+    return _init_bare(Path(tempfile.mkdtemp(prefix="patchbake-diff.", dir=parent)), alternates)
+
+
+@contextmanager
+def held_scratch_repo(tmp: Path, alternates: Sequence[Path] = ()) -> Iterator[Path]:
+    """:func:`scratch_repo` as a staging entry of the store's ``tmp/``: held with ``flock``
+    while in use (another process's sweep never takes it), removed on the way out,
+    whatever ends the work (a SIGTERM leaves nothing behind)."""
+    d = new_dir(tmp, "patchbake-diff.")
+    try:
+        yield _init_bare(d, alternates)
+    finally:
+        discard(d)
+
+
+def _init_bare(d: Path, alternates: Sequence[Path]) -> Path:
     (d / "objects" / "info").mkdir(parents=True)
     (d / "refs" / "heads").mkdir(parents=True)
     (d / "info").mkdir()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from .apply import Base, apply_patch
 from .diffparse import parse_patch
 from .export import _is_ancestor, _read_refs, _resolve
 from .filelist import sort_key
-from .gitcmd import canonical_diff, git, scratch_repo
+from .gitcmd import canonical_diff, git, held_scratch_repo
 from .paths import to_bytes
 from .treeio import TreeReader
 
@@ -134,9 +133,8 @@ def split_series(lineage: Any, store: Store, workspace: Path) -> list[str]:
     commits = [ln.split() for ln in revs if ln.strip()]
     if not commits:
         raise SeriesError(f"{workspace} has no commits after the pristine one")
-    scratch = scratch_repo(store.root / "tmp", [o.objects])
     names: list[str] = []
-    try:
+    with held_scratch_repo(store.root / "tmp", [o.objects]) as scratch:
         for commit, *parents in commits:
             if len(parents) != 1:
                 raise SeriesError(f"commit {commit[:12]} is a merge; a series needs a linear "
@@ -148,8 +146,6 @@ def split_series(lineage: Any, store: Store, workspace: Path) -> list[str]:
             name = f"{len(names) + 1:04d}-{_slug(subject.removeprefix('patchbake: '))}.patch"
             atomic_write(lineage.series / name, data)
             names.append(name)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     if not names:
         raise SeriesError(f"the commits after the pristine one in {workspace} change nothing")
     for old in lineage.series.glob("*.patch"):

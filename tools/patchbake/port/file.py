@@ -43,6 +43,10 @@ class HunkVerdict:
                 "candidates": [{"path": p, "similarity": s} for p, s in self.candidates]}
 
 
+BINARY = ("a side is binary (a NUL byte), which no three-way merge takes: resolve by "
+          "hand")
+
+
 @dataclass
 class FileResult:
     path: str
@@ -90,7 +94,11 @@ def port_modified(fp: FilePatch, old: bytes, new: bytes, scratch: Path,
     applied: list[tuple[int, Hunk]] = [(k, h) for _p, k, h in keep]
     for k, h, why in pending:
         ours = _with_hunks(old_lines, applied + [(k, h)])
-        merged, conflicts = _merge(ours, old, b"".join(current), scratch, labels)
+        got = _merge(ours, old, b"".join(current), scratch, labels)
+        if got is None:
+            rows[k] = _row(fp, k, h, CONFLICT, None, f"{why}; {BINARY}")
+            continue
+        merged, conflicts = got
         merged_lines = split_lines(merged)
         resolved = resolve_absorbed(merged, labels) if conflicts else None
         if resolved is not None:  # upstream holds the change, with more beside it
@@ -127,10 +135,13 @@ def port_file(fp: FilePatch, old: Base, new: Base, scratch: Path,
             res.rows = [whole(fp.path, 0, 0, ABSORBED, 1, None, "upstream added the same "
                               "file", fp.added)]
         else:
-            merged, _n = _merge(post, b"", new[0], scratch, labels)
-            res.rows, res.post = [whole(fp.path, 0, 0, CONFLICT, 1, None, "upstream added "
-                                        "another file at this path; conflict marked",
-                                        fp.added)], merged
+            got = _merge(post, b"", new[0], scratch, labels)
+            note = "conflict marked" if got is not None else \
+                f"{BINARY}; upstream's file is left in place"
+            res.rows = [whole(fp.path, 0, 0, CONFLICT, 1, None, "upstream added another "
+                              f"file at this path; {note}", fp.added)]
+            if got is not None:
+                res.post = got[0]
         return res
     if new is None:
         verdict = ABSORBED if fp.status == "D" else GONE

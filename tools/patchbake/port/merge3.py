@@ -28,9 +28,17 @@ from ..patchset.gitcmd import git
 Labels = tuple[str, str, str]
 
 
+def is_binary(data: bytes) -> bool:
+    """git's own test (a NUL byte among the first 8,000): content git merge-file refuses."""
+    return b"\0" in data[:8000]
+
+
 def merge_file(ours: bytes, base: bytes, theirs: bytes, scratch: Path,
-               labels: Labels) -> tuple[bytes, int]:
-    """``git merge-file -p --diff3``: (result, number of conflicts)."""
+               labels: Labels) -> tuple[bytes, int] | None:
+    """``git merge-file -p --diff3``: (result, number of conflicts); None when a side is
+    binary, which no three-way merge takes (a conflict for the caller, not a failure)."""
+    if any(map(is_binary, (ours, base, theirs))):
+        return None
     with tempfile.TemporaryDirectory(prefix="patchbake-merge.", dir=scratch) as d:
         paths = []
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):

@@ -22,7 +22,7 @@ import yaml
 from ..config import Lineage, Upstream, parse
 from ..digest import is_hex
 from ..errors import ConfigError, FetchError, PortError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, read_input
 from ..sources import http
 from ..sources.index import _project_files, configured_index, normalise_name
 
@@ -127,7 +127,7 @@ def _insert_point(lines: list[str]) -> tuple[int, str]:
 
 def plan_lineage_edit(pipeline_path: Path, lin: Lineage) -> tuple[str, str]:
     """(new pipeline.yaml text, the inserted block), validated; nothing is written."""
-    text = pipeline_path.read_text(encoding="utf-8")
+    text = read_input(pipeline_path, "pipeline", ConfigError).decode("utf-8")
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import __version__
 from ..digest import Digest
-from ..errors import EvidenceError, ImageError, LedgerError, PatchbakeError, ReleaseError
+from ..errors import EvidenceError, ImageError, LedgerError, PatchbakeError, ReleaseError, shown
 from ..evidence import policy, records
 from ..fsutil import atomic_write, pretty_json, read_input, sha256_bytes
 from ..images.record import ImageRecord
@@ -78,7 +78,7 @@ def export(root: Path, policy_path: Path, release: str, dest: Path) -> Path:
     try:
         for src in _files(root, rel, policy_path):
             target = POLICY if src == policy_path else src.resolve().relative_to(root.resolve())
-            data = src.read_bytes()
+            data = read_input(src, "a file of the release", ReleaseError)
             (staging / target).parent.mkdir(parents=True, exist_ok=True)
             (staging / target).write_bytes(data)
             listing[target.as_posix()] = sha256_bytes(data)
@@ -207,9 +207,9 @@ def _listing(root: Path) -> tuple[str, str]:
         path = (root / name).resolve()
         if name.startswith("/") or ".." in Path(name).parts or not path.is_relative_to(base) \
                 or not is_hex(sha):
-            raise ReleaseError(f"{BUNDLE}: entry {name!r} is not a file of the bundle with "
+            raise ReleaseError(f"{BUNDLE}: entry {shown(name)} is not a file of the bundle with "
                                "a sha256")
-        data = read_input(root / name, f"bundle file {name}", ReleaseError)
+        data = read_input(root / name, f"bundle file {shown(name)}", ReleaseError)
         if sha256_bytes(data) != sha:
             raise ReleaseError(f"bundle file {name} was changed after export (its sha256 is "
                                f"not the one {BUNDLE} lists)")

@@ -39,7 +39,7 @@ from ..errors import LedgerError, ReleaseError
 from ..evidence.dsse import pae
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
-from ..fsutil import atomic_write, canonical_json, read_optional, sha256_bytes
+from ..fsutil import atomic_write, canonical_json, open_lock, read_optional, sha256_bytes
 from . import manifest
 from ..fields import Fields
 from .referrers import Attached
@@ -140,7 +140,7 @@ def path_of(releases_dir: Path) -> Path:
 def locked(releases_dir: Path) -> Iterator[None]:
     """One writer at a time (the lock file is ignored by git)."""
     releases_dir.mkdir(parents=True, exist_ok=True)
-    with open(releases_dir / ".lock", "a+b") as f:
+    with open_lock(releases_dir / ".lock", LedgerError) as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield

@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..evidence import policy
 from ..evidence.statement import PREDICATE_TYPE
-from ..fsutil import atomic_write, fsync_dir, read_input, sha256_bytes
+from ..fsutil import atomic_write, fsync_dir, read_input, read_optional, sha256_bytes
 from ..oci.registry import RegistryClient
 from ..oci.registry_manifest import OCI_MANIFEST, Descriptor
 from ..oci.registry_ref import RegistryRef, parse_ref
@@ -76,12 +76,13 @@ def recover(rdir: Path, policy: Any) -> str | None:
     signed by a ``release`` key before it may reach the ledger."""
     p = rdir / JOURNAL
     hint = "it is written before a tag is set and removed once the ledger records the promotion"
+    raw = read_optional(p, "the promotion journal", LedgerError)
+    if raw is None:
+        return None
     try:
-        j = json.loads(p.read_bytes())
+        j = json.loads(raw)
         line = str(j["entry"]).encode()
         ref = parse_ref(str(j["to"]))
-    except FileNotFoundError:
-        return None
     except (ValueError, KeyError, TypeError, PatchbakeError):
         raise LedgerError(f"{p} is damaged; inspect the registry tag it names and remove it",
                           hint=hint) from None

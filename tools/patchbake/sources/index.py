@@ -23,6 +23,7 @@ import requests
 
 from .. import netconfig
 from ..errors import FetchError, IntegrityError
+from ..fsutil import read_input
 from ..netpolicy import Session
 from . import http
 
@@ -93,10 +94,8 @@ def _project_files(session: requests.Session, page: str, what: str) -> tuple[lis
     if urlsplit(page).scheme == "file":
         # a local PEP 503 tree: <index>/<project>/index.html
         path = Path(unquote(urlsplit(page).path)) / "index.html"
-        try:
-            return files_from_html(path.read_text(encoding="utf-8")), path.as_uri()
-        except OSError as exc:
-            raise FetchError(f"{what}: cannot read {path}: {exc.strerror}") from exc
+        data = read_input(path, f"{what}: the index page", FetchError)
+        return files_from_html(data.decode("utf-8", "replace")), path.as_uri()
     resp = http.request(session, page, what=what, headers={"Accept": ACCEPT})
     ctype = str(resp.headers.get("Content-Type", "")).split(";")[0].strip()
     base = resp.url or page
