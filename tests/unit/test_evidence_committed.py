@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
 from patchbake.digest import Digest
 from patchbake.evidence import policy, records
+from patchbake.evidence.statement import PREDICATE_TYPE
+from patchbake.release import imageattest
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = sorted((REPO / "manifests" / "evidence").glob("*/*.dsse.json"))
+ALL = sorted((REPO / "manifests" / "evidence").glob("*/*.dsse.json"))
+
+
+def _predicate_type(path: Path) -> str:
+    payload = base64.b64decode(json.loads(path.read_bytes())["payload"])
+    return str(json.loads(payload)["predicateType"])
+
+
+# suite evidence; the image's SBOM and provenance a release signs sit beside it
+FILES = [p for p in ALL if _predicate_type(p) == PREDICATE_TYPE]
+ATTESTATIONS = [p for p in ALL if p not in FILES]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name[:12]}/{p.name}" for p in FILES])
@@ -27,6 +41,21 @@ def test_committed_evidence_verifies(path: Path) -> None:
 
 def test_there_is_committed_evidence() -> None:
     assert FILES, "manifests/evidence/ holds no evidence"
+
+
+@pytest.mark.parametrize("path", ATTESTATIONS,
+                         ids=[f"{p.parent.name[:12]}/{p.name}" for p in ATTESTATIONS])
+def test_committed_sbom_and_provenance_verify(path: Path) -> None:
+    """Every other envelope is an SBOM or a provenance: signed by a release key, about the
+    image its directory names, and checked as its kind."""
+    kinds = {t: k for k, t in imageattest.PREDICATES.items()}
+    kind = kinds[_predicate_type(path)]
+    assert path.name.startswith(f"{kind}-")
+    pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
+    keyid, stmt, items = imageattest.open_statement(
+        path.read_bytes(), kind, Digest.from_hex(path.parent.name), pol, str(path))
+    assert items > 0 and "release" in pol.keys[keyid].roles
+    assert stmt.subject_digest == Digest.from_hex(path.parent.name)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name[:12]}/{p.name}" for p in FILES])
@@ -54,8 +83,8 @@ def test_latest_bakes_evidence_ran_the_committed_suites(latest: Path) -> None:
     from patchbake.suites.run import suite_content_sha256
 
     digest = json.loads(latest.read_text())["digest"].removeprefix("sha256:")
-    found = sorted((REPO / "manifests" / "evidence" / digest).glob("*.dsse.json"))
-    assert found, f"the latest bake of {latest.parent.name} has no evidence"
+    found = [p for p in FILES if p.parent.name == digest]
+    assert found, f"the latest bake of {latest.parent.name} has no suite evidence"
     pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
     for path in found:
         v = records.verify_file(path, Digest.from_hex(digest), pol,

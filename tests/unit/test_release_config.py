@@ -93,7 +93,8 @@ def test_repository_policy_gives_the_release_key_the_release_role() -> None:
     pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
     assert pol.version == 2
     assert {t.name for t in pol.keys.values() if "release" in t.roles} == \
-        {"patchbake-release-2026-12", "patchbake-release-2026-12-02"}
+        {"patchbake-release-2026-12", "patchbake-release-2026-12-02",
+         "patchbake-release-2026-12-02b"}
     assert not any("approver" in t.roles for t in pol.keys.values())
 
 
