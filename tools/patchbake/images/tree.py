@@ -82,6 +82,8 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
         return _tree_of(view, base.name, sp_rel, {}, None)
     memo = _dist_memo_path(store, base, sp_rel)
     found = _read_dist_memo(memo)
+    if found is not None and not _memo_matches(view, sp_rel, *found):
+        found = None  # stale or altered: read again
     if found is None:
         found = _read_dist_info(base, store, sp_rel, tracked)
         cache_write(memo, canonical_json({
@@ -89,6 +91,20 @@ def base_tree(base: BaseImage, store: Store, sp_rel: str) -> BaseTree:
             "files": {k: base64.b64encode(v).decode() for k, v in found[0].items()}}))
     dist, dist_name = found
     return _tree_of(view, base.name, sp_rel, dist, dist_name)
+
+
+def _memo_matches(view: View, sp_rel: str, dist: dict[str, bytes], dist_name: str | None
+                  ) -> bool:
+    """The memo's files are the ones the layers' view names, byte for byte (their sha256):
+    a memo is a cache of bytes, never a source of them."""
+    if dist_name is None or not dist:
+        return False
+    for name, data in dist.items():
+        seen = view.files.get(f"{sp_rel}/{dist_name}/{name}")
+        if seen is None or seen.kind != "file" or \
+                seen.sha256 != hashlib.sha256(data).hexdigest():
+            return False
+    return True
 
 
 def _read_dist_info(base: BaseImage, store: Store, sp_rel: str, tracked: tuple[str, ...]
@@ -119,9 +135,10 @@ def _dist_memo_path(store: Store, base: BaseImage, sp_rel: str) -> Path:
     """Where the dist-info read from ``base`` is memoised. Reading it means reading every
     layer through (a real serving base is ~10 GB): without the memo a bake's time would
     grow with the base. The key is the manifest digest, which names every layer by its
-    digest, so the memo is a function of bytes the store verified when it wrote them; it is
-    used only after the layers' own ops memos replayed (``stored=True`` above), so a base
-    whose memos are gone is read and hashed again."""
+    digest, so the memo is a function of bytes the store verified when it wrote them. It is
+    consulted once the layers' view is built (replayed from their ops memos, or read and
+    hashed when those are gone), and its bytes are taken only when they hash to what that
+    view holds for those files (``_memo_matches``): a stale or altered memo is read again."""
     key = hashlib.sha256(f"{DIST_MEMO_FORMAT}\0{base.manifest_digest}\0{sp_rel}".encode())
     return store.root / "bakes" / "layer-ops" / f"dist-info-{key.hexdigest()}.json"
 
