@@ -648,3 +648,22 @@ def test_approve_names_an_unknown_channel_before_any_key(
     err = capsys.readouterr().err
     assert "no channel 'sm89-stabel'; did you mean 'sm89-stable'?" in err
     assert "approver role" not in err
+
+
+def test_a_checkpoint_left_short_of_the_ledger_is_caught_up(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    """Killed between the ledger's append and its checkpoint: the next create signs a
+    checkpoint of the whole ledger (tlog.catch_up), and one that covers it is left alone."""
+    root, k, rel = released
+    short = (rdir(root) / tlog.NAME).read_bytes()
+    _second_entry(root, k, rel)
+    (rdir(root) / tlog.NAME).write_bytes(short)  # the crash: ledger of 2, checkpoint of 1
+    origin = tlog.origin_of(config.load(root / "pipeline.yaml").name)
+    entries = ledger.verify(rdir(root), pol(root))
+    key = keys.load_private(k.release)
+    before = tlog.check_committed(rdir(root), entries, pol(root), origin)
+    assert before is not None and before.size == 1
+    assert tlog.catch_up(rdir(root), entries, origin, key, pol(root)) is not None
+    after = tlog.check_committed(rdir(root), entries, pol(root), origin)
+    assert after is not None and after.size == 2
+    assert tlog.catch_up(rdir(root), entries, origin, key, pol(root)) is None

@@ -124,6 +124,6 @@ def create(pipeline: Pipeline, store: Store, channel: str, ref: str, *,
         # no append to a rolled-back log
         tlog.check_committed(rdir, ledger.verify(rdir, pol), pol, origin)
         rel, entry = journal.record(rdir, pol, data, key)
-        if entry is not None:
-            tlog.publish(rdir, ledger.verify(rdir, pol), origin, key, pol)
+        # the checkpoint covers the whole ledger: this entry, and one a crash left unsigned
+        tlog.catch_up(rdir, ledger.verify(rdir, pol), origin, key, pol)
     return Created(rel, table, entry is not None, entry)

@@ -65,6 +65,21 @@ def publish(releases_dir: Path, entries: list[Entry], origin: str, key: Ed25519P
     return note
 
 
+def catch_up(releases_dir: Path, entries: list[Entry], origin: str, key: Ed25519PrivateKey,
+             policy: Policy) -> bytes | None:
+    """Sign a checkpoint of ``entries`` when the committed one covers fewer (or there is
+    none): a process killed between the ledger's append and its checkpoint, or a journal
+    rolled forward, leaves the log signed short of the ledger. Returns the new note, or
+    None when the committed checkpoint already covers every entry. The caller has checked
+    the committed checkpoint before appending (``check_committed``): one absent here is the
+    first release's."""
+    if (releases_dir / NAME).exists():
+        signed = check_committed(releases_dir, entries, policy, origin)
+        if signed is not None and signed.size == len(entries):
+            return None
+    return publish(releases_dir, entries, origin, key, policy)
+
+
 def read_note(note: bytes, policy: Policy, origin: str, where: str) -> Checkpoint:
     cp, _ = checkpoint.verify(note, note_keys(policy), where)
     if cp.origin != origin:
