@@ -215,3 +215,23 @@ def test_an_annotation_that_lies_about_the_statement_is_refused(
     with pytest.raises(AttachedError, match="annotated as .*verification_summary.* but "
                                             "carries a .*test-result"):
         readback.verify(client, _ref(rel), rel, pol)
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'{"layers": "x"}', b'{"layers": [1]}',
+                                  b"not json", b'{"schemaVersion": 2}'])
+def test_a_cosign_tag_of_an_unknown_shape_is_refused_not_replaced(body: bytes) -> None:
+    """Promotion extends cosign's `.att` tag; one that is not a manifest with a list of
+    layers (another tool's, or damaged) is refused with one line, never overwritten and
+    never a traceback."""
+    from patchbake.errors import RegistryError
+    from patchbake.release import referrers
+
+    class Tagged:
+        host = "127.0.0.1:5000"
+
+        def fetch_manifest(self, *_a: object, **_k: object) -> tuple[bytes, str, str]:
+            return body, "application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64
+
+    with pytest.raises(RegistryError, match="is not a manifest with a list of layers") as info:
+        referrers._existing_att_layers(Tagged(), "r", "sha256-" + "a" * 64 + ".att")  # type: ignore[arg-type]
+    assert "\n" not in info.value.one_line()

@@ -226,10 +226,16 @@ def _existing_att_layers(client: RegistryClient, repo: str, tag: str) -> list[di
     if got is None:
         return []
     try:
-        layers = json.loads(got[0]).get("layers") or []
+        doc = json.loads(got[0])
     except ValueError:
-        raise RegistryError(f"{repo}:{tag} is not a manifest; refusing to replace it") from None
-    return [x for x in layers if isinstance(x, dict)]
+        doc = None
+    layers = doc.get("layers") if isinstance(doc, dict) else None
+    if not isinstance(layers, list) or not all(isinstance(x, dict) for x in layers):
+        # another tool's tag in a shape we do not know: never replaced, never a traceback
+        raise RegistryError(f"{repo}:{tag} is not a manifest with a list of layers; refusing "
+                            "to replace it", hint="inspect the tag; remove it only if it is "
+                                                  "not another tool's")
+    return layers
 
 
 def attach(client: RegistryClient, store: Store, repo: str, subject: Descriptor,
