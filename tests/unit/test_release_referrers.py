@@ -235,3 +235,27 @@ def test_a_cosign_tag_of_an_unknown_shape_is_refused_not_replaced(body: bytes) -
     with pytest.raises(RegistryError, match="is not a manifest with a list of layers") as info:
         referrers._existing_att_layers(Tagged(), "r", "sha256-" + "a" * 64 + ".att")  # type: ignore[arg-type]
     assert "\n" not in info.value.one_line()
+
+
+def test_what_is_read_back_is_bounded_in_total(attached: tuple[Any, ...],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever can push to the repository cannot make a verification read without end:
+    each envelope is read once, and all of them together are bounded."""
+    from patchbake.errors import AttachedError
+    from patchbake.release import discover
+
+    fake, client, _, _, rel, pol, _ = attached
+    gets: list[str] = []
+    real = client.get_blob
+
+    def counted(ref: RegistryRef, digest: Any, **kw: Any) -> bytes:
+        gets.append(str(digest))
+        return real(ref, digest, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(client, "get_blob", counted)
+    readback.verify(client, _ref(rel), rel, pol)
+    assert gets and len(gets) == len(set(gets))
+    monkeypatch.setattr(discover, "MAX_TOTAL", 1)
+    with pytest.raises(AttachedError, match="together; refusing to read more") as info:
+        readback.verify(client, _ref(rel), rel, pol)
+    assert info.value.exit_code == 63 and "\n" not in info.value.one_line()

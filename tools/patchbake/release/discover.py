@@ -24,6 +24,7 @@ from .referrers import ARTIFACT_TYPE, PREDICATE_ANNOTATION, att_tag, referrers_t
 
 MAX_LISTED = 256  # artifact manifests (or cosign layers) read for one image
 MAX_ENVELOPE = 16 << 20  # an SBOM envelope is the largest, well under this
+MAX_TOTAL = 256 << 20  # every envelope read for one image, together
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,23 +111,37 @@ def _layers(doc: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return layers
 
 
+def _envelope(client: RegistryClient, ref: RegistryRef, layer: Digest,
+              read: dict[Digest, bytes]) -> bytes:
+    """One envelope blob, read once per discovery whatever lists it, and all of them
+    together bounded (MAX_TOTAL): whoever can push to the repository cannot make a
+    verification read without end."""
+    if layer not in read:
+        if sum(map(len, read.values())) > MAX_TOTAL:
+            raise AttachedError(f"untrusted: the statements attached to {ref.repo} exceed "
+                                f"{MAX_TOTAL >> 20} MiB together; refusing to read more")
+        read[layer] = client.get_blob(ref, layer, max_bytes=MAX_ENVELOPE)
+    return read[layer]
+
+
 def _statements(client: RegistryClient, ref: RegistryRef, manifest: Digest, kind: str,
-                subject: Digest | None, layers: list[dict[str, Any]], where: str
-                ) -> list[Found]:
+                subject: Digest | None, layers: list[dict[str, Any]], where: str,
+                read: dict[Digest, bytes]) -> list[Found]:
     out = []
     for x in layers:
         layer = _digest(x.get("digest"), where)
         notes = x.get("annotations")
         claim = notes.get(PREDICATE_ANNOTATION, "") if isinstance(notes, dict) else ""
-        data = client.get_blob(ref, layer, max_bytes=MAX_ENVELOPE)
+        data = _envelope(client, ref, layer, read)
         out.append(Found(manifest, kind, subject, layer, str(x.get("mediaType", "")),
                          str(claim), data))
     return out
 
 
-def _artifacts(client: RegistryClient, ref: RegistryRef, listed: list[Digest]) -> list[Found]:
+def _artifacts(client: RegistryClient, ref: RegistryRef, listed: list[Digest],
+               read: dict[Digest, bytes]) -> list[Found]:
     out: list[Found] = []
-    for m in listed:
+    for m in dict.fromkeys(listed):  # each listed manifest once
         data, _, _ = client.get_manifest(ref.with_digest(m))  # by digest: hashed on arrival
         where = f"artifact manifest {m}"
         doc = _json(data, where, "a manifest")
@@ -136,7 +151,8 @@ def _artifacts(client: RegistryClient, ref: RegistryRef, listed: list[Digest]) -
         if kind != ARTIFACT_TYPE:  # a signature, an SBOM of another tool: not a statement
             out.append(Found(m, kind, subject, None, "", "", None))
             continue
-        out.extend(_statements(client, ref, m, kind, subject, _layers(doc, where), where))
+        out.extend(_statements(client, ref, m, kind, subject, _layers(doc, where), where,
+                               read))
     return out
 
 
@@ -144,22 +160,24 @@ def discover(client: RegistryClient, repo: str, digest: Digest) -> Discovery:
     """What is attached to ``repo@digest``, from the first place that has a list."""
     ref = RegistryRef(client.host, repo, None, digest)
     client.get_manifest(ref)  # the image itself is there (else a RegistryError naming it)
+    read: dict[Digest, bytes] = {}  # envelopes by digest, read once (see _envelope)
     listed = _api(client, repo, digest)
     if listed:
-        return Discovery("referrers API", None, tuple(_artifacts(client, ref, listed)))
+        return Discovery("referrers API", None, tuple(_artifacts(client, ref, listed, read)))
     tag = referrers_tag(digest)
     index = _tag(client, repo, tag)
     if index is not None:
         where = f"{repo}:{tag}"
         found = _artifacts(client, ref, _listed(_json(index, where, "an OCI image index"),
-                                                where))
+                                                where), read)
         return Discovery("referrers tag", tag, tuple(found))
     tag = att_tag(digest)
     att = _tag(client, repo, tag)
     if att is not None:
         where = f"{repo}:{tag}"
         layers = _layers(_json(att, where, "a manifest"), where)
-        found = _statements(client, ref, Digest.of(att), ARTIFACT_TYPE, None, layers, where)
+        found = _statements(client, ref, Digest.of(att), ARTIFACT_TYPE, None, layers, where,
+                            read)
         return Discovery("cosign tag", tag, tuple(found))
     return Discovery(None, None, ())
 
