@@ -147,8 +147,8 @@ def sign_approval(root: Path, key: Path, image: str, digest: str, *, channel: st
 def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
                  capability: str = "8.9",
                  attestations: tuple[Attestation, ...] = ()) -> manifest.Release:
-    """A release of the signed gates only (the store-bound ones are integration tests),
-    recording ``attestations`` (release/imageattest.py) as its SBOM and provenance."""
+    """A release whose signed gates are evaluated (the store-bound ones are integration tests:
+    recorded here as passed), recording ``attestations`` (release/imageattest.py) as its SBOM and provenance."""
     sign_all(root, k, IMAGE, digest, capability=capability)
     p = config.load(root / "pipeline.yaml")
     ev = create.evaluation(p, None, f"{IMAGE}@{digest}")
@@ -156,19 +156,28 @@ def make_release(root: Path, k: Keys, digest: str, channel: str = "sm89-stable",
     for g in p.channels[channel].gates:
         if g.kind in ("evidence", "capability", "benchmark", "approval"):
             st, reason = gates.GATES[g.kind](ev, g)
-            decisions.append(gates.Decision(g.declared_in, g.kind, st, reason))
+        else:  # recorded as a release would (release verify requires every gate recorded)
+            st, reason = "pass", "not evaluated here: the store-bound gates are integration tests"
+        decisions.append(gates.Decision(g.declared_in, g.kind, st, reason))
     table = gates.Table(channel, IMAGE, Digest.parse(digest), decisions)
     assert table.passed, table.decisions
     data = manifest.build(table, ev.facts, p.name, "v0.25.1",
                           (root / "manifests/trust-policy.yaml").read_bytes(), attestations)
+    rel = publish(root, k.release, data)
+    assert rel.image == IMAGE and str(rel.digest) == digest
+    return rel
+
+
+def publish(root: Path, key_path: Path, data: manifest.Manifest) -> manifest.Release:
+    """Write ``data`` as a release signed by ``key_path`` (its VSA, a ledger entry, a new
+    checkpoint): what the holder of a release key can do with any manifest."""
     rel, _ = manifest.write(root, data)
-    key = keys.load_private(k.release)
+    key = keys.load_private(key_path)
     atomic_write(rel.path.parent / manifest.VSA_NAME, vsa.sign(rel, key))
     rdir = manifest.releases_dir(root)
-    assert rel.image == IMAGE and str(rel.digest) == digest
     entries = ledger.read(rdir)
     entry = ledger.make_entry(entries, "release", rel, key)
     ledger.append(rdir, entry)
-    tlog.publish(rdir, [*entries, entry], tlog.origin_of(p.name), key,
+    tlog.publish(rdir, [*entries, entry], tlog.origin_of(data.pipeline), key,
                  policy.load(root / "manifests" / "trust-policy.yaml"))
     return rel

@@ -342,3 +342,43 @@ def test_each_signing_command_refuses_a_key_without_its_role_first(
             captured.err), captured.err
     assert captured.out == ""
     assert _tree(root) == before
+
+
+# -- owners are people: compared normalised; one key has one entry ---------------------
+def test_owners_are_compared_normalised(repo: tuple[Path, Keys], tmp_path: Path) -> None:
+    root, k = repo
+    _two_approvals(root)
+    bob, carol = make_key(tmp_path / "bob"), make_key(tmp_path / "carol")
+    _policy_with(root, k, bob=(bob, "Bob"), bob2=(carol, " bob "))
+    signed_inputs(root, k)
+    sign_approval(root, bob, IMAGE, DIGEST, now=NOW, name="bob")
+    sign_approval(root, carol, IMAGE, DIGEST, now=NOW, name="bob2")
+    st, reason = approval(root)
+    assert st == "fail" and "1 of 2" in reason and "by the same owner (" in reason
+    # the release manager under another spelling of their name is still them
+    path = root / "manifests" / "trust-policy.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["keys"]["approver"]["owner"] = " TESTS "  # the release key's owner is "tests"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="holds 'release' \\(release\\) and 'approver' both"):
+        policy.load(path)
+
+
+def test_two_entries_with_one_keyid_are_refused(repo: tuple[Path, Keys],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """One key listed twice (say once as an evidence signer, once as an approver) would
+    hold whichever entry was read last: refused at load, one line, exit 3."""
+    root, k = repo
+    path = root / "manifests" / "trust-policy.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["keys"]["approver-too"] = {**doc["keys"]["evidence"], "roles": ["approver"]}
+    doc["keys"]["approver-too"].pop("allow")
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="'keys.(evidence|approver-too)' has keyid "
+                                          "[0-9a-f]{16}\\.\\.\\., which "
+                                          "'keys.(approver-too|evidence)' already has"):
+        policy.load(path)
+    capsys.readouterr()
+    assert main(["ledger", "verify"]) == ConfigError.exit_code == 3
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "already has: one key, one entry" in err, err

@@ -153,8 +153,9 @@ def _root_and_policy(ctx: Ctx, bundle: Path | None,
 def verify_cmd(ctx: Ctx, ref: str | None, bundle: Path | None, image_ref: str | None,
                digest: str | None, trust_policy: Path | None,
                from_registry: str | None) -> None:
-    """Verify a release offline: ledger, manifest hash, VSA, evidence, gates as recorded;
-    with --from-registry, also what is attached to the image in the registry."""
+    """Verify a release offline: ledger, manifest hash, VSA, evidence, and the channel's
+    gates as this pipeline.yaml declares them (a bundle outside a repository: say so, or
+    name one with --pipeline); with --from-registry, also what is attached to the image."""
     from ..release import bundle as bundlemod
 
     root, policy_path = _root_and_policy(ctx, bundle, trust_policy)
@@ -165,7 +166,10 @@ def verify_cmd(ctx: Ctx, ref: str | None, bundle: Path | None, image_ref: str | 
                          "--from-registry HOST:PORT/REPO@sha256:DIGEST")
     if where is not None:
         want = where.digest
-    verdict = bundlemod.verify(root, policy_path, ref or str(want), want)
+    # the channels, like the trust policy, are the verifier's: this repository's
+    # pipeline.yaml (or --pipeline FILE), never anything a bundle carries
+    pipeline = ctx.pipeline if bundle is None or ctx.has_pipeline() else None
+    verdict = bundlemod.verify(root, policy_path, ref or str(want), want, pipeline)
     if image_ref:
         bundlemod.verify_image(ctx.pipeline, ctx.store, verdict, image_ref)
     back = None if where is None else _read_back(root, policy_path, verdict.release, where)
@@ -180,8 +184,7 @@ def verify_cmd(ctx: Ctx, ref: str | None, bundle: Path | None, image_ref: str | 
                  [(r.statement, r.status, r.signer,
                    "-" if r.envelope is None else r.envelope.hex[:16] + "…", r.detail)
                   for r in back.rows])
-    ui.out_console().print(f"VERIFIED: release {verdict.release[:16]} of {verdict.digest} in "
-                           f"'{verdict.channel}'" + ("" if back is None else
+    ui.out_console().print(verdict.summary() + ("" if back is None else
                            f"; {back.count('recorded')} recorded statements attached in "
                            f"{back.ref.split('@')[0]}, {back.count('extra')} extra"),
                            markup=False)

@@ -24,8 +24,11 @@ Version 2 adds ``roles`` to a key (version 1 files still load, their keys having
 ``allow`` (evidence grants) is optional in version 2; a key with neither grants nor roles
 is an error. ``separation_of_duties`` (top level, default true) refuses a policy in which
 one key, or one named ``owner``, holds both ``release`` and ``approver``: whoever signs a
-release never approves it. A keyid that does not match its PEM is a policy error, never silently
-recomputed. Verification is fail-closed: a missing or invalid policy trusts nobody.
+release never approves it. Owners are compared normalised (``person()``: surrounding
+blanks stripped, case folded), so "Alice" and "alice " are one person wherever people are
+counted. A keyid that does not match its PEM, or two entries with one keyid, is a policy
+error, never silently recomputed or merged. Verification is fail-closed: a missing or
+invalid policy trusts nobody.
 """
 
 from __future__ import annotations
@@ -78,6 +81,11 @@ class Grant:
             fnmatch.fnmatchcase(suite, pat) for pat in self.suites)
 
 
+def person(owner: str) -> str:
+    """An owner as compared wherever distinct people are counted ("" for none)."""
+    return owner.strip().casefold()
+
+
 @dataclass(frozen=True)
 class TrustedKey:
     name: str
@@ -87,6 +95,15 @@ class TrustedKey:
     grants: tuple[Grant, ...]
     roles: tuple[str, ...] = ()
     channels: tuple[str, ...] = ("*",)
+
+    @property
+    def person(self) -> str:
+        """The normalised owner ("" when the key names none: it then counts by key)."""
+        return person(self.owner)
+
+    def same_holder(self, other: TrustedKey) -> bool:
+        """One key, or two keys of one named owner (normalised)."""
+        return self.keyid == other.keyid or bool(self.person and self.person == other.person)
 
     def approves(self, channel: str) -> bool:
         return "approver" in self.roles and any(
@@ -131,6 +148,10 @@ def parse(data: Any, path: Path) -> Policy:
         if keyid_of(pub) != entry["keyid"]:
             raise ConfigError(f"{src}: '{where}.keyid' is {entry['keyid'][:16]}..., but the "
                               f"public key's id is {keyid_of(pub)[:16]}...")
+        if entry["keyid"] in keys:
+            raise ConfigError(f"{src}: '{where}' has keyid {entry['keyid'][:16]}..., which "
+                              f"'keys.{keys[entry['keyid']].name}' already has: one key, one "
+                              "entry (its roles and grants would depend on which is read)")
         roles = _roles(entry, top["version"], where, src)
         grants = []
         for i, g in enumerate(entry["allow"] or []):
@@ -150,8 +171,7 @@ def _check_separation(keys: Any, src: str) -> None:
     release (one key, or two keys of one named owner)."""
     releasers = [k for k in keys if "release" in k.roles]
     for a in (k for k in keys if "approver" in k.roles):
-        both = next((r for r in releasers if r.keyid == a.keyid
-                     or (a.owner and r.owner == a.owner)), None)
+        both = next((r for r in releasers if r.same_holder(a)), None)
         if both is not None:
             who = (f"key '{a.name}' holds" if both.keyid == a.keyid else
                    f"owner {shown(a.owner)} holds '{both.name}' (release) and '{a.name}'")

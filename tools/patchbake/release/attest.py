@@ -246,12 +246,12 @@ def verify_approvals(evidence_dir: Path, digest: Digest, policy: Policy, channel
         except EvidenceError as exc:
             bad.append(exc.one_line())
             continue
-        owner = policy.keys[a.keyid].owner
-        twin = next((g for g in good if g.keyid == a.keyid
-                     or (owner and policy.keys[g.keyid].owner == owner)), None)
+        twin = next((g for g in good
+                     if policy.keys[g.keyid].same_holder(policy.keys[a.keyid])), None)
         if twin is not None:
             bad.append(f"{path}: counted once: {twin.path.name} is by the same "
-                       + ("key" if twin.keyid == a.keyid else f"owner ({owner})"))
+                       + ("key" if twin.keyid == a.keyid
+                          else f"owner ({policy.keys[a.keyid].owner.strip()})"))
             continue
         good.append(a)
     return good, bad

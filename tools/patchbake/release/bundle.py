@@ -9,8 +9,17 @@ the image record, plus ``bundle.json`` listing each file's sha256. No store, no 
 ``release`` key), the release manifest's hash (its id) and its ledger entry, the VSA,
 each envelope (recorded sha256, trusted signature, subject = the release's digest), the
 image's SBOM and provenance (the same, signed by a ``release`` key, and valid documents:
-AttestationError otherwise), the image record, and that every recorded gate passed. Each check is a row; the first break
-raises (LedgerError for the ledger, ReleaseError for the rest).
+AttestationError otherwise), the image record, and the channel's gates. Each check is a row;
+the first break raises (LedgerError for the ledger, ReleaseError for the rest).
+
+The channel's gates are never taken from the release alone (whoever holds the release key
+writes its manifest): ``channel_gates`` rebuilds them, inherited ones included, from the
+verifier's pipeline.yaml (like the trust policy, never the bundle's: a bundle carries none),
+requires each recorded as passed, and re-checks the signed ones against what the release
+recorded: the evidence of every listed suite, GPU evidence of the capability, the
+benchmark's figures, and ``approvals: k`` approvals by k distinct keys and owners, none by
+a release key or the release's own signer under separation of duties. Without a
+pipeline.yaml the verdict says the gates were not checked.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from typing import Any
 from .. import __version__
 from ..digest import Digest
 from ..errors import EvidenceError, ImageError, LedgerError, PatchbakeError, ReleaseError, shown
+from ..config import Pipeline
+from ..config.channels import Gate
 from ..evidence import policy, records
 from ..fsutil import atomic_write, pretty_json, read_input, sha256_bytes
 from ..images.record import ImageRecord
@@ -32,7 +43,7 @@ from ..verify import baked
 from ..fields import Fields
 from ..digest import is_hex
 from . import imageattest, ledger, manifest, tlog, vsa
-from .attest import Basis, check_live, parse_time, read_approval, verify_benchmark
+from .attest import Basis, Signed, check_live, parse_time, read_approval, verify_benchmark
 
 BUNDLE = "bundle.json"
 INCLUSION = "inclusion.json"  # beside the checkpoint: the release entry's audit path
@@ -46,10 +57,21 @@ class Verdict:
     digest: Digest
     channel: str
     checks: list[tuple[str, str]] = field(default_factory=list)  # (check, detail)
+    unchecked: str | None = None  # why the channel's gates were not checked (no config)
 
     def to_json(self) -> dict[str, Any]:
         return {"release": self.release, "digest": str(self.digest), "channel": self.channel,
-                "ok": True, "checks": [{"check": c, "detail": d} for c, d in self.checks]}
+                "ok": True, "gates_checked": self.unchecked is None,
+                **({} if self.unchecked is None else {"unchecked": self.unchecked}),
+                "checks": [{"check": c, "detail": d} for c, d in self.checks]}
+
+    def summary(self) -> str:
+        """The verdict line (the command adds what it read back from a registry)."""
+        line = (f"VERIFIED: release {self.release[:16]} of {self.digest} in "
+                f"'{self.channel}'")
+        if self.unchecked is not None:
+            line += f" -- its gates NOT checked against the channel: {self.unchecked}"
+        return line
 
 
 def _files(root: Path, rel: manifest.Release, policy_path: Path) -> list[Path]:
@@ -120,19 +142,24 @@ def release_of(root: Path, text: str) -> str:
     return manifest.parse_id(text, manifest.releases_dir(root))
 
 
-def recorded_approvals(root: Path, rel: manifest.Release, pol: Any, recorded_at: str) -> None:
-    """Each approval the release recorded: the recorded bytes, signed by an approver of the
-    channel whose gate counted it, about this digest, live when the release's ledger entry
-    was signed (``recorded_at``; an approval may expire afterwards), for this release's
-    lineage and naming only signed inputs the release recorded. EvidenceError or
-    ReleaseError otherwise."""
+def recorded_approvals(root: Path, rel: manifest.Release, pol: Any, recorded_at: str,
+                       release_keys: tuple[str, ...] = ()) -> list[Signed]:
+    """Each approval the release recorded: the recorded bytes, signed by the recorded key, an
+    approver of the channel whose gate counted it, about this digest, live when the release's
+    ledger entry was signed (``recorded_at``; an approval may expire afterwards), for this
+    release's lineage and naming only signed inputs the release recorded. As the gate counts
+    them: no two by one key or one owner (normalised), and with separation of duties none by
+    a key with the ``release`` role, nor by ``release_keys`` (the keys that signed this
+    release's VSA and ledger entry) or their owner. EvidenceError or ReleaseError otherwise;
+    the approvals otherwise."""
     m = rel.manifest
     channel = next((g.channel for g in m.gates if g.gate == "approval"), rel.channel)
     inputs = {(e.path, e.envelope_sha256) for e in rel.envelopes()}
     at = parse_time(recorded_at, "ledger entry's time", f"release {rel.id[:16]}")
+    good: list[Signed] = []
     for a in m.approvals:
         got = read_approval(root / a.path, rel.digest, pol, channel)
-        if got.envelope_sha256 != a.envelope_sha256:
+        if got.envelope_sha256 != a.envelope_sha256 or got.keyid != a.keyid:
             raise ReleaseError(f"{a.path} is not the approval the release recorded")
         check_live(got.predicate, at, a.path)
         basis = Basis.load(got.predicate.get("release"), a.path)
@@ -140,21 +167,118 @@ def recorded_approvals(root: Path, rel: manifest.Release, pol: Any, recorded_at:
             raise ReleaseError(f"{a.path} approves another release than {rel.id[:16]} "
                                f"(lineage {basis.lineage!r}, or a signed input it does not "
                                "record)")
+        key = pol.keys[got.keyid]
+        twin = next((g for g in good if pol.keys[g.keyid].same_holder(key)), None)
+        if twin is not None:
+            by = "key" if twin.keyid == got.keyid else f"owner ({key.owner.strip()})"
+            raise ReleaseError(f"{a.path} and {Path(twin.path).name} are by the same {by}: "
+                               "the release counts one approver twice (each key and owner "
+                               "counts once)")
+        if pol.separation_of_duties:
+            _separate(pol, a.path, key, release_keys)
+        good.append(got)
+    return good
 
 
-def _envelopes(root: Path, rel: manifest.Release, pol: Any, recorded_at: str) -> str:
+def _separate(pol: policy.Policy, path: str, key: policy.TrustedKey,
+              release_keys: tuple[str, ...]) -> None:
+    """With separation of duties, an approval by a release key, or by the key (or owner) that
+    signed this very release, is the release manager approving their own release."""
+    why = None
+    if "release" in key.roles:
+        why = f"key '{key.name}' holds the 'release' role"
+    for rk in release_keys:
+        signer = pol.keys.get(rk)
+        if rk == key.keyid:
+            why = f"key '{key.name}' signed the release itself"
+        elif signer is not None and signer.same_holder(key):
+            why = f"owner {key.owner.strip()!r} signed the release with '{signer.name}'"
+    if why:
+        raise ReleaseError(f"{path}: {why}: a release manager approved their own release "
+                           "(separation_of_duties)")
+
+
+def _signed_gate(rel: manifest.Release, pipeline: Pipeline, g: Gate, approved: int
+                 ) -> str | None:
+    """Why the release's record does not hold what gate ``g`` (a signed gate) needs: the
+    inputs themselves were verified in the evidence row."""
+    m = rel.manifest
+    if g.kind == "evidence":
+        for suite in g.suites:
+            e = next((e for e in m.evidence if e.suite == suite), None)
+            if e is None:
+                return f"it records no evidence of suite '{suite}'"
+            if e.result != "PASSED":
+                return f"the evidence of suite '{suite}' it records says {e.result}"
+    elif g.kind == "capability":
+        gpu = {n for n, s in pipeline.suites.items() if s.requires.gpu}
+        if not any(e.suite in gpu and e.capability == g.capability and e.result == "PASSED"
+                   for e in m.evidence):
+            return f"it records no GPU evidence from a compute capability {g.capability} device"
+    elif g.kind == "benchmark":
+        name = g.benchmark.name if g.benchmark else "?"
+        if m.benchmark is None or m.benchmark.name != name:
+            return f"it records no signed figures of benchmark '{name}'"
+    elif g.kind == "approval" and approved < g.approvals:
+        return (f"it records {approved} approval(s) for '{g.declared_in}' by distinct keys and "
+                f"owners; the channel requires {g.approvals}")
+    return None
+
+
+def channel_gates(rel: manifest.Release, pipeline: Pipeline | None, approved: int) -> str:
+    """The channel's gates as the verifier's pipeline.yaml declares them (inherited ones
+    too), each recorded as passed, the signed ones backed by what the release recorded.
+    ``approved``: the approvals recorded_approvals verified. ReleaseError otherwise."""
+    m = rel.manifest
+    failed = [g.dump() for g in m.gates if g.status != "pass"]
+    if failed or not m.gates:
+        raise ReleaseError(f"the release records a gate that did not pass: {failed[:1]}")
+    if pipeline is None:
+        if any(g.gate == "approval" for g in m.gates) and not approved:
+            raise ReleaseError("the release records the 'approval' gate as passed with no "
+                               "approval")
+        return (f"{len(m.gates)} gates recorded as passed; NOT checked against the channel: "
+                "no pipeline.yaml")
+    src = pipeline.path.name
+    if m.pipeline != pipeline.name:
+        raise ReleaseError(f"the release is of pipeline '{m.pipeline}', {src} is "
+                           f"'{pipeline.name}': its channel's gates cannot be checked",
+                           hint="name the release's pipeline.yaml: patchbake --pipeline FILE")
+    ch = pipeline.channels.get(rel.channel)
+    if ch is None:
+        raise ReleaseError(f"the release is in channel '{rel.channel}', which {src} does not "
+                           "declare: its gates cannot be checked")
+    recorded = {(d.channel, d.gate) for d in m.gates}
+    signed = 0
+    for g in ch.gates:
+        if (g.declared_in, g.kind) not in recorded:
+            raise ReleaseError(f"the release records no '{g.kind}' gate (declared in "
+                               f"'{g.declared_in}'), which channel '{ch.name}' requires in "
+                               f"{src}: the gate was left out, or the release predates it")
+        if g.kind in ("evidence", "capability", "benchmark", "approval"):
+            problem = _signed_gate(rel, pipeline, g, approved)
+            if problem:
+                raise ReleaseError(f"the '{g.kind}' gate is recorded as passed, but {problem}")
+            signed += 1
+    return (f"{len(ch.gates)} gates of '{ch.name}' in {src}, each recorded as passed; "
+            f"{signed} signed one(s) backed by the signed inputs")
+
+
+def _envelopes(root: Path, rel: manifest.Release, pol: Any, recorded_at: str,
+               release_keys: tuple[str, ...], approved: list[Signed]) -> str:
 
     m = rel.manifest
     for e in m.evidence:
         v = records.verify_file(root / e.path, rel.digest, pol, e.suite)
-        if v.envelope_sha256 != e.envelope_sha256 or v.statement.result != e.result:
+        if v.envelope_sha256 != e.envelope_sha256 or v.statement.result != e.result \
+                or v.statement.environment.get("compute_capability") != e.capability:
             raise ReleaseError(f"{e.path} is not the evidence the release recorded")
     b = m.benchmark
     if b:
         got = verify_benchmark(root / b.path, rel.digest, pol, b.name)
         if got.envelope_sha256 != b.envelope_sha256:
             raise ReleaseError(f"{b.path} is not the benchmark the release recorded")
-    recorded_approvals(root, rel, pol, recorded_at)
+    approved += recorded_approvals(root, rel, pol, recorded_at, release_keys)
     n = len(rel.envelopes()) - len(m.attestations)
     return f"{n} signed statement(s) verified; every subject is {rel.digest}"
 
@@ -174,7 +298,7 @@ def _attestations(root: Path, rel: manifest.Release, pol: Any) -> str:
         raise ReleaseError(f"attestation: {exc.message}") from None
 
 
-def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
+def image_record(root: Path, rel: manifest.Release, name: str) -> str:
     """The image record ``name`` the release names still has the bytes the release recorded
     and names the release's image."""
     image = rel.manifest.images[0]
@@ -184,8 +308,11 @@ def _image_record(root: Path, rel: manifest.Release, name: str) -> str:
     except (ValueError, ImageError):
         named = None
     if sha256_bytes(data) != image.record_sha256 or named != rel.digest:
-        raise ReleaseError(f"the image record {name} is not the one recorded")
-    return name
+        raise ReleaseError(f"the image record {name} is not the one recorded (sha256 "
+                           f"{sha256_bytes(data)[:12]}…, recorded "
+                           f"{str(image.record_sha256)[:12]}…)"
+                           + ("" if named is not None else ": not an image record"))
+    return f"{name}: the recorded bytes (sha256 {sha256_bytes(data)[:12]}…), naming this digest"
 
 
 def _listing(root: Path) -> tuple[str, str]:
@@ -250,7 +377,11 @@ def _in_log(rdir: Path, entries: list[ledger.Entry], entry: ledger.Entry,
     return f"entry {entry.seq} is in the signed log of {cp.size} (checkpoint, audit path)"
 
 
-def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = None) -> Verdict:
+def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = None,
+           pipeline: Pipeline | None = None) -> Verdict:
+    """The release ``text`` names, verified against the trust policy at ``policy_path`` and
+    the channels of ``pipeline`` (the verifier's; None: the verdict says the gates were not
+    checked against the channel)."""
     rdir = manifest.releases_dir(root)
     pol = policy.load(policy_path)
     bundle = (root / BUNDLE).is_file()
@@ -283,20 +414,21 @@ def verify(root: Path, policy_path: Path, text: str, digest: Digest | None = Non
     checked = vsa.verify(read_input(vpath, "the release's VSA", ReleaseError), rel, pol,
                          str(vpath.relative_to(root)))
     out.checks.append(("VSA", f"verification summary signed by {checked.signer}"))
+    release_keys = (checked.keyid, *((mine[0].signature.keyid,) if mine[0].signature else ()))
+    approved: list[Signed] = []
     try:
-        out.checks.append(("evidence", _envelopes(root, rel, pol, mine[0].time)))
+        out.checks.append(("evidence", _envelopes(root, rel, pol, mine[0].time, release_keys,
+                                                  approved)))
     except EvidenceError as exc:
         raise ReleaseError(f"evidence: {exc.message}") from None
     out.checks.append(("sbom and provenance", _attestations(root, rel, pol)))
     record = rel.manifest.images[0].record
     if record:
-        out.checks.append(("image record", _image_record(root, rel, record)))
-    gates = rel.manifest.gates
-    failed = [g.dump() for g in gates if g.status != "pass"]
-    if failed or not gates:
-        raise ReleaseError(f"the release records a gate that did not pass: {failed[:1]}")
-    n = len(gates)
-    out.checks.append(("gates", f"{n} gates recorded as passed for '{rel.channel}'"))
+        out.checks.append(("image record", image_record(root, rel, record)))
+    out.checks.append(("gates", channel_gates(rel, pipeline, len(approved))))
+    if pipeline is None:
+        out.unchecked = ("no pipeline.yaml (verify in the release's repository, or name it: "
+                         "patchbake --pipeline FILE release verify ...)")
     return out
 
 

@@ -3,8 +3,12 @@
 lines, signatures by a ``release`` key) and records the release; the VSA verifies against
 the policy and names exactly this release; every signed input the release recorded still
 has its recorded bytes, a trusted signature and this digest as its subject (evidence,
-benchmark, approvals, SBOM and provenance). A check that cannot be made is broken, never
-skipped: the page shows each result, and the command fails when one is broken.
+benchmark, approvals, SBOM and provenance); the image record has the bytes the release
+recorded (the identity chain is read from it); and the channel's gates, as pipeline.yaml
+declares them, are each recorded as passed and the signed ones backed by those inputs
+(bundle.channel_gates: k distinct approvers, none the release manager). A check that cannot
+be made is broken, never skipped: the page shows each result, and the command fails when
+one is broken.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
+from ..config import Pipeline
 from ..errors import PatchbakeError, ReleaseError
 from ..evidence import policy, records
 from ..fsutil import read_input
 from . import imageattest, ledger, manifest, vsa
 from .attest import verify_benchmark
-from .bundle import recorded_approvals
+from .bundle import channel_gates, image_record, recorded_approvals
 from .facts import Evidence
 
 
@@ -35,6 +40,8 @@ class Rechecked:
     checks: list[Check] = field(default_factory=list)
     entries: list[ledger.Entry] = field(default_factory=list)  # only a verified ledger's
     vsa_signer: str | None = None
+    release_keys: tuple[str, ...] = ()  # the keys that signed the VSA and the ledger entry
+    approved: int = 0  # the recorded approvals that verified
 
     @property
     def broken(self) -> list[Check]:
@@ -71,6 +78,8 @@ def _in_ledger(out: Rechecked, root: Path, pol: policy.Policy, rel: manifest.Rel
         if not mine or mine[0].digest != rel.digest:
             raise ReleaseError(f"no ledger entry records release {rel.id[:16]} of {rel.digest}")
         out.entries, recorded_at[:] = entries, [mine[0].time]
+        if mine[0].signature is not None:
+            out.release_keys += (mine[0].signature.keyid,)
         return (f"{len(entries)} entries, chain and signatures intact; line {mine[0].seq + 1} "
                 "records the release")
 
@@ -84,6 +93,7 @@ def _signed_vsa(out: Rechecked, root: Path, pol: policy.Policy, rel: manifest.Re
         got = vsa.verify(read_input(path, "the release's VSA", ReleaseError), rel, pol,
                          str(path.relative_to(root)))
         out.vsa_signer = got.signer
+        out.release_keys += (got.keyid,)
         return (f"signed by {got.signer} (a release key); names release {rel.id[:16]}… and "
                 "its inputs")
 
@@ -104,17 +114,28 @@ def _benchmark(root: Path, pol: policy.Policy, rel: manifest.Release) -> str:
     return f"signed by {got.signer}, about {rel.digest}"
 
 
-def _approvals(root: Path, pol: policy.Policy, rel: manifest.Release,
+def _approvals(out: Rechecked, root: Path, pol: policy.Policy, rel: manifest.Release,
                recorded_at: str | None) -> str:
     if recorded_at is None:
         raise ReleaseError("not judged: the ledger, which says when the release was made, "
                            "does not verify")
-    recorded_approvals(root, rel, pol, recorded_at)
+    out.approved = len(recorded_approvals(root, rel, pol, recorded_at, out.release_keys))
     return (f"signed by {', '.join(a.signer for a in rel.manifest.approvals)}; live when "
             "the release was recorded")
 
 
-def recheck(root: Path, policy_path: Path, rel: manifest.Release) -> Rechecked:
+def _gates(out: Rechecked, rel: manifest.Release, pipeline: Pipeline | None) -> str:
+    if pipeline is None:
+        raise ReleaseError("not judged: no pipeline.yaml declares the channel's gates")
+    if rel.manifest.approvals and not out.ok("approvals"):
+        raise ReleaseError("not judged: the recorded approvals do not verify")
+    return channel_gates(rel, pipeline, out.approved)
+
+
+def recheck(root: Path, policy_path: Path, rel: manifest.Release,
+            pipeline: Pipeline | None) -> Rechecked:
+    """Every check, in order; ``pipeline`` declares the channel's gates (None: that check
+    is broken, never skipped)."""
     out = Rechecked()
     try:
         pol = policy.load(policy_path)
@@ -122,7 +143,8 @@ def recheck(root: Path, policy_path: Path, rel: manifest.Release) -> Rechecked:
         out.checks.append(Check("trust policy", False, f"{exc.message}: nothing can be "
                                 "verified"))
         out.checks += [Check(what, False, "not verified: no usable trust policy")
-                       for what in ("ledger", "VSA", *(e.path for e in rel.envelopes()))]
+                       for what in ("ledger", "VSA", *(e.path for e in rel.envelopes()),
+                                    "channel gates")]
         return out
     out.checks.append(Check("trust policy", True, f"{policy_path.name}: {len(pol.keys)} keys"))
     recorded_at = _in_ledger(out, root, pol, rel)
@@ -133,9 +155,13 @@ def recheck(root: Path, policy_path: Path, rel: manifest.Release) -> Rechecked:
     if m.benchmark is not None:
         out.run(m.benchmark.path, partial(_benchmark, root, pol, rel))
     if m.approvals:
-        out.run("approvals", partial(_approvals, root, pol, rel, recorded_at))
+        out.run("approvals", partial(_approvals, out, root, pol, rel, recorded_at))
     for a in m.attestations:
         out.run(a.path, partial(imageattest.verify, root, a, rel.digest, pol))
+    record = m.images[0].record
+    if record:
+        out.run("image record", partial(image_record, root, rel, record))
+    out.run("channel gates", partial(_gates, out, rel, pipeline))
     # paths as the repository names them: the page never depends on the checkout's place
     out.checks = [replace(c, detail=c.detail.replace(f"{root}/", "")) for c in out.checks]
     return out

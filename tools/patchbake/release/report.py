@@ -2,7 +2,8 @@
 
 Every "signed", "verified" or "passed" on the page is the result of a check made in the
 same run (recheck.py): the ledger, the VSA against the trust policy, every signed input the
-release recorded (bytes, signature, subject). A broken check is shown as broken, in its
+release recorded (bytes, signature, subject), the image record (the identity chain is shown
+only when it has the recorded bytes), the channel's gates as pipeline.yaml declares them. A broken check is shown as broken, in its
 place and in the verdict, and ``write`` reports it (the command then exits 64 after writing
 the page). The release manifest must load (its hash is its id), or there is no page. The
 next channel's own gates are evaluated now on signed inputs only (so the page says what
@@ -97,10 +98,13 @@ def bars(figures: dict[str, Any], previous: dict[str, Any] | None) -> list[Bar]:
 def render(pipeline: Pipeline, policy_path: Path, release: str) -> tuple[str, Rechecked]:
     rdir = manifest.releases_dir(pipeline.root)
     rel = manifest.load(pipeline.root, release)
-    checked = recheck(pipeline.root, policy_path, rel)
+    checked = recheck(pipeline.root, policy_path, rel, pipeline)
     rec_path = rel.manifest.images[0].record
+    # the chain is read from the record only once it has the bytes the release recorded
+    # (recheck's "image record"); otherwise the page shows that check BROKEN instead
+    chain_ok = not rec_path or checked.ok("image record")
     record = json.loads(read_input(pipeline.root / rec_path, "the image record", ImageError)) \
-        if rec_path else None
+        if rec_path and chain_ok else None
     nxt, next_gates, facts = _next_channel(pipeline, rel)
     bench, bench_ok = rel.manifest.benchmark, True
     if bench is not None:
@@ -113,7 +117,8 @@ def render(pipeline: Pipeline, policy_path: Path, release: str) -> tuple[str, Re
     env = jinja2.Environment(loader=jinja2.PackageLoader("patchbake", "data"),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.get_template(TEMPLATE).render(
-        rel=rel, chain=identity_chain(rel, record), checked=checked,
+        rel=rel, chain=identity_chain(rel, record) if chain_ok else [], chain_ok=chain_ok,
+        checked=checked,
         next_channel=nxt, next_gates=next_gates,
         next_blocked=any(d.status != "pass" for d in next_gates),
         bench=bench, bench_ok=bench_ok,
