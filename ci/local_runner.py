@@ -66,7 +66,10 @@ class Run:
         for secret, spec in self.config.get("keys", {}).items():
             made = keys.generate(self.tmp / "keys" / secret)
             self.secrets[secret] = made.private_path.read_text()
-            entry: dict[str, Any] = {"keyid": made.keyid, "owner": "ci-local (throwaway)",
+            # one owner per key: the policy's separation of duties refuses a release key and
+            # an approver key held by one owner
+            entry: dict[str, Any] = {"keyid": made.keyid,
+                                     "owner": f"ci-local (throwaway, {secret})",
                                      "public_key": made.public_pem}
             if spec.get("suites"):
                 entry["allow"] = [{"predicate_type": "https://in-toto.io/attestation/"
