@@ -34,6 +34,15 @@ collect_changes() {  # OUT: copy every new or changed file under manifests/ into
   done
 }
 
+policy_is_the_commits() {  # fail unless pipeline.yaml and the trust policy are the checkout's
+  if ! git diff --quiet HEAD -- pipeline.yaml manifests/trust-policy.yaml; then
+    git diff --stat HEAD -- pipeline.yaml manifests/trust-policy.yaml
+    echo "pipeline.yaml or manifests/trust-policy.yaml differs from commit $(git rev-parse --short=12 HEAD):"
+    echo "nothing is signed with a policy or pipeline the commit does not hold"
+    exit 1
+  fi
+}
+
 channel_has_gate() {  # CHANNEL GATE: whether CHANNEL's gates (inherited ones included) have GATE
   PYTHONPATH=tools "$py" -c 'import sys; from patchbake import config
 sys.exit(0 if sys.argv[2] in [g.kind for g in config.load().channels[sys.argv[1]].gates] else 1)' "$1" "$2"

@@ -197,7 +197,9 @@ class Run:
     def upload(self, w: dict[str, Any], work: Path) -> None:
         name = w.get("name", "artifact")
         paths = [work / p for p in str(w["path"]).split()]
-        files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*")))
+        # a path that matches nothing adds nothing (as upload-artifact: if-no-files-found)
+        files = [f for p in paths for f in ([p] if p.is_file() else
+                                            sorted(p.rglob("*")) if p.is_dir() else [])
                  if f.is_file()]
         if not files:
             how = w.get("if-no-files-found", "warn")

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 . ci/lib.sh
 : "${CHANNEL:?set CHANNEL}" "${TARGET:?set TARGET=host:port/repo:tag}"
 image=${IMAGE:-sm89-serving-offline}
+policy_is_the_commits
 key_from_env PATCHBAKE_KEY_PEM
 release=$(pb --json release create --channel "$CHANNEL" --image "$image" \
   | "$py" -c 'import json,sys; print(json.load(sys.stdin)["release"])')

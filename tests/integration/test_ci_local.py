@@ -46,18 +46,16 @@ def test_candidate_ends_with_a_release_that_verifies() -> None:
     assert "VERIFIED" in out and "release.yml: PASSED" in out
 
 
-def test_sm89_stable_fails_closed_at_the_capability_gate_before_any_approval() -> None:
+def test_sm89_stable_fails_closed_at_the_capability_gate() -> None:
     r = ci_local("release.yml", "--input", "channel=sm89-stable")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-6000:]
-    # the approval is signed only for a release that can be made: the approve job, before
-    # the gates job, already fails closed on the capability gate, and nothing runs after it
-    assert ("gate capability does not pass for sha256:" in out
-            and "no passing GPU evidence from a compute capability 8.9 device" in out), \
-        out[-6000:]
-    assert "approve: FAILED" in out and "nothing was signed" in out
-    assert "gates /" not in out and "promote /" not in out
-
+    # the approval is signed only for a release that can be made: the approve job signs
+    # nothing, the gates job fails closed naming the gate, and nothing runs after it
+    assert ("capability: missing input: no passing GPU evidence from a compute capability "
+            "8.9 device") in out
+    assert "no approval signed" in out
+    assert "gates: FAILED" in out and "promote /" not in out
 
 def test_actionlint_passes_on_the_workflows() -> None:
     exe = shutil.which("actionlint") or str(Path(sys.executable).parent / "actionlint")
