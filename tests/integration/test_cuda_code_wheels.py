@@ -5,17 +5,20 @@ and NVIDIA's own ``cuobjdump`` as the second reader.
 The wheel is looked up in ``$PATCHBAKE_TEST_WHEELS`` (default
 ``~/.cache/patchbake-tests/wheels``), where ``pip download --no-deps --only-binary=:all:
 --platform manylinux_2_28_x86_64 vllm==0.25.1`` puts it; cuobjdump is
-``$PATCHBAKE_CUOBJDUMP`` or the one on PATH (the ``nvidia-cuda-cuobjdump`` wheel ships it).
+``$PATCHBAKE_CUOBJDUMP``, the one on PATH, or the ``nvidia-cuda-cuobjdump`` wheel's (in the
+test extras). The wheel is also found as the blob the serving base's store holds for it.
 Each part is skipped, with that reason, when its input is missing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -45,11 +48,28 @@ FA3 = "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"
 SP = "usr/local/lib/python3.11/site-packages"
 
 
+def find_wheel() -> Path | None:
+    """The wheel in WHEELS, else the blob a store holds for it: the serving base's lock
+    pins this wheel by sha256, so `make serving-image` leaves it in the user's store."""
+    if (WHEELS / WHEEL).is_file():
+        return WHEELS / WHEEL
+    lock = json.loads((REPO / "images" / "locks" / "vllm-0.25.1.lock").read_bytes())
+    sha = str(next(w["sha256"] for w in lock["wheels"] if w["filename"] == WHEEL))
+    homes = [os.environ.get("PATCHBAKE_SERVING_HOME"), os.environ.get("PATCHBAKE_HOME"),
+             str(Path.home() / ".cache" / "patchbake")]
+    for home in filter(None, homes):
+        blob = Path(home) / "blobs" / "sha256" / sha.removeprefix("sha256:")
+        if blob.is_file():
+            return blob
+    return None
+
+
 @pytest.fixture(scope="module")
 def objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    wheel = WHEELS / WHEEL
-    if not wheel.is_file():
-        pytest.skip(f"{wheel} is not here (pip download vllm==0.25.1 into {WHEELS})")
+    wheel = find_wheel()
+    if wheel is None:
+        pytest.skip(f"{WHEEL} is neither in {WHEELS} nor in a store (pip download "
+                    f"vllm==0.25.1 into {WHEELS}, or `make serving-image`)")
     out = tmp_path_factory.mktemp("wheel")
     with zipfile.ZipFile(wheel) as zf:
         for name in (EXT, FA3):
@@ -87,7 +107,10 @@ def theirs(tool: str, path: Path) -> Counter[tuple[str, str, bool]]:
 
 
 def test_our_reading_is_cuobjdumps(objects: dict[str, Path]) -> None:
-    tool = os.environ.get("PATCHBAKE_CUOBJDUMP") or shutil.which("cuobjdump")
+    # the nvidia-cuda-cuobjdump wheel (test extras) puts it under site-packages, not bin/
+    wheel_tool = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13" / "bin" / "cuobjdump"
+    tool = os.environ.get("PATCHBAKE_CUOBJDUMP") or shutil.which("cuobjdump") or \
+        (str(wheel_tool) if wheel_tool.is_file() else None)
     if not tool:
         pytest.skip("no cuobjdump (PATCHBAKE_CUOBJDUMP, or the nvidia-cuda-cuobjdump wheel "
                     "on PATH)")
