@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -292,6 +293,17 @@ def verify_rows(store: Store, pipeline: config.Pipeline, lin: config.Lineage, pa
     return rows
 
 
+def copy_context(overlay: Any, ctx: Path, base_tag: str) -> None:
+    """The anchor's build context: the overlay's files under rootfs/ and a Dockerfile that
+    COPYs them onto ``base_tag`` (the same bytes our bake writes)."""
+    for e in overlay.entries:
+        if e.kind == "file" and not e.path.rpartition("/")[2].startswith(".wh."):
+            dest = ctx / "rootfs" / e.path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(e.data or b"")
+    (ctx / "Dockerfile").write_text(f"FROM {base_tag}\nCOPY rootfs/ /\n")
+
+
 def docker_bake(store: Store, pipeline: config.Pipeline, patched: object, work: Path,
                 results: dict[str, object], bakes: dict[str, float]) -> list[tuple[str, str]]:
     defn = definition.load(pipeline, "sm89-serving-offline")
@@ -306,12 +318,7 @@ def docker_bake(store: Store, pipeline: config.Pipeline, patched: object, work: 
     tree = checked_base_tree(pipeline, defn, lin, base, store)
     overlay = build_overlay(defn, patched, lin, defn.base.name,  # type: ignore[arg-type]
                             standin.manifest.digest, tree)
-    for e in overlay.entries:
-        if e.kind == "file" and not e.path.rpartition("/")[2].startswith(".wh."):
-            dest = ctx / "rootfs" / e.path
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(e.data or b"")
-    (ctx / "Dockerfile").write_text(f"FROM {base_tag}\nCOPY rootfs/ /\n")
+    copy_context(overlay, ctx, base_tag)
     tags: list[str] = []
     try:
         def build(i: int, nocache: bool = True) -> str:

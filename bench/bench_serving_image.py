@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tools"))
 
-from bench_image import cli, docker, openssl_sha256, paired_time  # noqa: E402
+from bench_image import cli, copy_context, docker, openssl_sha256, paired_time  # noqa: E402
 from patchbake import config  # noqa: E402
 from patchbake.digest import Digest  # noqa: E402
 from patchbake.images import definition  # noqa: E402
@@ -72,12 +72,7 @@ def docker_anchor(store: Store, pipeline: config.Pipeline, work: Path, base_dige
     tree = checked_base_tree(pipeline, defn, lin, base, store)
     overlay = build_overlay(defn, patched, lin, defn.base.name, base.manifest_digest, tree)
     ctx = work / "ctx"
-    for e in overlay.entries:
-        if e.kind == "file" and not e.path.rpartition("/")[2].startswith(".wh."):
-            dest = ctx / "rootfs" / e.path
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(e.data or b"")
-    (ctx / "Dockerfile").write_text(f"FROM {base_tag}\nCOPY rootfs/ /\n")
+    copy_context(overlay, ctx, base_tag)
     tags: list[str] = []
     samples: list[float] = []
     ids: set[str] = set()

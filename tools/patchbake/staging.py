@@ -125,7 +125,8 @@ def _stale(path: Path, now: float) -> bool:
         return False
 
 
-def _remove(path: Path) -> None:
+def remove_entry(path: Path) -> None:
+    """Remove a file, link or directory tree; one already gone is no error."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -169,14 +170,14 @@ def reclaim(path: Path, now: float | None = None) -> bool:
     if fd is None:
         if not _stale(path, now or time.time()):
             return False
-        _remove(path)
+        remove_entry(path)
         return True
     try:
         mode = os.fstat(fd).st_mode
         unheld = _unheld(fd) if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else \
             _stale(path, now or time.time())
         if unheld and _same(os.fspath(path), fd):
-            _remove(path)
+            remove_entry(path)
             return True
         return False
     finally:

@@ -36,6 +36,7 @@ from .errors import IntegrityError, StoreError
 from .fsutil import CHUNK, fsync_dir, fsync_tree, open_lock
 from .staging import is_litter as is_litter  # re-exported: the store's litter test
 from .staging import discard, new_dir, new_file, reclaim, release
+from .staging import remove_entry as remove_entry  # re-exported: storecheck
 from .userdirs import user_cache_dir
 
 
@@ -70,16 +71,6 @@ def write_failure(exc: OSError, where: object) -> StoreError | None:
     return StoreError(f"cannot write {name}: {why} (the file system at "
                       f"{file_system_of(os.fsdecode(str(name)))}); nothing half-written was kept",
                       hint="free space or make the store writable (PATCHBAKE_HOME), then rerun")
-
-
-def remove_entry(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def default_root() -> Path:
