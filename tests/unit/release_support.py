@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from patchbake.digest import Digest
 from patchbake import config
@@ -82,6 +83,16 @@ def make_repo(root: Path, key_dir: Path, channels: dict[str, Any] | None = None)
                                                "outsider")))
     write_policy(root, k)
     return k
+
+
+def cli_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Keys]:
+    """``make_repo`` in ``tmp_path``, made the repository and store the CLI acts on
+    (``patchbake.entry.main([...])`` in the same process)."""
+    root = tmp_path / "repo"
+    k = make_repo(root, tmp_path / "keys")
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
+    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
+    return root, k
 
 
 def suite_result(root: Path, suite: str, image: str, digest: str, *,

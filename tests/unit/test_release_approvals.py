@@ -19,9 +19,9 @@ from patchbake.evidence import dsse, keys, policy
 from patchbake.release import attest, create, gates, manifest
 from release_support import (
     Keys,
+    cli_repo,
     make_key,
     make_release,
-    make_repo,
     sign_all,
     sign_approval,
     sign_result,
@@ -36,11 +36,7 @@ NOW = datetime(2026, 12, 10, 12, 0, 0, tzinfo=timezone.utc)
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Keys]:
-    root = tmp_path / "repo"
-    k = make_repo(root, tmp_path / "keys")
-    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
-    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
-    return root, k
+    return cli_repo(tmp_path, monkeypatch)
 
 
 def approval(root: Path, *, at: datetime = NOW, channel: str = "sm89-stable"

@@ -26,9 +26,9 @@ from release_support import (
     CHANNELS,
     REPO,
     Keys,
+    cli_repo,
     make_key,
     make_release,
-    make_repo,
     publish,
     sign_approval,
 )
@@ -39,11 +39,7 @@ IMAGE = "sm89-serving-offline"
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Keys]:
-    root = tmp_path / "repo"
-    k = make_repo(root, tmp_path / "keys")
-    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
-    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
-    return root, k
+    return cli_repo(tmp_path, monkeypatch)
 
 
 def verify(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -15,7 +15,7 @@ import pytest
 from patchbake.entry import main
 from patchbake.errors import ReportBrokenError
 from patchbake.release import ledger, manifest
-from release_support import Keys, make_release, make_repo
+from release_support import Keys, cli_repo, make_release
 
 DIGEST = "sha256:" + "5e" * 32
 
@@ -23,12 +23,8 @@ DIGEST = "sha256:" + "5e" * 32
 @pytest.fixture
 def released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
              ) -> tuple[Path, Keys, manifest.Release]:
-    root = tmp_path / "repo"
-    k = make_repo(root, tmp_path / "keys")
-    rel = make_release(root, k, DIGEST)
-    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
-    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
-    return root, k, rel
+    root, k = cli_repo(tmp_path, monkeypatch)
+    return root, k, make_release(root, k, DIGEST)
 
 
 def page_text(out: Path) -> str:
