@@ -299,7 +299,7 @@ class RequirementError(SuiteError):
 EVIDENCE_REASONS = ("evidence", "missing", "unreadable", "malformed", "payload-type",
                     "unsigned", "bad-signature", "untrusted-key", "not-allowed",
                     "wrong-subject", "bad-predicate", "exists", "policy", "flagged",
-                    "foreign-pristine", "junit-mismatch", "wrong-suite")
+                    "foreign-pristine", "junit-mismatch", "wrong-suite", "files-unbound")
 
 
 class EvidenceError(PatchbakeError):

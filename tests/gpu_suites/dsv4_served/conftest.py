@@ -31,11 +31,16 @@ WORKER_TIMEOUT_S = 300
 REPLAY = "PATCHBAKE_SERVED_REPLAY"
 
 
-def knob_values() -> tuple[str, ...]:
-    """The knob values to serve; PATCHBAKE_SERVED_KNOBS narrows them (the pristine probe
-    needs only 1: the tree has no knob, so every value serves vLLM's own order)."""
+def knob_values(tree: Path | None = None) -> tuple[str, ...]:
+    """The knob values to serve; PATCHBAKE_SERVED_KNOBS narrows them. A tree whose
+    ``vllm/envs.py`` does not name the knob (the pristine probe's) serves 1 alone: every
+    value serves vLLM's own order there, so one engine says all (and knob 0/2 skip)."""
     picked = os.environ.get("PATCHBAKE_SERVED_KNOBS", "")
-    return tuple(k for k in picked.split(",") if k in KNOB_VALUES) or KNOB_VALUES
+    values = tuple(k for k in picked.split(",") if k in KNOB_VALUES) or KNOB_VALUES
+    envs = tree / "vllm" / "envs.py" if tree is not None else None
+    if envs is not None and envs.is_file() and KNOB not in envs.read_text():
+        return tuple(k for k in values if k == "1") or values[:1]
+    return values
 
 
 def _gpu_ok() -> bool:
@@ -85,17 +90,27 @@ def served(request: pytest.FixtureRequest,
     """Each knob value's engine run, one after the other."""
     if os.environ.get(REPLAY):
         return {k: v for k, v in json.loads(Path(os.environ[REPLAY]).read_text()).items()
-                if k in knob_values()}
+                if k in knob_values() and not k.startswith("_")}
     tree: Path = request.getfixturevalue("tree")
     work = tmp_path_factory.mktemp("served")
     model = write_model(work / "model")
     # One engine at a time: engines started side by side on one GPU profile each other's
     # memory as their own (seen on the H200: "Available KV cache memory: -18.36 GiB").
-    runs = {k: _worker(k, tree, model, work / f"knob{k}.json") for k in knob_values()}
+    runs = {k: _worker(k, tree, model, work / f"knob{k}.json") for k in knob_values(tree)}
     keep = os.environ.get("PATCHBAKE_SERVED_OUT")
     if keep:
-        Path(keep).write_text(json.dumps(runs, indent=1, sort_keys=True))
+        _keep(Path(keep), tree, runs)
     return runs
+
+
+def _keep(where: Path, tree: Path, runs: dict[str, dict]) -> None:
+    """Write the engines' record to ``where``; a directory gets one file per run of the
+    suite (``served-1.json``, ``served-2.json``: the patched run, then the pristine probe),
+    each naming the tree it served."""
+    if where.is_dir():
+        n = len(list(where.glob("served-*.json"))) + 1
+        where = where / f"served-{n}.json"
+    where.write_text(json.dumps({**runs, "_tree": str(tree)}, indent=1, sort_keys=True))
 
 
 @pytest.fixture

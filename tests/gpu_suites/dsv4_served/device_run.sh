@@ -1,38 +1,44 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the repo root. The bundle (.bundle/, made by make_bundle.py)
-# arrives one part per call; `stage` moves what arrived to /root/bundle, `suite` also
-# unpacks and checks it, compares torch/triton with the lock's RECORDs, and runs the
-# suite on the patched tree, on the pristine one, and on the patched one with vLLM's
-# other sparse MLA backend. Results go to $OUT (8 files).
+# On the GPU machine, from the repository root (PYTHONPATH=tools runs patchbake there).
+# What travels is one tar.xz stream cut into parts (docs/fixtures.md, "The served suite's
+# files"): `carry/`, a files bundle of the serving image made by `patchbake suites bundle
+# --files`, and `deps312/`, the cp312 builds of the image's compiled dependencies that the
+# machine lacks (not the image's files: the result lists them as the machine's).
+#
+#   device_run.sh stage     keep the parts that arrived in $CARRY_IN (default .carry)
+#   device_run.sh unpack    check the parts (SHA256SUMS), unpack them into /root/carry
+#   device_run.sh SUITE...  run each suite on the image's files (suites run --files);
+#                           results, engine records and the log go to $OUT
 set -uo pipefail
-B=/root/bundle
-IN=${BUNDLE_IN:-.bundle}   # where this call's carried parts arrived
-HERE=tests/gpu_suites/dsv4_served
-mkdir -p "$B/parts"
-for f in "$IN"/part-* "$IN"/manifest.json; do [ -f "$f" ] && cp "$f" "$B/parts/"; done
-[ -d "$IN/records" ] && cp -r "$IN/records" "$B/"
-ls -la "$B/parts"
-[ "${1:-stage}" = stage ] && exit 0
+C=/root/carry
+IN=${CARRY_IN:-.carry}
+IMAGE=${IMAGE:-sm89-serving-local}
+mkdir -p $C/parts
+for f in "$IN"/part-* "$IN"/SHA256SUMS; do [ -f "$f" ] && cp "$f" $C/parts/; done
+ls -la $C/parts
+case "${1:-stage}" in
+  stage) exit 0 ;;
+  unpack)
+    (cd $C/parts && sha256sum -c SHA256SUMS) || exit 1
+    rm -rf $C/u $C/extra $C/pb && mkdir -p $C/u $C/extra $C/pb
+    cat $C/parts/part-* | xz -d | tar -C $C/u -xf - || exit 1
+    for w in $C/u/deps312/*.whl; do
+      case "$w" in */platformdirs-*) dest=$C/pb ;; *) dest=$C/extra ;; esac
+      python3 -m zipfile -e "$w" "$dest" || exit 1
+    done
+    du -sh $C/u/carry $C/extra
+    exit 0 ;;
+esac
 
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-exec > >(tee "$OUT/log.txt") 2>&1
-nvidia-smi
-python3 -c 'import sys,torch,triton; print(sys.version); print("torch", torch.__version__, torch.version.cuda, torch.version.git_version); print("triton", triton.__version__); print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())'
-nvcc --version | tail -2
-sha256sum $(find $HERE -type f ! -path '*__pycache__*' | sort)
-python3 $HERE/device_check.py unpack --parts "$B/parts" --into "$B" --out "$OUT/bundle-check.json" || exit 1
-python3 $HERE/device_check.py compare --records "$B/records" --out "$OUT/torch-record-compare.json"
-export PATCHBAKE_SITE=$B/site
-# patched: the suite; pristine: the probe (knob 1 alone: the tree has no knob);
-# flashmla: the patched tree on vLLM's other sparse MLA backend (does the order reach it?)
-for pass in patched pristine flashmla; do
-  tree=$B/trees/patched; knobs=0,1,2; backend=; junit=$OUT/junit-$pass.xml
-  [ $pass = pristine ] && tree=$B/trees/pristine && knobs=1
-  [ $pass = flashmla ] && backend=FLASHMLA_SPARSE && junit=/tmp/junit-flashmla.xml
-  PATCHBAKE_TREE=$tree PATCHBAKE_SERVED_KNOBS=$knobs PATCHBAKE_SERVED_BACKEND=$backend \
-    PATCHBAKE_SERVED_OUT=$OUT/served-$pass.json \
-    timeout ${SUITE_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -c $HERE/pytest.ini \
-    --rootdir $HERE -m gpu --junitxml=$junit $HERE
-  echo "suite, $pass pass: exit $?"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,memory.used --format=csv
+python3 -c 'import sys,torch,triton; print(sys.version); print("torch", torch.__version__, torch.version.cuda); print("triton", triton.__version__)'
+export PYTHONPATH=$PWD/tools:$C/pb PATCHBAKE_HOME=$C/store
+export PATCHBAKE_SITE=$C/extra PATCHBAKE_SERVED_OUT=$OUT
+for suite in "$@"; do
+  python3 -m patchbake suites run "$suite" --image "$IMAGE" --files $C/u/carry \
+    --results-out "$OUT/$suite.result.json"
+  echo "suites run $suite: exit $?"
 done

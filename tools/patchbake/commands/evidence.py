@@ -17,6 +17,7 @@ from ..evidence import facts, statement
 from ..fsutil import output_to
 from ..sources import fetch
 from ..sources.digest import tree_digest
+from ..suites import files as filesmod
 from ..suites import image as imagemod
 from ..suites.result import SuiteResult
 from ..verify.expected import image_definition
@@ -131,7 +132,15 @@ def evidence_sign(ctx: Ctx, results: tuple[Path, ...], key_path: Path | None,
         digest = result.image.digest
         if want and digest != want.digest:
             raise EvidenceError(f"{rp} is a result for image {digest}, not {want.digest}")
-        if result.probed_pristine:
+        carried = result.environment.get("image_files")
+        if carried is not None:
+            # the run's files came from a files bundle: they must be the image's, and the
+            # probe's tree the unpatched base's (suites.files)
+            sens = result.probes.get("patch_sensitivity") or {}
+            filesmod.check_signable(ctx.store, result.image,
+                                    carried if isinstance(carried, dict) else {},
+                                    result.probed_pristine, sens.get("vllm_tree_digest"))
+        elif result.probed_pristine:
             records.check_pristine_probe(result, pinned_vllm_digest(digest))
         path, written, stmt = records.sign_result(result, key, sig.evidence_dir)
         rows.append({"result": str(rp), "evidence": str(path), "written": written,

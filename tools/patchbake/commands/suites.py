@@ -15,12 +15,14 @@ from .. import ui
 from ..verify import baked
 from ..cli import Ctx, complete_images, complete_suites, pass_ctx
 from ..config import suites as suitesmod
-from ..errors import SuiteError
+from ..digest import Digest
+from ..errors import SuiteError, UsageError
 from ..verify.expected import image_definition
 from ..fsutil import atomic_write, output_to
 from ..oci import image as oci_image
 from ..sources import fetch
 from ..sources.digest import tree_digest
+from ..suites import files as filesmod
 from ..suites import image as imagemod
 from ..suites.bundle import bundle
 from ..suites.docker import DockerRunner
@@ -73,6 +75,34 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
     return provide
 
 
+def _bundled_image(ctx: Ctx, text: str, carried: filesmod.FilesBundle) -> imagemod.SuiteImage:
+    """The image a files bundle carries, when ``text`` names it (its digest, or a definition
+    whose committed record does): the store need not hold it."""
+    ref = imagemod.digest_only(text, ctx.pipeline)
+    if ref is None and ctx.store.root.is_dir():
+        with did_you_mean(ctx, text):
+            ref = imagemod.identify(ctx.store, text, ctx.pipeline)
+    if ref is None:
+        raise UsageError(f"--image {text}: name the bundled image by its digest "
+                         f"({carried.image_digest}) or its definition")
+    if ref.digest != carried.image_digest:
+        raise SuiteError(f"{carried.root} carries the files of {carried.image_digest}, not of "
+                         f"--image {text} ({ref.digest})")
+    config = Digest.parse(carried.doc["image"]["config_digest"], "the bundle's config digest",
+                          SuiteError)
+    return imagemod.SuiteImage(ref.name, ref.digest, config)
+
+
+def _bundled_pristine(carried: filesmod.FilesBundle) -> Any:
+    def provide() -> tuple[Path, str]:
+        tmp = Path(tempfile.mkdtemp(prefix="patchbake-pristine."))
+        atexit.register(shutil.rmtree, tmp, True)
+        tree = filesmod.pristine_tree(carried, tmp / "tree")
+        return tree, (f"the unpatched base {carried.doc['base']} from files bundle "
+                      f"{carried.root} (its vllm/ tree {carried.doc['pristine_vllm_digest']})")
+    return provide
+
+
 @suites_group.command("run")
 @click.argument("suite_name", metavar="SUITE", shell_complete=complete_suites)
 @click.option("--image", "image_ref", required=True,
@@ -88,31 +118,46 @@ def _pristine(ctx: Ctx, given: Path | None, image: str | None, site_packages: st
 @click.option("--pristine-image", default=None,
               help="take the pristine tree from this image's layers (e.g. the unpatched "
                    "base by digest) instead of fetching the upstream sdist")
+@click.option("--files", "files_dir", default=None,
+              type=click.Path(path_type=Path, file_okay=False),
+              help="run on the image's files from a files bundle (`suites bundle --files`), "
+                   "for a machine that cannot hold the image; host runner, and the probe "
+                   "runs on the bundle's unpatched base files")
 @pass_ctx
 def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
                  results_out: Path | None, pristine_tree: Path | None,
-                 pristine_image: str | None) -> None:
+                 pristine_image: str | None, files_dir: Path | None) -> None:
     """Run SUITE against the exact image; exit 40 unless it passed and its probes hold."""
     p = ctx.pipeline
     suite = suitesmod.get(p.suites, suite_name, p.path.name)
-    with did_you_mean(ctx, image_ref):
-        ref = imagemod.identify(ctx.store, image_ref, p)
+    carried = None
+    if files_dir is not None:
+        if pristine_tree or pristine_image or runner == "docker":
+            raise UsageError("--files runs with the host runner and probes on the bundle's "
+                             "own base files: leave out --runner docker, --pristine-tree "
+                             "and --pristine-image")
+        carried = filesmod.check(files_dir)
+        ref = _bundled_image(ctx, image_ref, carried)
+    else:
+        with did_you_mean(ctx, image_ref):
+            ref = imagemod.identify(ctx.store, image_ref, p)
 
     # the pristine probe and the recorded pins are the image's own lineage's
     lineage = p.lineage_for(image_definition(
         p, definition=image_ref if image_ref in p.images else None, manifest_digest=ref.digest),
         ctx.lineage_key)
-    kind = runner or suite.runner
+    kind = "host" if carried is not None else runner or suite.runner
     if kind == "docker":
         r: Any = DockerRunner(p.root, ctx.store)
     else:
-        r = HostRunner(p.root, ctx.store, pipeline=p)
+        r = HostRunner(p.root, ctx.store, pipeline=p, files=carried)
     sp = None
     if pristine_image:
         img = oci_image.load_image(oci_image.StoreBlobs(ctx.store), ref.digest)
         sp = img.labels.get("dev.patchbake.site-packages")
-    result = run_suite(suite, ref, r, _pristine(ctx, pristine_tree, pristine_image, sp, lineage),
-                       log=ui.step, pins=lineage.upstream.pins)
+    provide = _bundled_pristine(carried) if carried is not None else \
+        _pristine(ctx, pristine_tree, pristine_image, sp, lineage)
+    result = run_suite(suite, ref, r, provide, log=ui.step, pins=lineage.upstream.pins)
     if results_out:
         atomic_write(results_out, result.dump())
     if ctx.as_json:
@@ -141,17 +186,43 @@ def suites_run(ctx: Ctx, suite_name: str, image_ref: str, runner: str | None,
 @suites_group.command("bundle")
 @click.argument("images", nargs=-1, required=True)
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path, file_okay=False),
-              help="new store directory to fill (use it as PATCHBAKE_HOME on the GPU box)")
+              help="new directory to fill: a store (use it as PATCHBAKE_HOME on the GPU box), "
+                   "or with --files a files bundle (`suites run --files DIR`)")
+@click.option("--files", "as_files", is_flag=True,
+              help="carry one image's files instead of its blobs: its installed vllm/ and "
+                   "dist-info, the --dist distributions, RECORDs of all, the base's "
+                   "unpatched files (for an image too large to move)")
+@click.option("--dist", "dists", multiple=True, metavar="NAME",
+              help="with --files: a distribution of the image to carry too (repeatable)")
+@click.option("--leave", "leave", multiple=True, metavar="PATH=REASON",
+              help="with --files: a file or directory under site-packages left behind, and "
+                   "why (repeatable; the manifest and the suite result list it)")
 @pass_ctx
-def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path) -> None:
+def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path, as_files: bool,
+                  dists: tuple[str, ...], leave: tuple[str, ...]) -> None:
     """Copy IMAGES (manifest, config, layers) into a fresh store for a machine with no
-    network and no registry; each blob is re-hashed on the way in."""
+    network and no registry; each blob is re-hashed on the way in. With --files, one
+    image's files (checked against its layers) for a machine that cannot hold the image.
+
+    \b
+    Examples:
+      patchbake suites bundle sm89-serving-offline --out .devfix/store
+      patchbake suites bundle --files sm89-serving-local --dist pydantic \\
+          --leave vllm/vllm-rs='the HTTP front end; the suite runs the engine' --out .carry
+    """
+    if (dists or leave) and not as_files:
+        raise UsageError("--dist and --leave go with --files")
+    if as_files and len(images) != 1:
+        raise UsageError("--files carries one image's files; name exactly one image")
     refs = []
     for i in images:
         with did_you_mean(ctx, i):
             refs.append(imagemod.identify(ctx.store, i, ctx.pipeline))
     with output_to(out, "--out"):
-        made = bundle(ctx.store, refs, out)
+        if as_files:
+            made = filesmod.make(ctx.store, refs[0], filesmod.Selection.of(dists, leave), out)
+        else:
+            made = bundle(ctx.store, refs, out)
     if ctx.as_json:
         ui.emit_json(made)
     else:
