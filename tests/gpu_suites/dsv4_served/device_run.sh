@@ -9,6 +9,10 @@
 #   device_run.sh unpack    check the parts (SHA256SUMS), unpack them into /root/carry
 #   device_run.sh SUITE...  run each suite on the image's files (suites run --files);
 #                           results, engine records and the log go to $OUT
+#   device_run.sh start SUITE...   the same in its own session (it outlives the call that
+#                           starts it: a run longer than one call's limit), into $C/out
+#   device_run.sh wait      wait up to $WAIT_S seconds for it; when it is done, copy its
+#                           files to $OUT
 set -uo pipefail
 C=/root/carry
 IN=${CARRY_IN:-.carry}
@@ -28,6 +32,17 @@ case "${1:-stage}" in
     done
     du -sh $C/u/carry $C/extra
     exit 0 ;;
+  start)
+    shift
+    rm -rf $C/out && mkdir -p $C/out
+    OUT=$C/out setsid nohup bash "$0" "$@" > $C/bg.log 2>&1 < /dev/null &
+    echo "started in the background: $*"
+    exit 0 ;;
+  wait)
+    for _ in $(seq 1 "${WAIT_S:-500}"); do [ -f $C/out/done ] && break; sleep 1; done
+    tail -5 $C/bg.log
+    [ -f $C/out/done ] && mkdir -p "${OUT:-/tmp/out}" && cp $C/out/* "${OUT:-/tmp/out}/"
+    exit 0 ;;
 esac
 
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -42,3 +57,4 @@ for suite in "$@"; do
     --results-out "$OUT/$suite.result.json"
   echo "suites run $suite: exit $?"
 done
+touch "$OUT/done"
