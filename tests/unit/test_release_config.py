@@ -26,7 +26,7 @@ def test_repository_channels_are_cumulative_in_order() -> None:
     kinds = [g.kind for g in chs["sm89-stable"].gates]
     assert kinds[:6] == [g.kind for g in chs["validated"].gates]
     assert kinds[6:] == ["capability", "benchmark", "approval"]
-    assert chs["validated"].gates[-1].suites == ("dsv4-topk-gpu", "dsv4-topk-cpu")
+    assert chs["validated"].gates[-1].suites == ("dsv4-topk-gpu", "dsv4-topk-cpu", "dsv4-served-gpu")
     assert chs["sm89-stable"].gates[-3].capability == "8.9"
 
 
