@@ -10,11 +10,13 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from patchbake.digest import Digest
-from patchbake.errors import EvidenceError, ImageError, IntegrityError, UsageError
+from patchbake.errors import EvidenceError, ImageError, IntegrityError, SuiteError, UsageError
 from patchbake.oci import layout
 from patchbake.oci.media import Descriptor
 from patchbake.sources.digest import tree_digest
@@ -219,3 +221,32 @@ def test_manifest_is_canonical_json(tmp_path: Path) -> None:
     doc = json.loads((out / "manifest.json").read_bytes())
     assert doc["format"] == files.FORMAT and doc["selection"] == {
         "dists": ["foo"], "leave": [{"path": "vllm/big.so", "reason": "not used on this machine"}]}
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda d: d["files"].append(["../outside.py", "100644", "0" * 64, 1, None]), "'files'"),
+    (lambda d: d["files"].append(["/etc/passwd", "100644", "0" * 64, 1, None]), "'files'"),
+    (lambda d: d["pristine"].append(["vllm/../../x", "100644", "0" * 64, 1]), "'pristine'"),
+    (lambda d: d["pristine"].append(["foo/__init__.py", "100644", "0" * 64, 1]), "'pristine'"),
+    (lambda d: d["records"].append(["../x.dist-info", "0" * 64]), "'records'"),
+    (lambda d: d.update(files={"a": 1}), "'files'"),
+    (lambda d: d["files"][0].pop(), "'files'"),
+    (lambda d: d.update(image="sha256:x"), "'image'"),
+    (lambda d: d.update(selection=[]), "'selection'"),
+    (lambda d: d.pop("pristine_vllm_digest"), "'pristine_vllm_digest'"),
+])
+def test_a_malformed_manifest_is_one_line_and_touches_nothing(
+        tmp_path: Path, edit: Callable[[dict[str, Any]], object], why: str) -> None:
+    _, _, out = _make(tmp_path)
+    doc = json.loads((out / "manifest.json").read_bytes())
+    edit(doc)
+    (out / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(SuiteError, match=f"malformed: {why}"):
+        files.check(out)
+
+
+def test_not_json_is_one_line(tmp_path: Path) -> None:
+    _, _, out = _make(tmp_path)
+    (out / "manifest.json").write_text("[1, 2")
+    with pytest.raises(SuiteError, match="malformed: not JSON"):
+        files.check(out)

@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,21 +346,78 @@ def _entry_ok(path: Path, mode: str, sha: str) -> bool:
                                          else MODE_FILE) == mode
 
 
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_MODES = (MODE_FILE, MODE_EXEC, MODE_LINK)
+
+
+def _safe_rel(path: object) -> bool:
+    """A relative '/'-separated path that stays below its root: no empty, '.' or '..'
+    component, no backslash or NUL."""
+    if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path \
+            or "\0" in path:
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+def _validated(data: bytes, where: Path) -> dict[str, Any]:
+    """The manifest's fields with their types checked; SuiteError (one line) otherwise. Every
+    path a row names must stay below the bundle: rows become paths to read, unlink, copy."""
+    def bad(why: str) -> SuiteError:
+        return SuiteError(f"{where} is malformed: {why}")
+
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise bad(f"not JSON ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SuiteError(f"{where} is not a {FORMAT} manifest")
+    image = doc.get("image")
+    if not isinstance(image, dict) or not all(
+            isinstance(image.get(k), str) and _DIGEST.match(image[k])
+            for k in ("digest", "config_digest")):
+        raise bad("'image' must name a manifest and a config digest")
+    for key in ("base", "vllm_digest", "pristine_vllm_digest"):
+        if not isinstance(doc.get(key), str) or not _DIGEST.match(doc[key]):
+            raise bad(f"'{key}' must be sha256:<64 hex digits>")
+    if not isinstance(doc.get("selection"), dict):
+        raise bad("'selection' must be an object")
+    Selection.from_json(doc["selection"])
+    _check_rows(doc, bad)
+    return doc
+
+
+def _check_rows(doc: dict[str, Any], bad: Callable[[str], SuiteError]) -> None:
+    files, pristine, records = doc.get("files"), doc.get("pristine"), doc.get("records")
+    if not isinstance(files, list) or not all(
+            isinstance(f, list) and len(f) == 5 and _safe_rel(f[0]) and f[1] in _MODES
+            and isinstance(f[2], str) and _HEX.match(f[2]) and isinstance(f[3], int)
+            and (f[4] is None or isinstance(f[4], str)) for f in files):
+        raise bad("'files' must be rows [path below the bundle, mode, sha256, size, reason or "
+                  "null]")
+    if not isinstance(pristine, list) or not all(
+            isinstance(f, list) and len(f) == 4 and _safe_rel(f[0])
+            and f[0].startswith("vllm/") and (
+                f[1:] == [None, None, None] or (f[1] in _MODES and isinstance(f[2], str)
+                                                and _HEX.match(f[2]) and isinstance(f[3], int)))
+            for f in pristine):
+        raise bad("'pristine' must be rows [path below vllm/, mode, sha256, size] "
+                  "(mode, sha256 and size null where the base lacks the path)")
+    if not isinstance(records, list) or not all(
+            isinstance(r, list) and len(r) == 2 and _safe_rel(r[0]) and "/" not in r[0]
+            and r[0].endswith(".dist-info") and isinstance(r[1], str) and _HEX.match(r[1])
+            for r in records):
+        raise bad("'records' must be rows [<name>.dist-info, sha256]")
+
+
 def check(root: Path) -> FilesBundle:
     """Read and check a bundle: its manifest, then every carried, pristine and RECORD file
     by sha256 and mode, and that nothing else is there (IntegrityError naming the first)."""
     data = read_input(root / MANIFEST, "files bundle manifest", SuiteError, _MANIFEST_MAX)
-    try:
-        doc = json.loads(data)
-        if doc.get("format") != FORMAT:
-            raise SuiteError(f"{root / MANIFEST} is not a {FORMAT} manifest")
-        files, pristine = doc["files"], doc["pristine"]
-        records = doc["records"]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SuiteError(f"{root / MANIFEST} is malformed ({exc})") from exc
-    expected = {TREE: {f[0]: (f[1], f[2]) for f in files if f[4] is None},
-                PRISTINE: {f[0]: (f[1], f[2]) for f in pristine if f[1] is not None},
-                RECORDS: {f"{d}/RECORD": (MODE_FILE, sha) for d, sha in records}}
+    doc = _validated(data, root / MANIFEST)
+    expected = {TREE: {f[0]: (f[1], f[2]) for f in doc["files"] if f[4] is None},
+                PRISTINE: {f[0]: (f[1], f[2]) for f in doc["pristine"] if f[1] is not None},
+                RECORDS: {f"{d}/RECORD": (MODE_FILE, sha) for d, sha in doc["records"]}}
     for part, want in expected.items():
         extra = sorted(_entries_under(root / part) - set(want))
         if extra:
