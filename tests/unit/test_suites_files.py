@@ -250,3 +250,40 @@ def test_not_json_is_one_line(tmp_path: Path) -> None:
     (out / "manifest.json").write_text("[1, 2")
     with pytest.raises(SuiteError, match="malformed: not JSON"):
         files.check(out)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--runner", "docker"], "--files runs with the host runner"),
+    (["--pristine-image", "sha256:" + "1" * 64], "--files runs with the host runner"),
+])
+def test_suites_run_files_refuses_other_trees(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        extra: list[str], says: str) -> None:
+    from patchbake.entry import main
+
+    _, ref, out = _make(tmp_path)
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
+    capsys.readouterr()
+    rc = main(["suites", "run", "dsv4-topk-cpu", "--image", str(ref.digest), "--files", str(out),
+               *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_suites_run_files_refuses_a_bundle_of_another_image(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    from patchbake.entry import main
+
+    _, _, out = _make(tmp_path)
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
+    capsys.readouterr()
+    rc = main(["suites", "run", "dsv4-topk-cpu", "--image", "sha256:" + "2" * 64,
+               "--files", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 40 and "carries the files of" in err, err
