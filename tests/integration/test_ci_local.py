@@ -46,14 +46,17 @@ def test_candidate_ends_with_a_release_that_verifies() -> None:
     assert "VERIFIED" in out and "release.yml: PASSED" in out
 
 
-def test_sm89_stable_fails_closed_at_the_capability_gate() -> None:
+def test_sm89_stable_fails_closed_at_the_gates() -> None:
     r = ci_local("release.yml", "--input", "channel=sm89-stable")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-6000:]
     # the approval is signed only for a release that can be made: the approve job signs
-    # nothing, the gates job fails closed naming the gate, and nothing runs after it
-    assert ("capability: missing input: no passing GPU evidence from a compute capability "
-            "8.9 device") in out
+    # nothing, the gates job fails closed naming the gates, and nothing runs after it. The
+    # offline stand-in has no Python to serve with, so validated's served suite blocks
+    # first; the capability gate's row says what sm89 would still need.
+    assert "'sm89-stable' is BLOCKED" in out and "first: evidence: suite 'dsv4-served-gpu'" in out
+    assert ("capability    FAIL    missing input: no passing GPU evidence from a compute "
+            "capability 8.9 device") in out
     assert "no approval signed" in out
     assert "gates: FAILED" in out and "promote /" not in out
 
