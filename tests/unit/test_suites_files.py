@@ -287,3 +287,50 @@ def test_suites_run_files_refuses_a_bundle_of_another_image(
                "--files", str(out)])
     err = capsys.readouterr().err
     assert rc == 40 and "carries the files of" in err, err
+
+
+def test_an_empty_directory_in_the_tree_is_refused(tmp_path: Path) -> None:
+    _, _, out = _make(tmp_path)
+    (out / "tree" / "flash_attn").mkdir()  # importable as a namespace package
+    with pytest.raises(IntegrityError, match="tree/flash_attn/ is not in its manifest"):
+        files.check(out)
+
+
+def test_leaving_a_directory_keeps_the_pristine_digest_consistent(tmp_path: Path) -> None:
+    """A directory left behind drops the base's files below it from the pristine digest
+    too, so the bundle's pristine tree rebuilds (make checks it before naming the bundle)."""
+    store, ref, _ = _store(tmp_path)
+    out = tmp_path / "carry"
+    files.make(store, ref, files.Selection.of([], ["vllm/envs.py=kept on the machine"]), out)
+    b = files.check(out)
+    assert not any(r[0] == "vllm/envs.py" for r in b.doc["pristine"])
+    files.pristine_tree(b, tmp_path / "pristine")
+
+
+@pytest.mark.parametrize("leave", ["vllm=x", "vllm/__init__.py=x", "/vllm/=x"])
+def test_leaving_vllm_itself_is_refused(leave: str) -> None:
+    with pytest.raises(UsageError, match="the bundle carries vllm"):
+        files.Selection.of([], [leave])
+
+
+def test_a_quoted_record_path_is_carried(tmp_path: Path) -> None:
+    assert files._record_paths(b'"foo/a,b.py",sha256=x,4\nfoo/c.py,,\n') == ["foo/a,b.py",
+                                                                             "foo/c.py"]
+
+
+def test_a_symlink_out_is_refused_before_any_work(tmp_path: Path) -> None:
+    store, ref, _ = _store(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    with pytest.raises(UsageError, match="not an empty directory"):
+        files.make(store, ref, files.Selection.of([], []), tmp_path / "link")
+
+
+def test_signing_refuses_a_selection_it_cannot_rebuild(tmp_path: Path) -> None:
+    store, ref, out = _make(tmp_path)
+    rec = files.check(out).summary()
+    for bad in ({**rec, "selection": {"dists": ["nope"], "leave": []}},
+                {**rec, "selection": "x"}):
+        with pytest.raises(EvidenceError) as exc:
+            files.check_signable(store, ref, bad, False, None)
+        assert exc.value.reason == "files-unbound"

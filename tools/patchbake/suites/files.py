@@ -27,8 +27,10 @@ claim made on the GPU box.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.metadata as md
+import io
 import json
 import os
 import re
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import Digest
-from ..errors import ImageError, IntegrityError, SuiteError, UsageError, shown
+from ..errors import ImageError, IntegrityError, PatchbakeError, SuiteError, UsageError, shown
 from ..fsutil import canonical_json, read_input, sha256_file
 from ..images.distrecord import record_hash
 from ..oci import image as oci_image
@@ -81,7 +83,11 @@ class Selection:
             if not sep or not path.strip("/") or not reason.strip():
                 raise UsageError(f"--leave {shown(item)}: expected PATH=REASON (a path under "
                                  "site-packages and why it stays behind)")
-            pairs.append((path.strip("/"), reason.strip()))
+            rel = path.strip("/")
+            if rel in ("vllm", "vllm/__init__.py"):
+                raise UsageError(f"--leave {shown(item)}: the bundle carries vllm; leave files "
+                                 "or directories below vllm/, not the package")
+            pairs.append((rel, reason.strip()))
         return cls(tuple(sorted({normalise(d) for d in dists})), tuple(sorted(set(pairs))))
 
     def to_json(self) -> dict[str, Any]:
@@ -109,12 +115,15 @@ def _mode(info: FileInfo) -> str:
     return MODE_EXEC if info.mode & 0o111 else MODE_FILE
 
 
-def _tree_digest(view: View, prefix: str, skip: set[str]) -> str:
-    """The ``sources.digest`` tree digest of ``prefix`` (e.g. ``.../site-packages/vllm/``)
-    as a directory rebuilt from ``view`` would give, without the paths in ``skip``."""
+def _tree_digest(view: View, sp: str, sel: Selection) -> str:
+    """The ``sources.digest`` tree digest of ``<sp>/vllm/`` as a directory rebuilt from
+    ``view`` would give, without what the selection leaves behind (the rule the file and
+    pristine rows follow)."""
+    prefix = f"{sp}/vllm/"
     entries = [Entry(p[len(prefix):].encode(), _mode(i), i.sha256)
                for p, i in sorted(view.files.items())
-               if p.startswith(prefix) and i.kind in ("file", "symlink") and p not in skip]
+               if p.startswith(prefix) and i.kind in ("file", "symlink")
+               and sel.reason_for(p[len(sp) + 1:]) is None]
     entries.sort(key=lambda e: e.path)
     return str(digest_entries(entries))
 
@@ -133,13 +142,14 @@ def _dist_infos(view: View, sp: str) -> dict[str, tuple[str, bytes]]:
     return found
 
 
+def _record_csv(data: bytes) -> list[list[str]]:
+    """A RECORD's rows, read as the CSV it is (a path may hold a quoted comma)."""
+    return [row for row in csv.reader(io.StringIO(data.decode("utf-8", "replace"))) if row]
+
+
 def _record_paths(data: bytes) -> list[str]:
-    out = []
-    for line in data.decode("utf-8", "replace").splitlines():
-        name = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
-        if name and not name.startswith(("/", "../")):
-            out.append(name)
-    return out
+    return [row[0] for row in _record_csv(data)
+            if row[0] and not row[0].startswith(("/", "../"))]
 
 
 @dataclass
@@ -181,17 +191,12 @@ def plan(store: Store, ref: SuiteImage, sel: Selection) -> Plan:
     dists = _dist_infos(view, sp)
     wanted = _selected(view, sp, dists, sel, ref.name)
     files: list[list[Any]] = []
-    left = set()
     for path in sorted(wanted):
         info = view.files[path]
         if info.kind not in ("file", "symlink"):
             raise ImageError(f"{path} in {ref.name} is not a file or symlink")
         rel = path[len(sp) + 1:]
-        reason = sel.reason_for(rel)
-        if reason is not None:
-            left.add(path)
-        files.append([rel, _mode(info), info.sha256, info.size, reason])
-    vllm = f"{sp}/vllm/"
+        files.append([rel, _mode(info), info.sha256, info.size, sel.reason_for(rel)])
     records = {d: data for d, data in dists.values()}
     doc = {
         "format": FORMAT,
@@ -202,8 +207,8 @@ def plan(store: Store, ref: SuiteImage, sel: Selection) -> Plan:
         "files": files,
         "pristine": _pristine_rows(view, base_view, sp, sel),
         "records": sorted([d, hashlib.sha256(data).hexdigest()] for d, data in records.items()),
-        "vllm_digest": _tree_digest(view, vllm, left),
-        "pristine_vllm_digest": _tree_digest(base_view, vllm, left),
+        "vllm_digest": _tree_digest(view, sp, sel),
+        "pristine_vllm_digest": _tree_digest(base_view, sp, sel),
     }
     return Plan(doc, sp, img, base, records)
 
@@ -246,7 +251,7 @@ def _pristine_rows(view: View, base_view: View, sp: str, sel: Selection) -> list
 
 def make(store: Store, ref: SuiteImage, sel: Selection, out: Path) -> dict[str, Any]:
     """Write the bundle into ``out`` (a new directory; it appears whole or not at all)."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
         raise UsageError(f"{out} exists and is not an empty directory; a bundle is written "
                          "into a fresh one")
     p = plan(store, ref, sel)
@@ -267,7 +272,10 @@ def make(store: Store, ref: SuiteImage, sel: Selection, out: Path) -> dict[str, 
             (staging / RECORDS / info_dir).mkdir(parents=True)
             (staging / RECORDS / info_dir / "RECORD").write_bytes(data)
         (staging / MANIFEST).write_bytes(canonical_json(p.doc))
-        check(staging)  # what was written is what the manifest says, before it is named
+        # what was written is what the manifest says, and its pristine tree rebuilds to the
+        # recorded digest, before the bundle is named (not first on the GPU box)
+        pristine_tree(check(staging), staging / "pristine-check")
+        shutil.rmtree(staging / "pristine-check")
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
@@ -325,15 +333,26 @@ class FilesBundle:
 
 
 def _entries_under(root: Path) -> set[str]:
-    """Every non-directory below ``root`` (symlinks included, never followed)."""
+    """Every entry below ``root`` (symlinks never followed), directories with a trailing
+    '/': an empty directory is an entry too (an importable namespace package)."""
     found: set[str] = set()
     if not root.is_dir():
         return found
     for d, dirs, names in os.walk(root):
-        found |= {(Path(d) / n).relative_to(root).as_posix() for n in names}
-        found |= {(Path(d) / n).relative_to(root).as_posix() for n in dirs
-                  if (Path(d) / n).is_symlink()}
+        rel = Path(d).relative_to(root).as_posix()
+        base = "" if rel == "." else rel + "/"
+        found |= {base + n for n in names}
+        found |= {base + n + ("" if (Path(d) / n).is_symlink() else "/") for n in dirs}
     return found
+
+
+def _with_parents(paths: set[str]) -> set[str]:
+    """``paths`` and every directory above them, with a trailing '/'."""
+    out = set(paths)
+    for p in paths:
+        parts = p.split("/")[:-1]
+        out |= {"/".join(parts[:i]) + "/" for i in range(1, len(parts) + 1)}
+    return out
 
 
 def _entry_ok(path: Path, mode: str, sha: str) -> bool:
@@ -419,7 +438,7 @@ def check(root: Path) -> FilesBundle:
                 PRISTINE: {f[0]: (f[1], f[2]) for f in doc["pristine"] if f[1] is not None},
                 RECORDS: {f"{d}/RECORD": (MODE_FILE, sha) for d, sha in doc["records"]}}
     for part, want in expected.items():
-        extra = sorted(_entries_under(root / part) - set(want))
+        extra = sorted(_entries_under(root / part) - _with_parents(set(want)))
         if extra:
             raise IntegrityError(f"files bundle {root}: {part}/{extra[0]} is not in its "
                                  f"manifest ({len(extra)} such)")
@@ -467,12 +486,7 @@ def pristine_tree(bundle: FilesBundle, dest: Path) -> Path:
 
 
 def _record_rows(data: bytes) -> dict[str, str]:
-    rows = {}
-    for line in data.decode("utf-8", "replace").splitlines():
-        parts = line.rsplit(",", 2)
-        if len(parts) == 3 and parts[1]:
-            rows[parts[0]] = parts[1]
-    return rows
+    return {row[0]: row[1] for row in _record_csv(data) if len(row) >= 2 and row[1]}
 
 
 def _file_record_hash(path: Path) -> str | None:
@@ -546,7 +560,11 @@ def check_signable(store: Store, image: SuiteImage, recorded: dict[str, Any],
     if recorded.get("image") != str(image.digest):
         refuse_evidence("files-unbound", f"the result names image {image.digest} but its files "
                         f"came from a bundle of {shown(str(recorded.get('image')))}")
-    again = plan(store, image, Selection.from_json(recorded.get("selection")))
+    try:
+        again = plan(store, image, Selection.from_json(recorded.get("selection")))
+    except PatchbakeError as exc:
+        refuse_evidence("files-unbound", f"the files bundle the result names cannot be rebuilt "
+                        f"from {image.digest} in the store: {exc.one_line()}")
     if again.sha256 != recorded.get("manifest_sha256"):
         refuse_evidence("files-unbound", f"the files the suite ran on (bundle manifest "
                         f"{shown(str(recorded.get('manifest_sha256')))}) are not those of "
