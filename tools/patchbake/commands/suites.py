@@ -208,7 +208,7 @@ def suites_bundle(ctx: Ctx, images: tuple[str, ...], out: Path, as_files: bool,
     Examples:
       patchbake suites bundle sm89-serving-offline --out .devfix/store
       patchbake suites bundle --files sm89-serving-local --dist pydantic \\
-          --leave vllm/vllm-rs='the HTTP front end; the suite runs the engine' --out .carry
+          --leave 'vllm/vllm-rs=the HTTP front end' --out .carry
     """
     if (dists or leave) and not as_files:
         raise UsageError("--dist and --leave go with --files")
