@@ -105,10 +105,13 @@ services-stop:
 demo: setup-python
 	$(PY) -m patchbake run
 
-# The test suite: unit (hermetic) and integration (real git, sdist, engine, registry).
-# pytest exits 5 when nothing is collected: that is a failure here, never a pass.
+# The test suite: unit (hermetic) and integration (real git, sdist, engine, registry), on
+# TEST_WORKERS processes (pytest-xdist; auto: one per core; 0: one process). A test module
+# runs whole on one worker, modules sharing machine state together, slow ones first
+# (tests/conftest.py). pytest exits 5 when nothing is collected: a failure here, never a pass.
+TEST_WORKERS ?= auto
 test: setup setup-suite services
-	$(PY) -m pytest -q tests; rc=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests; rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 unit: setup-python

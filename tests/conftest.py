@@ -12,16 +12,78 @@ import shutil
 import socket
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler import LoadScopeScheduling
 
 REPO = Path(__file__).resolve().parents[1]
 
 # GPU fixture suites test the patched vLLM tree, not the tool: they run on their own
 # (PATCHBAKE_TREE=... python3 -m pytest tests/gpu_suites/<suite>), never in `pytest tests`.
 collect_ignore_glob = ["gpu_suites/*"]
+
+
+# Under `pytest -n N` (make test: pytest-xdist) a unit of work runs whole on one worker, one
+# test after another: a test module (its module fixtures are made once; its tests share
+# engine tags, registry repositories and names), or these modules together, which share
+# machine-wide state with each other:
+SHARED_STATE = {
+    # 10 GB of disk each (two fresh stores; the image in the engine): one at a time
+    "integration/test_serving_base.py": "serving",
+    "integration/test_serving_image_docker.py": "serving",
+    "integration/test_serving_files.py": "serving",
+    # the Python image that fixtures_python_image.ensure_image() builds on first use
+    "integration/test_fixtures_docker.py": "fixtures-python-image",
+    "integration/test_fixtures_payload_docker.py": "fixtures-python-image",
+    # variants of the one baked offline image, loaded into the engine and removed by rmi -f
+    "integration/test_images_consumers_docker.py": "engine-offline-variants",
+    "integration/test_images_descriptions_docker.py": "engine-offline-variants",
+}
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit a test is handed out in under ``-n``: its module, or its module's group."""
+    module = nodeid.split("::", 1)[0]
+    return SHARED_STATE.get(module.removeprefix("tests/"), module)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's (the test extras install it)
+def pytest_xdist_make_scheduler(config: pytest.Config,
+                                log: Producer) -> LoadScopeScheduling | None:
+    """Every --dist but ``each`` hands out these units (a test-by-test split would race), in
+    the order the workers collected them: units with slow tests first (below). xdist's own
+    ``loadgroup`` would need a mark in every module, and on pytest 9.2 it does not group at
+    all (pytest-dev/pytest-xdist#1386)."""
+    if config.getoption("dist") == "each":
+        return None
+    for module in SHARED_STATE:
+        if not (REPO / "tests" / module).is_file():  # renamed: its group would be lost
+            raise pytest.UsageError(f"tests/conftest.py: SHARED_STATE names {module}, "
+                                    "which is not in tests/")
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist: untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # not by size: the order collected, slow first
+    return WorkUnitScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a worker, units holding the most ``slow`` tests first, so the longest work does
+    not start last (the order within a unit is kept)."""
+    if not hasattr(config, "workerinput"):
+        return  # one process: the order as collected
+    slow = Counter(work_unit(i.nodeid) for i in items if i.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[work_unit(item.nodeid)])
 
 
 @pytest.fixture(autouse=True)

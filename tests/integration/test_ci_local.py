@@ -38,6 +38,7 @@ def ci_local(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+@pytest.mark.slow
 def test_candidate_ends_with_a_release_that_verifies() -> None:
     r = ci_local("release.yml", "--input", "channel=candidate")
     out = r.stdout + r.stderr
@@ -46,6 +47,7 @@ def test_candidate_ends_with_a_release_that_verifies() -> None:
     assert "VERIFIED" in out and "release.yml: PASSED" in out
 
 
+@pytest.mark.slow
 def test_sm89_stable_fails_closed_at_the_gates() -> None:
     r = ci_local("release.yml", "--input", "channel=sm89-stable")
     out = r.stdout + r.stderr

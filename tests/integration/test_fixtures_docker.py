@@ -61,8 +61,10 @@ def suite(name: str, **over: Any) -> suites.Suite:
     return suites.parse_suite(name, raw, REPO)
 
 
-def leftover_containers() -> str:
-    return subprocess.run(["docker", "ps", "-a", "--filter", "name=patchbake-suite-", "-q"],
+def leftover_containers(toy: dict[str, Any]) -> str:
+    """The toy image's containers (other tests' suites may run beside these)."""
+    return subprocess.run(["docker", "ps", "-a", "--filter",
+                           f"ancestor={toy['ref'].config_digest}", "-q"],
                           check=False, capture_output=True, text=True).stdout.strip()
 
 
@@ -77,7 +79,7 @@ def test_suite_runs_inside_the_exact_image(toy: dict[str, Any]) -> None:
     assert env["torch"].startswith("2.") and env["cuda_available"] is False
     assert result.probes["patch_sensitivity"]["status"] == "ok"
     assert result.probes["determinism"]["status"] == "ok"
-    assert leftover_containers() == ""
+    assert leftover_containers(toy) == ""
 
 
 def test_network_is_off_inside(toy: dict[str, Any], tmp_path: Path) -> None:
@@ -100,7 +102,7 @@ def test_failures_and_empty_suites_in_docker(toy: dict[str, Any]) -> None:
     assert failed.result == "FAILED" and len(failed.failed_tests) == 1
     empty = run_suite(suite("empty"), toy["ref"], runner)
     assert empty.problems == ("collected no tests",)
-    assert leftover_containers() == ""
+    assert leftover_containers(toy) == ""
 
 
 def test_gpu_suite_refused_without_gpus(toy: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 SUITE = "tests/gpu_suites/dsv4_topk"
 
 
+@pytest.mark.slow
 def test_cpu_suite_runs_in_docker_inside_the_baked_image(
         shared_home: Path, docker_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 SUITE = Path("tests") / "gpu_suites" / "dsv4_topk"
 
 
+@pytest.mark.slow
 def test_cpu_suite_on_the_v033_image(shared_home: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     root = repo_copy(tmp_path)

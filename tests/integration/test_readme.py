@@ -94,6 +94,7 @@ def _copy_repo(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_readme_commands_run_as_written(tmp_path: Path, shared_home: Path,
                                         registry: str) -> None:
     blocks = readme_blocks((REPO / "README.md").read_text())

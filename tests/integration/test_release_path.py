@@ -43,6 +43,7 @@ def git(cwd: Path, *args: str) -> None:
                    cwd=cwd, check=True, capture_output=True)
 
 
+@pytest.mark.slow
 def test_run_to_verified_release_from_a_fresh_clone(tmp_path: Path, shared_home: Path,
                                                     registry: str) -> None:
     pytest.importorskip("torch", reason="the CPU suite needs torch (make setup-suite)")

@@ -362,6 +362,7 @@ def _state(e: Env, tag: str) -> tuple[bool, bool, bool]:
                                                            ).exists()
 
 
+@pytest.mark.slow
 def test_kill_9_during_promotion_leaves_tag_and_ledger_consistent(env: Env) -> None:
     rng = random.Random(20261201)
     cmd = [sys.executable, "-m", "patchbake", "release", "promote", env.release, "--to"]

@@ -40,6 +40,7 @@ def pinned_digest() -> str:
     return text.split("\n  digest: ", 1)[1].split("\n", 1)[0].strip()
 
 
+@pytest.mark.slow
 def test_two_fresh_stores_give_the_pinned_digest(tmp_path: Path, shared_home: Path) -> None:
     source = serving_store(shared_home)
     first_store = tmp_path / "a" / "store"

@@ -22,7 +22,7 @@ from patchbake.store import Store
 from patchbake.suites import files
 from patchbake.suites.result import SuiteResult
 
-pytestmark = [pytest.mark.integration, pytest.mark.sdist]
+pytestmark = [pytest.mark.integration, pytest.mark.sdist, pytest.mark.slow]
 RUN = REPO / "manifests" / "gpu" / "dsv4-served-image-h200-2026-12-02"
 LEAVE = ("vllm/vllm-rs=the HTTP front end", "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so=sm8x only")
 

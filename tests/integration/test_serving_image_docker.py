@@ -47,6 +47,7 @@ def run(tag: str, entrypoint: str, *args: str, check: bool = True) -> subprocess
                   check=check)
 
 
+@pytest.mark.slow
 def test_serving_image_imports_vllm_and_runs_its_cli(loaded: str) -> None:
     got = run(loaded, "python3", "-c", "import vllm, torch, importlib.metadata as m; "
               "print(vllm.__version__, m.version('vllm'), torch.__version__)").stdout.split()
