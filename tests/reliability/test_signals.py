@@ -116,13 +116,20 @@ sys.exit(main())
 """
 
 
+def _default_sigint() -> None:
+    """In the child, before exec: SIGINT at its default. A shell starts a background job
+    with SIGINT ignored, the child inherits that, and Python then installs no handler for
+    it (as it should): the test is about patchbake's handling, not about how it was run."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("sig", "code", "line"), [("SIGTERM", 143, "terminated (SIGTERM)"),
                                                    ("SIGINT", 130, "aborted")])
 def test_a_signal_during_import_exits_with_one_line(tmp_path: Path, sig: str, code: int,
                                                     line: str) -> None:
     cp = subprocess.run([sys.executable, "-c", AT_IMPORT, "--version"],
                         env={**W.env(tmp_path / "store"), "SIG": sig}, capture_output=True,
-                        text=True, timeout=60, check=False)
+                        text=True, timeout=60, check=False, preexec_fn=_default_sigint)
     assert cp.returncode == code, (cp.returncode, cp.stderr)
     [only] = cp.stderr.splitlines()
     assert only.startswith(f"patchbake: error: {line}"), cp.stderr
@@ -142,5 +149,5 @@ sys.exit(code)
 def test_a_signal_after_the_work_is_done_keeps_its_exit_code(tmp_path: Path, sig: str) -> None:
     cp = subprocess.run([sys.executable, "-c", AFTER_MAIN],
                         env={**W.env(tmp_path / "store"), "SIG": sig}, capture_output=True,
-                        text=True, timeout=60, check=False)
+                        text=True, timeout=60, check=False, preexec_fn=_default_sigint)
     assert cp.returncode == 0 and cp.stdout.strip() and "Traceback" not in cp.stderr, cp
