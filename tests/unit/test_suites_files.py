@@ -292,7 +292,7 @@ def test_suites_run_files_refuses_a_bundle_of_another_image(
 def test_an_empty_directory_in_the_tree_is_refused(tmp_path: Path) -> None:
     _, _, out = _make(tmp_path)
     (out / "tree" / "flash_attn").mkdir()  # importable as a namespace package
-    with pytest.raises(IntegrityError, match="tree/flash_attn/ is not in its manifest"):
+    with pytest.raises(IntegrityError, match="'tree/flash_attn/' is not in its manifest"):
         files.check(out)
 
 
@@ -334,3 +334,12 @@ def test_signing_refuses_a_selection_it_cannot_rebuild(tmp_path: Path) -> None:
         with pytest.raises(EvidenceError) as exc:
             files.check_signable(store, ref, bad, False, None)
         assert exc.value.reason == "files-unbound"
+
+
+def test_a_vllm_digest_that_disagrees_with_the_rows_is_refused(tmp_path: Path) -> None:
+    _, _, out = _make(tmp_path)
+    doc = json.loads((out / "manifest.json").read_bytes())
+    doc["vllm_digest"] = "sha256:" + "3" * 64
+    (out / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(IntegrityError, match="tree/vllm is sha256:"):
+        files.check(out)
