@@ -21,6 +21,12 @@ machines. The module is loaded by file path from the tree under test:
 
     PATCHBAKE_TREE=/path/to/patched/tree python3 bench/bench_topk_gpu.py
     python3 bench/bench_topk_gpu.py --tree /path/to/tree --json out.json [--sweep]
+
+``--figures FILE`` also writes the figures in the form ``patchbake release benchmark``
+signs (``{"figures": {metric: {value, unit, better}}, "environment": {...}}``): the
+"graph" time and speedup at every shape. ``--figures-from OUT.json`` makes that file from
+an earlier run's output, with no GPU. The environment names the module's sha256 and says
+whether it is the post-image the patch's FILES.txt records for it.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CANON_REL = "vllm/model_executor/layers/dsv4_topk_canon.py"
-SHAPES = [(15, 512), (1024, 512), (4096, 512), (1024, 2048)]
+SHAPES = [(15, 512), (1024, 512), (4096, 512), (2048, 1024), (1024, 2048), (512, 4096)]
 GOAL_SPEEDUP = 10.0
 GOAL_US_4096 = 10.0
 INT32_MAX = 2**31 - 1
@@ -147,6 +153,36 @@ def sweep_configs(k: int, rows: int) -> list[dict[str, int]]:
     return out
 
 
+def patch_sha256(rel: str = CANON_REL) -> str | None:
+    """The post-image sha256 that patch/FILES.txt records for ``rel`` (None: not listed)."""
+    files = REPO / "patch" / "FILES.txt"
+    if not files.is_file():
+        return None
+    for line in files.read_text().splitlines():
+        cols = line.split()
+        if len(cols) >= 5 and cols[0] == rel:
+            return cols[-1]
+    return None
+
+
+def figures_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """The signed-figures form of one run's output: graph time and speedup at every shape."""
+    figures: dict[str, dict[str, Any]] = {}
+    for r in doc["results"]:
+        shape = "x".join(map(str, r["shape"]))
+        figures[f"fused_graph_us_{shape}"] = {
+            "value": r["graph_fused_us"], "unit": "us", "better": "lower"}
+        figures[f"speedup_graph_{shape}"] = {
+            "value": r["graph_speedup"], "unit": "x", "better": "higher"}
+    env = dict(doc["environment"])
+    env.update(date=doc["date"], command=doc["command"], module_sha256=doc["module_sha256"],
+               module_is_patch_post_image=doc["module_sha256"] == patch_sha256(),
+               timing="graph: median us a call of 50-call CUDA-graph replays over rotating "
+                      "buffers larger than L2; speedup against the three-launch torch "
+                      "sequence timed the same way in the same run")
+    return {"figures": figures, "environment": env}
+
+
 def environment(torch: Any, triton: Any) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(0)
     return {
@@ -165,7 +201,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", help="directory holding the patched vllm/ (default: $PATCHBAKE_TREE)")
     ap.add_argument("--json", default=str(HERE / "out" / "topk-gpu.json"))
     ap.add_argument("--sweep", action="store_true", help="also time candidate launch shapes")
+    ap.add_argument("--figures", help="also write the figures `patchbake release benchmark` signs")
+    ap.add_argument("--figures-from", metavar="OUT_JSON",
+                    help="only write --figures from an earlier run's --json output (no GPU)")
     args = ap.parse_args(argv)
+    if args.figures_from:
+        if not args.figures:
+            ap.error("--figures-from needs --figures")
+        done = json.loads(Path(args.figures_from).read_text())
+        Path(args.figures).write_text(json.dumps(figures_of(done), indent=2) + "\n")
+        print(f"wrote {args.figures}")
+        return 0
 
     try:
         import torch
@@ -264,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.figures:
+        Path(args.figures).write_text(json.dumps(figures_of(doc), indent=2) + "\n")
 
     env = doc["environment"]
     print(f"{env['gpu']} (sm{env['capability'].replace('.', '')}), torch {env['torch']}, "

@@ -10,7 +10,7 @@ import pytest
 from patchbake.digest import Digest
 from patchbake.evidence import policy, records
 from patchbake.evidence.statement import PREDICATE_TYPE
-from patchbake.release import imageattest
+from patchbake.release import attest, imageattest
 
 REPO = Path(__file__).resolve().parents[2]
 ALL = sorted((REPO / "manifests" / "evidence").glob("*/*.dsse.json"))
@@ -21,9 +21,10 @@ def _predicate_type(path: Path) -> str:
     return str(json.loads(payload)["predicateType"])
 
 
-# suite evidence; the image's SBOM and provenance a release signs sit beside it
+# suite evidence; benchmark figures; the image's SBOM and provenance a release signs
 FILES = [p for p in ALL if _predicate_type(p) == PREDICATE_TYPE]
-ATTESTATIONS = [p for p in ALL if p not in FILES]
+BENCHMARKS = [p for p in ALL if _predicate_type(p) == attest.BENCHMARK_TYPE]
+ATTESTATIONS = [p for p in ALL if p not in FILES and p not in BENCHMARKS]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name[:12]}/{p.name}" for p in FILES])
@@ -92,3 +93,18 @@ def test_latest_bakes_evidence_ran_the_committed_suites(latest: Path) -> None:
         suite_dir = REPO / v.statement.suite_path
         assert v.statement.content_sha256 == suite_content_sha256(suite_dir), \
             f"{path.relative_to(REPO)}: the suite's files changed since it ran"
+
+
+@pytest.mark.parametrize("path", BENCHMARKS,
+                         ids=[f"{p.parent.name[:12]}/{p.name}" for p in BENCHMARKS])
+def test_committed_benchmark_figures_verify_and_name_the_patched_module(path: Path) -> None:
+    """Signed benchmark figures verify for the image their directory names, with a key the
+    policy allows that benchmark, and were measured on the module the patch makes."""
+    pol = policy.load(REPO / "manifests" / "trust-policy.yaml")
+    name = path.name.removeprefix("benchmark-").removesuffix(".dsse.json")
+    signed = attest.verify_benchmark(path, Digest.from_hex(path.parent.name), pol, name)
+    env = signed.predicate["environment"]
+    assert env["module_is_patch_post_image"] is True
+    files = (REPO / "patch" / "FILES.txt").read_text().split()
+    assert env["module_sha256"] in files
+    assert env["gpu"] and env["capability"] and env["torch"] and env["triton"]

@@ -94,7 +94,7 @@ def test_repository_policy_gives_the_release_key_the_release_role() -> None:
     assert pol.version == 2
     assert {t.name for t in pol.keys.values() if "release" in t.roles} == \
         {"patchbake-release-2026-12", "patchbake-release-2026-12-02",
-         "patchbake-release-2026-12-02b"}
+         "patchbake-release-2026-12-02b", "patchbake-release-2026-12-02c"}
     assert not any("approver" in t.roles for t in pol.keys.values())
 
 
