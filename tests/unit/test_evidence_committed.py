@@ -108,3 +108,7 @@ def test_committed_benchmark_figures_verify_and_name_the_patched_module(path: Pa
     files = (REPO / "patch" / "FILES.txt").read_text().split()
     assert env["module_sha256"] in files
     assert env["gpu"] and env["capability"] and env["torch"] and env["triton"]
+    # the figures are those of a committed raw run (manifests/gpu/<run>/figures.json)
+    raw = [json.loads(f.read_text()) for f in (REPO / "manifests" / "gpu").glob("*/figures.json")]
+    assert any(r["figures"] == signed.predicate["figures"] and r["environment"] == env
+               for r in raw)

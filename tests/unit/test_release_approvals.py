@@ -160,8 +160,8 @@ def test_an_approval_of_other_signed_inputs_does_not_count(repo: tuple[Path, Key
     bench.unlink()
     attest.sign_benchmark(root / "manifests/evidence", "dsv4-topk-gpu", IMAGE,
                           Digest.parse(DIGEST), {"fused_us[15x512]": {
-                              "value": 4.0, "unit": "us", "better": "lower"}}, {},
-                          keys.load_private(k.other))
+                              "value": 4.0, "unit": "us", "better": "lower"}},
+                          {"gpu": "NVIDIA L40S", "capability": "8.9"}, keys.load_private(k.other))
     st, reason = approval(root)
     assert st == "fail" and "is for another release: it approves manifests/evidence/" in reason
     assert "benchmark-dsv4-topk-gpu.dsse.json sha256" in reason

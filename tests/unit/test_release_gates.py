@@ -11,7 +11,8 @@ import pytest
 from patchbake.errors import EvidenceError
 from patchbake.digest import Digest
 from patchbake import config
-from patchbake.release import attest, create, gates
+from patchbake.evidence import keys
+from patchbake.release import attest, create, facts, gates
 from patchbake.config.channels import Benchmark, Gate
 from release_support import (
     FIGURES,
@@ -143,6 +144,13 @@ def test_h200_evidence_leaves_sm89_stable_blocked_on_sm89_evidence(
     assert "missing input" in reason and "sm89 evidence" in reason and "cc 9.0" in reason
 
 
+def _previous(figures: dict[str, Any], gpu: str | None = "NVIDIA L40S",
+              capability: str | None = "8.9") -> facts.Benchmark:
+    """The benchmark fact of an earlier release (sign_all measures on an L40S, cc 8.9)."""
+    return facts.Benchmark("dsv4-topk-gpu", "manifests/evidence/x/benchmark.dsse.json",
+                           "k" * 64, "0" * 64, figures, gpu, capability)
+
+
 def test_benchmark_beyond_tolerance_of_the_previous_release_fails(
         repo: tuple[Path, Keys]) -> None:
     root, k = repo
@@ -150,11 +158,11 @@ def test_benchmark_beyond_tolerance_of_the_previous_release_fails(
     ev = evaluation(root)
     before = {m: dict(f) for m, f in FIGURES.items()}
     before["fused_us[15x512]"]["value"] = 4.0  # now 4.83 us: 21% slower
-    ev.previous_figures = lambda c, n: before
+    ev.previous_benchmark = lambda c, n: _previous(before)
     g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
     st, reason = gates.gate_benchmark(ev, g)
     assert st == "fail" and "fused_us[15x512] 4.0 us -> 4.83 us (+20.7% worse)" in reason
-    ev.previous_figures = lambda c, n: FIGURES
+    ev.previous_benchmark = lambda c, n: _previous(FIGURES)
     assert gates.gate_benchmark(ev, g)[0] == "pass"
 
 
@@ -170,10 +178,64 @@ def test_benchmark_figures_are_compared_in_one_unit(
     root, k = repo
     sign_all(root, k, IMAGE, DIGEST)
     ev = evaluation(root)
-    ev.previous_figures = lambda c, n: {**FIGURES, "fused_us[15x512]": previous}
+    ev.previous_benchmark = lambda c, n: _previous({**FIGURES, "fused_us[15x512]": previous})
     g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
     st, reason = gates.gate_benchmark(ev, g)
     assert st == "fail" and says in reason
+
+
+@pytest.mark.parametrize("gpu, capability", [
+    ("NVIDIA H200", "9.0"),    # a faster GPU would hide a regression
+    ("NVIDIA L20", "8.9"),     # the same capability, another card
+    (None, None),              # a release made before figures named their GPU
+])
+def test_figures_from_another_gpu_than_the_previous_release_are_not_compared(
+        repo: tuple[Path, Keys], gpu: str | None, capability: str | None) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    ev = evaluation(root)
+    ev.previous_benchmark = lambda c, n: _previous(FIGURES, gpu, capability)
+    g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
+    st, reason = gates.gate_benchmark(ev, g)
+    assert st == "fail" and "not comparable" in reason and "NVIDIA L40S (8.9)" in reason
+
+
+def _sign_figures_measured_on(root: Path, k: Keys, environment: Any) -> None:
+    """Re-sign the figures with ``environment`` as given (sign_benchmark refuses one that
+    names no GPU; figures signed by another tool may still)."""
+    path = attest.benchmark_path(root / "manifests" / "evidence", Digest.parse(DIGEST),
+                                 "dsv4-topk-gpu")
+    path.unlink()
+    payload = attest._statement(IMAGE, Digest.parse(DIGEST), attest.BENCHMARK_TYPE, {
+        "name": "dsv4-topk-gpu", "figures": FIGURES, "environment": environment})
+    attest._write(path, payload, keys.load_private(k.evidence))
+
+
+def test_figures_measured_on_another_capability_than_the_channel_releases_for_fail(
+        repo: tuple[Path, Keys]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    _sign_figures_measured_on(root, k, {"gpu": "NVIDIA H200", "capability": "9.0"})
+    st, reason = status(run(root, "sm89-stable"), "benchmark")
+    assert st == "fail"
+    assert "measured on NVIDIA H200 (compute capability 9.0)" in reason and "8.9" in reason
+
+
+@pytest.mark.parametrize("environment", [{}, {"gpu": "NVIDIA L40S"}, {"capability": "8.9"},
+                                         {"gpu": "", "capability": "8.9"},
+                                         {"gpu": "NVIDIA L40S", "capability": 8.9}])
+def test_figures_that_do_not_say_where_they_were_measured_fail(
+        repo: tuple[Path, Keys], environment: dict[str, Any]) -> None:
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    _sign_figures_measured_on(root, k, environment)
+    st, reason = status(run(root, "sm89-stable"), "benchmark")
+    assert st == "fail" and "do not say where they were measured" in reason
+    with pytest.raises(EvidenceError, match="must name the 'gpu' and the compute"):
+        attest.sign_benchmark(root / "manifests" / "evidence", "dsv4-topk-gpu", IMAGE,
+                              Digest.parse("sha256:" + "cd" * 32), FIGURES, environment,
+                              keys.load_private(k.evidence))
+    assert not (root / "manifests" / "evidence" / ("cd" * 32)).exists()  # nothing written
 
 
 def test_figures_without_a_known_unit_cannot_be_signed(tmp_path: Path) -> None:

@@ -302,7 +302,7 @@ def approve_cmd(ctx: Ctx, channel: str, image_ref: str, note: str, expires_in: s
 def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
                   key_path: Path | None) -> None:
     """Sign benchmark figures (JSON: {"figures": {metric: {value, unit, better}},
-    "environment": {...}}) measured on an image."""
+    "environment": {"gpu": ..., "capability": "8.9", ...}}) measured on an image."""
     from ..release import attest, create
 
     try:  # first: a FIFO given as the figures is refused before any other work

@@ -154,6 +154,11 @@ def sign_benchmark(evidence_dir: Path, name: str, image: str, digest: Digest,
                    key: Ed25519PrivateKey) -> Path:
     """Sign benchmark ``figures`` measured on ``image``@``digest``."""
     check_figures(figures, f"benchmark '{name}'")
+    where = environment.get("gpu"), environment.get("capability")
+    if not all(isinstance(v, str) and v for v in where):
+        refuse_evidence("bad-predicate", f"benchmark '{name}': the environment must name the "
+                        "'gpu' and the compute 'capability' (as \"8.9\") the figures were "
+                        "measured on; figures from another GPU are never compared with them")
     payload = _statement(image, digest, BENCHMARK_TYPE, {
         "name": name, "figures": figures, "environment": environment})
     return _write(benchmark_path(evidence_dir, digest, name), payload, key)

@@ -20,7 +20,7 @@ from ..fsutil import read_input
 from ..images import definition as definitions
 from ..store import Store
 from ..suites import image as imagemod
-from . import imageattest, journal, ledger, manifest, tlog
+from . import facts, imageattest, journal, ledger, manifest, tlog
 from .gates import Evaluation, Table, evaluate
 
 
@@ -32,10 +32,11 @@ class Created:
     entry: ledger.Entry | None
 
 
-def previous_figures(releases_dir: Path) -> Callable[[str, str], dict[str, Any] | None]:
-    """The benchmark figures of the channel's last release, per the ledger as stored
-    (the ledger itself is verified before anything is promoted or created)."""
-    def lookup(channel: str, name: str) -> dict[str, Any] | None:
+def previous_benchmark(releases_dir: Path) -> Callable[[str, str], facts.Benchmark | None]:
+    """The benchmark figures (and where they were measured) of the channel's last release,
+    per the ledger as stored (the ledger itself is verified before anything is promoted or
+    created)."""
+    def lookup(channel: str, name: str) -> facts.Benchmark | None:
         for e in reversed(ledger.find(ledger.read(releases_dir), "release", channel=channel)):
             try:
                 rel = manifest.load_from(releases_dir, e.release)
@@ -43,7 +44,7 @@ def previous_figures(releases_dir: Path) -> Callable[[str, str], dict[str, Any] 
                 continue
             b = rel.manifest.benchmark
             if b is not None and b.name == name:
-                return dict(b.figures)
+                return b
         return None
     return lookup
 
@@ -67,7 +68,7 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
     # the lineage the image was baked from (its definition names it), not the default
     return Evaluation(pipeline, store, pipeline.lineage_for(defn, lineage), name.split("@")[0],
                       resolved.digest, sig.evidence_dir, sig.trust_policy,
-                      previous_figures(manifest.releases_dir(pipeline.root)))
+                      previous_benchmark(manifest.releases_dir(pipeline.root)))
 
 
 def gates(pipeline: Pipeline, store: Store | None, channel: str, ref: str,

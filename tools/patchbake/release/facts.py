@@ -145,17 +145,25 @@ class Benchmark:
     envelope_sha256: str
     # {metric: {value, unit, better}} as signed; attest.check_figures checked its shape
     figures: dict[str, Any]
+    # where they were measured, as the signed environment names it; figures from another
+    # GPU are not compared with these (absent in releases made before it was recorded)
+    gpu: str | None = None
+    capability: str | None = None
 
     KEYS = ("name", "path", "keyid", "envelope_sha256", "figures")
+    OPTIONAL = ("gpu", "capability")
 
     @classmethod
     def load(cls, f: Fields) -> Benchmark:
         return cls(f.text("name"), f.text("path"), f.text("keyid"), f.hex("envelope_sha256"),
-                   f.mapping("figures"))
+                   f.mapping("figures"), f.opt_text("gpu"), f.opt_text("capability"))
 
     def dump(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "keyid": self.keyid,
-                "envelope_sha256": self.envelope_sha256, "figures": self.figures}
+        out: dict[str, Any] = {"name": self.name, "path": self.path, "keyid": self.keyid,
+                               "envelope_sha256": self.envelope_sha256, "figures": self.figures}
+        if self.gpu is not None or self.capability is not None:
+            out.update(gpu=self.gpu, capability=self.capability)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,8 @@ class Evaluation:
     digest: Digest
     evidence_dir: Path
     policy_path: Path
-    previous_figures: Callable[[str, str], dict[str, Any] | None] = lambda c, n: None
+    # the benchmark fact of a channel's previous release: (channel, name) -> fact or None
+    previous_benchmark: Callable[[str, str], Benchmark | None] = lambda c, n: None
     clock: Callable[[], datetime] = utcnow  # when approvals are judged live (tests set it)
     facts: Facts = field(default_factory=Facts)
     _memo: dict[str, Any] = field(default_factory=dict)
@@ -351,8 +352,26 @@ def _regressions(now: dict[str, Any], before: dict[str, Any], tol: float) -> lis
     return out
 
 
-def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
+def _measured_on(environment: Any) -> tuple[str, str] | None:
+    """(gpu, compute capability) as signed figures name where they were measured."""
+    if not isinstance(environment, dict):
+        return None
+    gpu, cap = environment.get("gpu"), environment.get("capability")
+    if isinstance(gpu, str) and gpu and isinstance(cap, str) and cap:
+        return gpu, cap
+    return None
 
+
+def _declared_capabilities(ev: Evaluation, channel: str) -> set[str]:
+    """The compute capabilities the channel's capability gates (its own and inherited) ask for."""
+    ch = channels.get(ev.pipeline.channels, channel, ev.pipeline.path.name)
+    return {str(g.capability) for g in ch.gates if g.kind == "capability" and g.capability}
+
+
+def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
+    """Signed figures verify, were measured on the GPU the channel releases for (where it
+    names one), and none is worse than the channel's previous release's by more than the
+    tolerance, both measured on the same GPU (the first release sets the baseline)."""
     assert g.benchmark is not None
     name, tol = g.benchmark.name, g.benchmark.tolerance
     try:
@@ -361,19 +380,35 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
     except EvidenceError as exc:
 
         return "fail", f"benchmark '{name}': {exc.reason}: {exc.message}"
+    where = _measured_on(b.predicate.get("environment"))
+    if where is None:
+        return "fail", (f"benchmark '{name}': the signed figures do not say where they were "
+                        "measured (environment 'gpu' and 'capability'), so nothing can be "
+                        "compared with them")
+    gpu, cap = where
+    wanted = _declared_capabilities(ev, g.declared_in)
+    if wanted and cap not in wanted:
+        return "fail", (f"benchmark '{name}': measured on {gpu} (compute capability {cap}), "
+                        f"but '{g.declared_in}' releases for {', '.join(sorted(wanted))}: "
+                        "figures from another GPU say nothing of that one")
     figures = b.predicate["figures"]
     ev.facts.benchmark = Benchmark(name, _rel(ev, b.path), b.keyid, b.envelope_sha256,
-                                   dict(figures))
-    before = ev.previous_figures(g.declared_in, name)
+                                   dict(figures), gpu, cap)
+    before = ev.previous_benchmark(g.declared_in, name)
     if before is None:
-        return "pass", (f"{len(figures)} signed figures; first release of '{g.declared_in}': "
-                        "they are the baseline")
-    worse = _regressions(figures, before, tol)
+        return "pass", (f"{len(figures)} signed figures from {gpu} (compute capability {cap}); "
+                        f"first release of '{g.declared_in}': they are the baseline")
+    if (before.gpu, before.capability) != (gpu, cap):
+        return "fail", (f"benchmark '{name}': the previous '{g.declared_in}' release's figures "
+                        f"were measured on {before.gpu or 'a GPU they do not name'} "
+                        f"(compute capability {before.capability or 'unnamed'}), these on "
+                        f"{gpu} ({cap}): not comparable")
+    worse = _regressions(figures, dict(before.figures), tol)
     if worse:
         return "fail", (f"{len(worse)} figure(s) beyond the {tol:.0%} tolerance of the "
                         f"previous '{g.declared_in}' release; first: {worse[0]}")
     return "pass", (f"{len(figures)} signed figures within {tol:.0%} of the previous "
-                    f"'{g.declared_in}' release")
+                    f"'{g.declared_in}' release (both from {gpu})")
 
 
 SIGNED_GATES = ("evidence", "capability", "benchmark")  # the inputs an approval names

@@ -105,7 +105,7 @@ class Manifest:
             Verification.load(f.member("verify", Verification.KEYS)) if f.has("verify")
             else None,
             tuple(Evidence.load(e) for e in f.members("evidence", Evidence.KEYS)),
-            Benchmark.load(f.member("benchmark", Benchmark.KEYS)) if f.has("benchmark")
+            Benchmark.load(f.member("benchmark", Benchmark.KEYS, Benchmark.OPTIONAL)) if f.has("benchmark")
             else None,
             tuple(Approval.load(a) for a in f.members("approvals", Approval.KEYS)),
             tuple(Decision.load(g) for g in f.members("gates", Decision.KEYS)),

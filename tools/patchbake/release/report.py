@@ -24,7 +24,7 @@ from ..config import Pipeline
 from ..errors import ImageError
 from ..fsutil import atomic_write, read_input
 from . import manifest
-from .create import evaluation, previous_figures
+from .create import evaluation, previous_benchmark
 from .facts import Facts
 from .gates import GATES, Decision
 from .recheck import Rechecked, recheck
@@ -113,7 +113,8 @@ def render(pipeline: Pipeline, policy_path: Path, release: str) -> tuple[str, Re
         bench = facts.benchmark
     previous = None
     if bench:
-        previous = previous_figures(rdir)(nxt or rel.channel, bench.name)
+        before = previous_benchmark(rdir)(nxt or rel.channel, bench.name)
+        previous = dict(before.figures) if before else None
     env = jinja2.Environment(loader=jinja2.PackageLoader("patchbake", "data"),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.get_template(TEMPLATE).render(
