@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     t = statistics.median(B.time_graph(torch, mm, [None], calls=5) for _ in range(3))
     doc["clock_after"] = sm_clock()
     ops = sms * 8 * v * iters * 4
-    mhz = doc["clock_after"].get("sm_mhz") or doc["clock_before"].get("sm_mhz")
+    # the clock right after the kernel ran (the one before it is the idle clock)
+    mhz = doc["clock_after"].get("sm_mhz")
     doc["minmax"] = {"us": round(t, 2), "minmax_ops": ops, "sms": sms, "sm_mhz": mhz,
                      "per_clock_per_sm": round(ops / (t * 1e-6) / sms / (mhz * 1e6), 1)
                      if mhz else None}

@@ -5,7 +5,7 @@ Compiles the module's kernel (from the tree under test) with Triton's own compil
 ptxas for a target (sm90: the H200; sm89: Ada), at each benchmark shape with the launch
 shape ``kernel_config`` gives (or every thread-per-row layout, ``--layouts``), and counts
 the SASS opcodes ``cuobjdump -sass`` prints, per sorted value. The arguments are compiled
-as Triton specialises them at run time (pointer and the sizes divisible by 16).
+as Triton specialises them at run time (the pointer, and each size divisible by 16).
 
 A bitonic network of 2**p values has p(p+1)/2 levels, and each value takes part in one
 compare-exchange a level: so at least that many integer min/max (VIMNMX/IMNMX) a value.
@@ -61,7 +61,8 @@ def compile_counts(canon: Any, rows: int, k: int, cfg: dict[str, int], arch: int
     sig.update({c: "constexpr" for c in consts})
     src = ASTSource(fn=kern, signature=sig,
                     constexprs={(kern.arg_names.index(c),): v for c, v in consts.items()},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in range(4)})
+                    attrs={(i,): [["tt.divisibility", 16]] for i, v in
+                           enumerate((16, rows, k, k)) if v % 16 == 0})
     ck = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": nw})
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.TemporaryDirectory() as tmp:

@@ -139,7 +139,8 @@ def sign_all(root: Path, k: Keys, image: str, digest: str, *,
     sign_result(root, k.evidence, suite_result(root, "dsv4-topk-cpu", image, digest))
     ev = root / "manifests" / "evidence"
     attest.sign_benchmark(ev, "dsv4-topk-gpu", image, Digest.parse(digest), FIGURES,
-                          {"gpu": "NVIDIA L40S", "capability": capability},
+                          {"gpu": "NVIDIA L40S" if capability == "8.9" else "NVIDIA H200",
+                           "capability": capability},
                           keys.load_private(k.evidence))
     sign_approval(root, k.approver, image, digest)
 

@@ -57,7 +57,7 @@ def test_signed_inputs_pass_every_signed_gate(repo: tuple[Path, Keys]) -> None:
     table = run(root, "sm89-stable")
     for gate in ("evidence", "capability", "benchmark", "approval"):
         assert status(table, gate)[0] == "pass", status(table, gate)
-    assert "first release of 'sm89-stable'" in status(table, "benchmark")[1]
+    assert "no earlier 'sm89-stable' release has figures from that GPU" in status(table, "benchmark")[1]
     assert status(table, "approval")[1] == "approved by approver"
 
 
@@ -158,11 +158,11 @@ def test_benchmark_beyond_tolerance_of_the_previous_release_fails(
     ev = evaluation(root)
     before = {m: dict(f) for m, f in FIGURES.items()}
     before["fused_us[15x512]"]["value"] = 4.0  # now 4.83 us: 21% slower
-    ev.previous_benchmark = lambda c, n: _previous(before)
+    ev.previous_benchmark = lambda c, n, w: _previous(before)
     g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
     st, reason = gates.gate_benchmark(ev, g)
     assert st == "fail" and "fused_us[15x512] 4.0 us -> 4.83 us (+20.7% worse)" in reason
-    ev.previous_benchmark = lambda c, n: _previous(FIGURES)
+    ev.previous_benchmark = lambda c, n, w: _previous(FIGURES)
     assert gates.gate_benchmark(ev, g)[0] == "pass"
 
 
@@ -178,26 +178,34 @@ def test_benchmark_figures_are_compared_in_one_unit(
     root, k = repo
     sign_all(root, k, IMAGE, DIGEST)
     ev = evaluation(root)
-    ev.previous_benchmark = lambda c, n: _previous({**FIGURES, "fused_us[15x512]": previous})
+    ev.previous_benchmark = lambda c, n, w: _previous({**FIGURES, "fused_us[15x512]": previous})
     g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
     st, reason = gates.gate_benchmark(ev, g)
     assert st == "fail" and says in reason
 
 
-@pytest.mark.parametrize("gpu, capability", [
-    ("NVIDIA H200", "9.0"),    # a faster GPU would hide a regression
-    ("NVIDIA L20", "8.9"),     # the same capability, another card
-    (None, None),              # a release made before figures named their GPU
-])
-def test_figures_from_another_gpu_than_the_previous_release_are_not_compared(
-        repo: tuple[Path, Keys], gpu: str | None, capability: str | None) -> None:
+def test_figures_are_compared_with_the_last_release_measured_on_the_same_gpu(
+        repo: tuple[Path, Keys]) -> None:
+    """A faster card would hide a regression: the baseline is the channel's last release
+    whose figures name the same GPU and capability; with none, these start one."""
     root, k = repo
     sign_all(root, k, IMAGE, DIGEST)
     ev = evaluation(root)
-    ev.previous_benchmark = lambda c, n: _previous(FIGURES, gpu, capability)
+    asked: list[tuple[str, str]] = []
+    slower: dict[str, Any] = {
+        m: {**f, "value": float(str(f["value"])) / 2} if f["better"] == "lower" else dict(f)
+        for m, f in FIGURES.items()}
+
+    def lookup(c: str, n: str, w: tuple[str, str]) -> facts.Benchmark | None:
+        asked.append(w)
+        return _previous(slower) if w == ("NVIDIA H200", "9.0") else None
+    ev.previous_benchmark = lookup
     g = Gate("benchmark", "sm89-stable", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
     st, reason = gates.gate_benchmark(ev, g)
-    assert st == "fail" and "not comparable" in reason and "NVIDIA L40S (8.9)" in reason
+    assert asked == [("NVIDIA L40S", "8.9")]
+    assert st == "pass" and "no earlier 'sm89-stable' release has figures from that GPU" in reason
+    ev.previous_benchmark = lambda c, n, w: _previous(slower)
+    assert gates.gate_benchmark(ev, g)[0] == "fail"
 
 
 def _sign_figures_measured_on(root: Path, k: Keys, environment: Any) -> None:
@@ -221,17 +229,39 @@ def test_figures_measured_on_another_capability_than_the_channel_releases_for_fa
     assert "measured on NVIDIA H200 (compute capability 9.0)" in reason and "8.9" in reason
 
 
+def test_the_capability_is_the_evaluated_channels_even_when_it_comes_after_the_benchmark(
+        repo: tuple[Path, Keys]) -> None:
+    """A benchmark gate declared in an earlier channel is held to the capability gate of
+    the channel being evaluated, wherever in the chain that gate is declared."""
+    root, k = repo
+    sign_all(root, k, IMAGE, DIGEST)
+    _sign_figures_measured_on(root, k, {"gpu": "NVIDIA H200", "capability": "9.0"})
+    p = config.load(root / "pipeline.yaml")
+    early = Gate("benchmark", "validated", benchmark=Benchmark("dsv4-topk-gpu", 0.10))
+    late = config.channels.Channel("sm89-late", 9, "", (early, Gate(
+        "capability", "sm89-late", capability="8.9")))
+    ev = create.evaluation(p, None, f"{IMAGE}@{DIGEST}")
+    table = gates.evaluate(ev, late)
+    st, reason = table.decisions[0].status, table.decisions[0].reason
+    assert st == "fail" and "'sm89-late' releases for 8.9" in reason
+    alone = config.channels.Channel("validated-like", 1, "", (early,))
+    assert gates.evaluate(ev, alone).decisions[0].status == "pass"
+
+
 @pytest.mark.parametrize("environment", [{}, {"gpu": "NVIDIA L40S"}, {"capability": "8.9"},
                                          {"gpu": "", "capability": "8.9"},
-                                         {"gpu": "NVIDIA L40S", "capability": 8.9}])
+                                         {"gpu": "NVIDIA L40S", "capability": 8.9},
+                                         {"gpu": "NVIDIA H200", "capability": "8.9"},
+                                         {"gpu": " ", "capability": "sm_89 "},
+                                         ["NVIDIA L40S", "8.9"], "NVIDIA L40S"])
 def test_figures_that_do_not_say_where_they_were_measured_fail(
         repo: tuple[Path, Keys], environment: dict[str, Any]) -> None:
     root, k = repo
     sign_all(root, k, IMAGE, DIGEST)
     _sign_figures_measured_on(root, k, environment)
     st, reason = status(run(root, "sm89-stable"), "benchmark")
-    assert st == "fail" and "do not say where they were measured" in reason
-    with pytest.raises(EvidenceError, match="must name the 'gpu' and the compute"):
+    assert st == "fail" and "do not say believably where they were measured" in reason
+    with pytest.raises(EvidenceError, match="figures from another GPU are never compared"):
         attest.sign_benchmark(root / "manifests" / "evidence", "dsv4-topk-gpu", IMAGE,
                               Digest.parse("sha256:" + "cd" * 32), FIGURES, environment,
                               keys.load_private(k.evidence))

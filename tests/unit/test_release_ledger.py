@@ -4,6 +4,7 @@ inputs verifies; each kind of tampering breaks it with its own message and exit 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -16,9 +17,9 @@ from patchbake.entry import main
 from patchbake.errors import LedgerError, ReleaseError
 from patchbake.evidence import dsse, keys, policy
 from patchbake.fsutil import canonical_json
-from patchbake.release import bundle, checkpoint, ledger, manifest, tlog, vsa
+from patchbake.release import bundle, checkpoint, create, ledger, manifest, recheck, tlog, vsa
 from patchbake.release.referrers import Attached
-from release_support import Keys, make_release, make_repo, write_policy
+from release_support import FIGURES, Keys, make_release, make_repo, publish, write_policy
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = "sm89-serving-offline"
@@ -667,3 +668,38 @@ def test_a_checkpoint_left_short_of_the_ledger_is_caught_up(
     after = tlog.check_committed(rdir(root), entries, pol(root), origin)
     assert after is not None and after.size == 2
     assert tlog.catch_up(rdir(root), entries, origin, key, pol(root)) is None
+
+
+def test_the_baseline_is_the_last_release_measured_on_the_same_gpu(
+        released: tuple[Path, Keys, manifest.Release]) -> None:
+    """The benchmark record goes through release.json and the ledger: it names where the
+    figures were measured, and only a release measured on the same GPU is a baseline."""
+    root, _, rel = released
+    assert rel.manifest.benchmark is not None
+    assert (rel.manifest.benchmark.gpu, rel.manifest.benchmark.capability) == \
+        ("NVIDIA L40S", "8.9")
+    lookup = create.previous_benchmark(root, root / "manifests" / "trust-policy.yaml")
+    got = lookup("sm89-stable", "dsv4-topk-gpu", ("NVIDIA L40S", "8.9"))
+    assert got is not None and got.figures == FIGURES
+    assert lookup("sm89-stable", "dsv4-topk-gpu", ("NVIDIA L20", "8.9")) is None
+    assert lookup("validated", "dsv4-topk-gpu", ("NVIDIA L40S", "8.9")) is None
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda b: dataclasses.replace(b, figures={**b.figures, "speedup[15x512]": {
+        "value": 99.0, "unit": "x", "better": "higher"}}), "its figures differ"),
+    (lambda b: dataclasses.replace(b, gpu="NVIDIA L20"), "the GPU and capability it records"),
+])
+def test_a_benchmark_record_other_than_the_signed_one_is_refused(
+        released: tuple[Path, Keys, manifest.Release], edit: Any, says: str) -> None:
+    """A release key holder publishes a release whose benchmark record is not what the
+    envelope signed: verify refuses it, and it is never anyone's baseline."""
+    root, k, rel = released
+    assert rel.manifest.benchmark is not None
+    bad = edit(rel.manifest.benchmark)
+    forged = publish(root, k.release, dataclasses.replace(rel.manifest, benchmark=bad))
+    with pytest.raises(ReleaseError, match=says):
+        recheck._benchmark(root, pol(root), forged)
+    lookup = create.previous_benchmark(root, root / "manifests" / "trust-policy.yaml")
+    with pytest.raises(ReleaseError, match=says):
+        lookup("sm89-stable", "dsv4-topk-gpu", (bad.gpu, bad.capability))

@@ -309,13 +309,15 @@ def benchmark_cmd(ctx: Ctx, figures: Path, name: str, image_ref: str,
         doc = json.loads(read_input(figures, "benchmark figures", UsageError))
     except ValueError as exc:
         raise UsageError(f"{figures} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{figures} is not a JSON object with 'figures' and 'environment'")
     key, _ = signing_key(ctx, key_path, lambda t: any(
         g.covers(attest.BENCHMARK_TYPE, name) for g in t.grants),
         f"benchmark '{name}' ({attest.BENCHMARK_TYPE})",
         "extend the key's 'allow' list with that predicate type and benchmark name")
     ev = create.evaluation(ctx.pipeline, None, image_ref, ctx.lineage_key)
     path = attest.sign_benchmark(ev.evidence_dir, name, ev.image, ev.digest,
-                                 doc.get("figures"), doc.get("environment") or {}, key)
+                                 doc.get("figures"), doc.get("environment"), key)
     ui.emit_json({"benchmark": str(path)}) if ctx.as_json else ui.out_console().print(str(path))
 
 

@@ -33,7 +33,7 @@ from ..evidence import dsse
 from ..evidence.intoto import Statement
 from ..evidence.keys import keyid_of
 from ..evidence.policy import Policy
-from . import units
+from . import gpus, units
 from ..fsutil import pretty_json, read_input, sha256_bytes, write_once
 
 BENCHMARK_TYPE = "urn:patchbake:predicate:benchmark:v1"
@@ -149,16 +149,47 @@ def check_figures(figures: Any, where: str) -> dict[str, dict[str, Any]]:
     return dict(figures)
 
 
+def measured_on(environment: Any) -> tuple[str, str] | None:
+    """(gpu, compute capability) as signed figures name where they were measured, or None
+    when they do not name both as non-empty strings."""
+    if not isinstance(environment, dict):
+        return None
+    gpu, cap = environment.get("gpu"), environment.get("capability")
+    if isinstance(gpu, str) and gpu and isinstance(cap, str) and cap:
+        return gpu, cap
+    return None
+
+
+def measurement_problem(environment: Any) -> str | None:
+    """Why figures' environment does not say, believably, where they were measured."""
+    where = measured_on(environment)
+    if where is None:
+        return ("the environment must name the 'gpu' and the compute 'capability' (as "
+                "\"8.9\") the figures were measured on")
+    return gpus.claim_problem({"gpu_name": where[0], "compute_capability": where[1]})
+
+
+def recorded_disagreement(figures: Mapping[str, Any], gpu: str | None, capability: str | None,
+                          signed: Signed) -> str | None:
+    """Where a release's benchmark record differs from the envelope it names: the figures,
+    or the GPU and capability (a record made before those were recorded names neither)."""
+    if dict(figures) != signed.predicate.get("figures"):
+        return "its figures differ from the signed ones"
+    if (gpu, capability) != (None, None) and \
+            (gpu, capability) != measured_on(signed.predicate.get("environment")):
+        return "the GPU and capability it records differ from the signed ones"
+    return None
+
+
 def sign_benchmark(evidence_dir: Path, name: str, image: str, digest: Digest,
-                   figures: dict[str, Any], environment: dict[str, Any],
-                   key: Ed25519PrivateKey) -> Path:
-    """Sign benchmark ``figures`` measured on ``image``@``digest``."""
+                   figures: Any, environment: Any, key: Ed25519PrivateKey) -> Path:
+    """Sign benchmark ``figures`` measured on ``image``@``digest``; the environment must
+    name the GPU and compute capability (figures from another GPU are never compared)."""
     check_figures(figures, f"benchmark '{name}'")
-    where = environment.get("gpu"), environment.get("capability")
-    if not all(isinstance(v, str) and v for v in where):
-        refuse_evidence("bad-predicate", f"benchmark '{name}': the environment must name the "
-                        "'gpu' and the compute 'capability' (as \"8.9\") the figures were "
-                        "measured on; figures from another GPU are never compared with them")
+    problem = measurement_problem(environment)
+    if problem:
+        refuse_evidence("bad-predicate", f"benchmark '{name}': {problem}; figures from another "
+                        "GPU are never compared with them")
     payload = _statement(image, digest, BENCHMARK_TYPE, {
         "name": name, "figures": figures, "environment": environment})
     return _write(benchmark_path(evidence_dir, digest, name), payload, key)

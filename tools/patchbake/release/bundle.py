@@ -43,7 +43,15 @@ from ..verify import baked
 from ..fields import Fields
 from ..digest import is_hex
 from . import imageattest, ledger, manifest, tlog, vsa
-from .attest import Basis, Signed, check_live, parse_time, read_approval, verify_benchmark
+from .attest import (
+    Basis,
+    Signed,
+    check_live,
+    parse_time,
+    read_approval,
+    recorded_disagreement,
+    verify_benchmark,
+)
 
 BUNDLE = "bundle.json"
 INCLUSION = "inclusion.json"  # beside the checkpoint: the release entry's audit path
@@ -278,6 +286,10 @@ def _envelopes(root: Path, rel: manifest.Release, pol: Any, recorded_at: str,
         got = verify_benchmark(root / b.path, rel.digest, pol, b.name)
         if got.envelope_sha256 != b.envelope_sha256:
             raise ReleaseError(f"{b.path} is not the benchmark the release recorded")
+        problem = recorded_disagreement(b.figures, b.gpu, b.capability, got)
+        if problem:
+            raise ReleaseError(f"the release's benchmark record is not what {b.path} signed: "
+                               f"{problem}")
     approved += recorded_approvals(root, rel, pol, recorded_at, release_keys)
     n = len(rel.envelopes()) - len(m.attestations)
     return f"{n} signed statement(s) verified; every subject is {rel.digest}"

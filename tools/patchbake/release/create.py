@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Pipeline, channels
-from ..errors import ConfigError, GateError, ReleaseError
+from ..errors import ConfigError, EvidenceError, GateError, ReleaseError
 from ..evidence import keys, policy
 from ..fsutil import read_input
 from ..images import definition as definitions
 from ..store import Store
 from ..suites import image as imagemod
-from . import facts, imageattest, journal, ledger, manifest, tlog
+from . import attest, facts, imageattest, journal, ledger, manifest, tlog
 from .gates import Evaluation, Table, evaluate
 
 
@@ -32,19 +32,34 @@ class Created:
     entry: ledger.Entry | None
 
 
-def previous_benchmark(releases_dir: Path) -> Callable[[str, str], facts.Benchmark | None]:
-    """The benchmark figures (and where they were measured) of the channel's last release,
-    per the ledger as stored (the ledger itself is verified before anything is promoted or
-    created)."""
-    def lookup(channel: str, name: str) -> facts.Benchmark | None:
+def previous_benchmark(root: Path, trust_policy: Path
+                       ) -> Callable[[str, str, tuple[str, str]], facts.Benchmark | None]:
+    """The benchmark record of the channel's latest release whose figures were measured on
+    the given GPU and capability, per the ledger as stored (verified itself before anything
+    is promoted or created). The record is checked against the envelope it names, which
+    must still verify: a release whose record says other than what was signed refuses."""
+    releases_dir = manifest.releases_dir(root)
+
+    def lookup(channel: str, name: str, where: tuple[str, str]) -> facts.Benchmark | None:
+        pol = None
         for e in reversed(ledger.find(ledger.read(releases_dir), "release", channel=channel)):
-            try:
-                rel = manifest.load_from(releases_dir, e.release)
-            except ReleaseError:
-                continue
+            rel = manifest.load_from(releases_dir, e.release)
             b = rel.manifest.benchmark
-            if b is not None and b.name == name:
-                return b
+            if b is None or b.name != name or (b.gpu, b.capability) != where:
+                continue
+            pol = pol or policy.load(trust_policy)
+            try:
+                signed = attest.verify_benchmark(root / b.path, rel.digest, pol, name)
+            except EvidenceError as exc:
+                raise ReleaseError(f"release {e.release[:16]}…, the last '{channel}' release "
+                                   f"measured on {where[0]}: {exc.message}") from None
+            problem = "its envelope was re-signed" \
+                if signed.envelope_sha256 != b.envelope_sha256 else \
+                attest.recorded_disagreement(b.figures, b.gpu, b.capability, signed)
+            if problem:
+                raise ReleaseError(f"release {e.release[:16]}…'s benchmark record is not what "
+                                   f"{b.path} signed: {problem}")
+            return b
         return None
     return lookup
 
@@ -68,7 +83,7 @@ def evaluation(pipeline: Pipeline, store: Store | None, ref: str,
     # the lineage the image was baked from (its definition names it), not the default
     return Evaluation(pipeline, store, pipeline.lineage_for(defn, lineage), name.split("@")[0],
                       resolved.digest, sig.evidence_dir, sig.trust_policy,
-                      previous_benchmark(manifest.releases_dir(pipeline.root)))
+                      previous_benchmark(pipeline.root, sig.trust_policy))
 
 
 def gates(pipeline: Pipeline, store: Store | None, channel: str, ref: str,

@@ -37,7 +37,15 @@ from ..suites.image import find_record
 from ..suites.run import suite_content_sha256
 from ..verify import baked
 from . import gpus, units
-from .attest import Basis, benchmark_path, utcnow, verify_approvals, verify_benchmark
+from .attest import (
+    Basis,
+    benchmark_path,
+    measured_on,
+    measurement_problem,
+    utcnow,
+    verify_approvals,
+    verify_benchmark,
+)
 from .facts import Approval, Benchmark, Evidence, Facts, Patch, Record, Upstream, Verification
 from ..fields import Fields
 from .rebake import rebake
@@ -103,8 +111,12 @@ class Evaluation:
     digest: Digest
     evidence_dir: Path
     policy_path: Path
-    # the benchmark fact of a channel's previous release: (channel, name) -> fact or None
-    previous_benchmark: Callable[[str, str], Benchmark | None] = lambda c, n: None
+    # the benchmark fact of the channel's latest release whose figures were measured on the
+    # same GPU: (channel, name, (gpu, capability)) -> fact or None
+    previous_benchmark: Callable[[str, str, tuple[str, str]], Benchmark | None] = \
+        lambda c, n, w: None
+    # the channel whose gates are being evaluated (a gate may be inherited from another)
+    evaluating: Channel | None = None
     clock: Callable[[], datetime] = utcnow  # when approvals are judged live (tests set it)
     facts: Facts = field(default_factory=Facts)
     _memo: dict[str, Any] = field(default_factory=dict)
@@ -352,20 +364,12 @@ def _regressions(now: dict[str, Any], before: dict[str, Any], tol: float) -> lis
     return out
 
 
-def _measured_on(environment: Any) -> tuple[str, str] | None:
-    """(gpu, compute capability) as signed figures name where they were measured."""
-    if not isinstance(environment, dict):
-        return None
-    gpu, cap = environment.get("gpu"), environment.get("capability")
-    if isinstance(gpu, str) and gpu and isinstance(cap, str) and cap:
-        return gpu, cap
-    return None
-
-
-def _declared_capabilities(ev: Evaluation, channel: str) -> set[str]:
-    """The compute capabilities the channel's capability gates (its own and inherited) ask for."""
-    ch = channels.get(ev.pipeline.channels, channel, ev.pipeline.path.name)
-    return {str(g.capability) for g in ch.gates if g.kind == "capability" and g.capability}
+def _declared_capabilities(ev: Evaluation, g: Gate) -> set[str]:
+    """The compute capabilities the capability gates of the channel being evaluated (its
+    own and inherited ones) ask for; the declaring channel's when none is being evaluated."""
+    ch = ev.evaluating or channels.get(ev.pipeline.channels, g.declared_in,
+                                       ev.pipeline.path.name)
+    return {str(c.capability) for c in ch.gates if c.kind == "capability" and c.capability}
 
 
 def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
@@ -380,35 +384,32 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
     except EvidenceError as exc:
 
         return "fail", f"benchmark '{name}': {exc.reason}: {exc.message}"
-    where = _measured_on(b.predicate.get("environment"))
-    if where is None:
-        return "fail", (f"benchmark '{name}': the signed figures do not say where they were "
-                        "measured (environment 'gpu' and 'capability'), so nothing can be "
-                        "compared with them")
-    gpu, cap = where
-    wanted = _declared_capabilities(ev, g.declared_in)
+    env = b.predicate.get("environment")
+    problem = measurement_problem(env)
+    if problem:
+        return "fail", (f"benchmark '{name}': the signed figures do not say believably where "
+                        f"they were measured ({problem}), so nothing can be compared with them")
+    gpu, cap = measured_on(env) or ("", "")
+    wanted = _declared_capabilities(ev, g)
     if wanted and cap not in wanted:
+        channel = ev.evaluating.name if ev.evaluating else g.declared_in
         return "fail", (f"benchmark '{name}': measured on {gpu} (compute capability {cap}), "
-                        f"but '{g.declared_in}' releases for {', '.join(sorted(wanted))}: "
+                        f"but '{channel}' releases for {', '.join(sorted(wanted))}: "
                         "figures from another GPU say nothing of that one")
     figures = b.predicate["figures"]
     ev.facts.benchmark = Benchmark(name, _rel(ev, b.path), b.keyid, b.envelope_sha256,
                                    dict(figures), gpu, cap)
-    before = ev.previous_benchmark(g.declared_in, name)
+    before = ev.previous_benchmark(g.declared_in, name, (gpu, cap))
     if before is None:
         return "pass", (f"{len(figures)} signed figures from {gpu} (compute capability {cap}); "
-                        f"first release of '{g.declared_in}': they are the baseline")
-    if (before.gpu, before.capability) != (gpu, cap):
-        return "fail", (f"benchmark '{name}': the previous '{g.declared_in}' release's figures "
-                        f"were measured on {before.gpu or 'a GPU they do not name'} "
-                        f"(compute capability {before.capability or 'unnamed'}), these on "
-                        f"{gpu} ({cap}): not comparable")
+                        f"no earlier '{g.declared_in}' release has figures from that GPU: "
+                        "they are the baseline")
     worse = _regressions(figures, dict(before.figures), tol)
     if worse:
         return "fail", (f"{len(worse)} figure(s) beyond the {tol:.0%} tolerance of the "
-                        f"previous '{g.declared_in}' release; first: {worse[0]}")
-    return "pass", (f"{len(figures)} signed figures within {tol:.0%} of the previous "
-                    f"'{g.declared_in}' release (both from {gpu})")
+                        f"last '{g.declared_in}' release measured on {gpu}; first: {worse[0]}")
+    return "pass", (f"{len(figures)} signed figures within {tol:.0%} of the last "
+                    f"'{g.declared_in}' release measured on {gpu}")
 
 
 SIGNED_GATES = ("evidence", "capability", "benchmark")  # the inputs an approval names
@@ -420,6 +421,7 @@ def approval_basis(ev: Evaluation, channel: str) -> tuple[Basis, list[Decision]]
     gather are kept apart from the evaluation's own."""
     ch = channels.get(ev.pipeline.channels, channel, ev.pipeline.path.name)
     saved, ev.facts = ev.facts, Facts()
+    evaluating, ev.evaluating = ev.evaluating, ch
     decisions = []
     try:
         for g in ch.gates:
@@ -430,7 +432,7 @@ def approval_basis(ev: Evaluation, channel: str) -> tuple[Basis, list[Decision]]
         if ev.facts.benchmark is not None:
             inputs[ev.facts.benchmark.path] = ev.facts.benchmark.envelope_sha256
     finally:
-        ev.facts = saved
+        ev.facts, ev.evaluating = saved, evaluating
     return Basis(ev.lineage.key, tuple(sorted(inputs.items()))), decisions
 
 
@@ -458,10 +460,18 @@ GATES: dict[str, Callable[[Evaluation, Gate], Outcome]] = {
 
 def evaluate(ev: Evaluation, channel: Channel) -> Table:
     """Every gate of ``channel`` (inherited ones first); never raises for a gate."""
-    decisions = []
     # an image this store does not hold is a verdict on the image (blocked), not a broken
     # store: the gates that read it say so
     absent = ev.store is not None and not ev.store.has(ev.digest)
+    saved, ev.evaluating = ev.evaluating, channel
+    try:
+        return _evaluate(ev, channel, absent)
+    finally:
+        ev.evaluating = saved
+
+
+def _evaluate(ev: Evaluation, channel: Channel, absent: bool) -> Table:
+    decisions = []
     for g in channel.gates:
         try:
             status, reason = GATES[g.kind](ev, g)

@@ -23,7 +23,7 @@ from ..errors import PatchbakeError, ReleaseError
 from ..evidence import policy, records
 from ..fsutil import read_input
 from . import imageattest, ledger, manifest, vsa
-from .attest import verify_benchmark
+from .attest import recorded_disagreement, verify_benchmark
 from .bundle import channel_gates, image_record, recorded_approvals
 from .facts import Evidence
 
@@ -111,6 +111,10 @@ def _benchmark(root: Path, pol: policy.Policy, rel: manifest.Release) -> str:
     assert b is not None
     got = verify_benchmark(root / b.path, rel.digest, pol, b.name)
     _recorded(root / b.path, b.envelope_sha256, got.envelope_sha256, "benchmark")
+    problem = recorded_disagreement(b.figures, b.gpu, b.capability, got)
+    if problem:
+        raise ReleaseError(f"the release's benchmark record is not what {b.path} signed: "
+                           f"{problem}")
     return f"signed by {got.signer}, about {rel.digest}"
 
 

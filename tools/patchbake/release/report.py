@@ -96,7 +96,6 @@ def bars(figures: dict[str, Any], previous: dict[str, Any] | None) -> list[Bar]:
 
 
 def render(pipeline: Pipeline, policy_path: Path, release: str) -> tuple[str, Rechecked]:
-    rdir = manifest.releases_dir(pipeline.root)
     rel = manifest.load(pipeline.root, release)
     checked = recheck(pipeline.root, policy_path, rel, pipeline)
     rec_path = rel.manifest.images[0].record
@@ -113,7 +112,11 @@ def render(pipeline: Pipeline, policy_path: Path, release: str) -> tuple[str, Re
         bench = facts.benchmark
     previous = None
     if bench:
-        before = previous_benchmark(rdir)(nxt or rel.channel, bench.name)
+        # only figures measured on the same GPU are drawn against these
+        before = None
+        if bench.gpu is not None and bench.capability is not None:
+            before = previous_benchmark(pipeline.root, policy_path)(
+                nxt or rel.channel, bench.name, (bench.gpu, bench.capability))
         previous = dict(before.figures) if before else None
     env = jinja2.Environment(loader=jinja2.PackageLoader("patchbake", "data"),
                              autoescape=True, undefined=jinja2.StrictUndefined)
