@@ -18,6 +18,7 @@ from patchbake.errors import ConfigError, UsageError
 from patchbake.evidence import dsse, keys, policy
 from patchbake.release import attest, create, gates, manifest
 from release_support import (
+    FIGURES,
     Keys,
     cli_repo,
     make_key,
@@ -337,6 +338,28 @@ def test_each_signing_command_refuses_a_key_without_its_role_first(
             or "not allowed to sign" in captured.err or "has no 'release' role" in
             captured.err), captured.err
     assert captured.out == ""
+    assert _tree(root) == before
+
+
+@pytest.mark.parametrize("doc, code, says", [
+    (["figures"], 2, "is not a JSON object with 'figures' and 'environment'"),
+    ({"figures": FIGURES}, 50, "must name the 'gpu' and the compute 'capability'"),
+    ({"figures": FIGURES, "environment": ["NVIDIA L40S", "8.9"]}, 50, "must name the 'gpu'"),
+    ({"figures": FIGURES, "environment": {"gpu": "NVIDIA H200", "capability": "8.9"}}, 50,
+     "is an H200, compute capability 9.0"),
+])
+def test_release_benchmark_refuses_figures_that_do_not_say_where_they_ran(
+        repo: tuple[Path, Keys], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        doc: object, code: int, says: str) -> None:
+    root, k = repo
+    figures = tmp_path / "figures.json"
+    figures.write_text(json.dumps(doc))
+    before = _tree(root)
+    capsys.readouterr()
+    assert main(["release", "benchmark", str(figures), "--name", "dsv4-topk-gpu", "--image",
+                 f"{IMAGE}@{DIGEST}", "--key", str(k.evidence)]) == code
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and says in err, err
     assert _tree(root) == before
 
 
