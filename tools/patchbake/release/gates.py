@@ -375,7 +375,7 @@ def _declared_capabilities(ev: Evaluation, g: Gate) -> set[str]:
 def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
     """Signed figures verify, were measured on the GPU the channel releases for (where it
     names one), and none is worse than the channel's previous release's by more than the
-    tolerance, both measured on the same GPU (the first release sets the baseline)."""
+    tolerance, both measured on the same GPU (with no such release, these are the baseline)."""
     assert g.benchmark is not None
     name, tol = g.benchmark.name, g.benchmark.tolerance
     try:

@@ -69,6 +69,7 @@ def _next_channel(pipeline: Pipeline, rel: manifest.Release) -> tuple[str | None
         return None, [], Facts()
     nxt = chs[names[names.index(rel.channel) + 1]]
     ev = evaluation(pipeline, None, f"{rel.image}@{rel.digest}")
+    ev.evaluating = nxt
     out = []
     for g in nxt.gates:
         if g.declared_in != nxt.name:
