@@ -64,8 +64,11 @@ def test_report_shows_the_digest_and_the_blocked_gate_with_its_reason(
     assert "capability : missing input: no passing GPU evidence from a compute capability " \
            "8.9 device (sm89 evidence)" in text
     assert "dsv4-topk-gpu NVIDIA H200 9.0" in text  # the evidence matrix row
-    assert "<svg" in dom.stdout and 'id="bench-chart"' in dom.stdout
-    assert "fused_us[15x512]" in text
+    # the figures were measured on the H200 too: sm89-stable's benchmark gate says why it
+    # does not take them, and the page draws no chart of figures no gate accepted
+    assert "benchmark : benchmark 'dsv4-topk-gpu': measured on NVIDIA H200 (compute " \
+           "capability 9.0), but 'sm89-stable' releases for 8.9" in text
+    assert "No benchmark figures for this digest." in text and "<svg" not in dom.stdout
 
     shot = tmp_path / "report.png"
     got = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri())
@@ -73,3 +76,22 @@ def test_report_shows_the_digest_and_the_blocked_gate_with_its_reason(
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shot, ARTIFACTS / "release-report.png")
+
+
+def test_report_draws_the_figures_the_next_channel_takes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Evidence and figures from an L40S (8.9): sm89-stable's benchmark gate takes them (the
+    first figures from that GPU are the baseline) and the page draws them."""
+    root = tmp_path / "repo"
+    k = make_repo(root, tmp_path / "keys")
+    rel = make_release(root, k, DIGEST, channel="validated", capability="8.9")
+    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
+    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
+    out = tmp_path / "report"
+    assert main(["report", rel.id, "--out", str(out)]) == 0
+    dom = chromium(tmp_path, "--dump-dom", (out / "index.html").as_uri())
+    assert dom.returncode == 0, dom.stderr[-1000:]
+    text = visible_text(dom.stdout)
+    assert "benchmark PASS 2 signed figures from NVIDIA L40S (compute capability 8.9)" in text
+    assert "<svg" in dom.stdout and 'id="bench-chart"' in dom.stdout
+    assert "fused_us[15x512]" in text
