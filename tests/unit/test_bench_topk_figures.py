@@ -80,3 +80,17 @@ def test_figures_from_without_figures_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         B.main(["--figures-from", str(tmp_path / "x.json")])
     assert exc.value.code == 2
+
+
+RUNS = sorted((REPO / "manifests" / "gpu").glob("*/figures.json"))
+
+
+@pytest.mark.parametrize("figures", RUNS, ids=[p.parent.name for p in RUNS])
+def test_committed_figures_are_those_of_their_raw_run(figures: Path) -> None:
+    """The figures a benchmark statement signs are made from the run beside them."""
+    raw = json.loads((figures.parent / "topk-gpu.json").read_text())
+    assert json.loads(figures.read_text()) == B.figures_of(raw)
+
+
+def test_there_are_committed_figures() -> None:
+    assert RUNS, "manifests/gpu/ holds no benchmark figures"
