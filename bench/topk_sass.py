@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_topk_gpu as B  # noqa: E402
+import topk_floor  # noqa: E402
 
 OPCODE = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 # SASS opcodes that issue to the integer ALU pipe (the one min/max runs on)
@@ -87,23 +88,13 @@ def compile_counts(canon: Any, rows: int, k: int, cfg: dict[str, int], arch: int
     }
 
 
-def other_layouts(k: int, rows: int) -> list[dict[str, int]]:
-    kp = 1 << max(0, (k - 1).bit_length())
-    out = []
-    for lanes in (16, 8):
-        if kp // lanes <= 64:
-            out.append({"ROWS": 32 // lanes * 2, "HI": kp // lanes // 4, "LANES": lanes,
-                        "VEC": 4, "LOG_K": kp.bit_length() - 1, "num_warps": 2})
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", help="directory holding the patched vllm/ (default: $PATCHBAKE_TREE)")
     ap.add_argument("--arch", type=int, action="append", help="compute capability as 90, 89 "
                     "(repeatable; default 90)")
     ap.add_argument("--layouts", action="store_true",
-                    help="also 16 and 8 threads a row where a thread holds at most 64 values")
+                    help="also the other thread-per-row layouts topk_floor.py times (k=512)")
     ap.add_argument("--json", help="write the counts here too")
     args = ap.parse_args(argv)
     try:
@@ -122,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{'ALU':>6} {'SHFL':>5} {'all':>6} {'spills':>6}  (a value)")
     for arch in args.arch or [90]:
         for rows, k in B.SHAPES:
-            cfgs = [canon.kernel_config(k, rows)]
-            if args.layouts:
-                cfgs += other_layouts(k, rows)
+            # the launch shape kernel_config gives; with --layouts, the ones topk_floor.py times
+            cfgs = topk_floor.layouts(canon, rows, k) if args.layouts \
+                else [canon.kernel_config(k, rows)]
             for cfg in cfgs:
                 r = compile_counts(canon, rows, k, cfg, arch)
                 rows_out.append(r)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from patchbake.entry import main
+from patchbake.release import manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from release_support import make_release, make_repo
@@ -42,16 +43,23 @@ def visible_text(dom: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
 
 
-def test_report_shows_the_digest_and_the_blocked_gate_with_its_reason(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capability: str
+            ) -> tuple[manifest.Release, Path]:
+    """A release into 'validated' whose evidence and figures come from a GPU of
+    ``capability``, and the report page made of it."""
     root = tmp_path / "repo"
     k = make_repo(root, tmp_path / "keys")
-    rel = make_release(root, k, DIGEST, channel="validated", capability="9.0")
+    rel = make_release(root, k, DIGEST, channel="validated", capability=capability)
     monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
     monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
     out = tmp_path / "report"
     assert main(["report", rel.id, "--out", str(out)]) == 0
-    page = out / "index.html"
+    return rel, out / "index.html"
+
+
+def test_report_shows_the_digest_and_the_blocked_gate_with_its_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rel, page = _report(tmp_path, monkeypatch, "9.0")
     source = page.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", source), "external asset"
     assert "<script" not in source
@@ -82,14 +90,8 @@ def test_report_draws_the_figures_the_next_channel_takes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Evidence and figures from an L40S (8.9): sm89-stable's benchmark gate takes them (the
     first figures from that GPU are the baseline) and the page draws them."""
-    root = tmp_path / "repo"
-    k = make_repo(root, tmp_path / "keys")
-    rel = make_release(root, k, DIGEST, channel="validated", capability="8.9")
-    monkeypatch.setenv("PATCHBAKE_PIPELINE", str(root / "pipeline.yaml"))
-    monkeypatch.setenv("PATCHBAKE_HOME", str(tmp_path / "store"))
-    out = tmp_path / "report"
-    assert main(["report", rel.id, "--out", str(out)]) == 0
-    dom = chromium(tmp_path, "--dump-dom", (out / "index.html").as_uri())
+    _, page = _report(tmp_path, monkeypatch, "8.9")
+    dom = chromium(tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-1000:]
     text = visible_text(dom.stdout)
     assert "benchmark PASS 2 signed figures from NVIDIA L40S (compute capability 8.9)" in text

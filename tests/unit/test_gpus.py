@@ -23,3 +23,10 @@ def test_claims_agree_or_are_named() -> None:
     assert "claims 8.9" in (gpus.claim_problem(
         {"gpu_name": "NVIDIA H200", "compute_capability": "8.9"}) or "")
     assert "names no GPU" in (gpus.claim_problem({"compute_capability": "8.9"}) or "")
+
+
+def test_a_malformed_capability_is_refused_in_a_bounded_line() -> None:
+    problem = gpus.claim_problem({"gpu_name": "NVIDIA L40S", "compute_capability": "8.9" * 10**5})
+    assert problem is not None and "is not of the form 8.9" in problem and len(problem) < 300
+    problem = gpus.claim_problem({"gpu_name": "NVIDIA X" * 10**5, "compute_capability": "8.9"})
+    assert problem is not None and len(problem) < 300

@@ -253,7 +253,10 @@ def test_the_capability_is_the_evaluated_channels_even_when_it_comes_after_the_b
                                          {"gpu": "NVIDIA L40S", "capability": 8.9},
                                          {"gpu": "NVIDIA H200", "capability": "8.9"},
                                          {"gpu": " ", "capability": "sm_89 "},
-                                         ["NVIDIA L40S", "8.9"], "NVIDIA L40S"])
+                                         ["NVIDIA L40S", "8.9"], "NVIDIA L40S",
+                                         {"gpu": "NVIDIA L40S " + "x" * 200, "capability": "8.9"},
+                                         {"gpu": "NVIDIA L40S\n", "capability": "8.9"},
+                                         {"gpu": "NVIDIA L40S", "capability": "8.9" * 100}])
 def test_figures_that_do_not_say_where_they_were_measured_fail(
         repo: tuple[Path, Keys], environment: dict[str, Any]) -> None:
     root, k = repo

@@ -149,13 +149,18 @@ def check_figures(figures: Any, where: str) -> dict[str, dict[str, Any]]:
     return dict(figures)
 
 
+GPU_NAME_MAX = 100  # as nvidia-smi prints it; a reason that names it stays one short line
+
+
 def measured_on(environment: Any) -> tuple[str, str] | None:
     """(gpu, compute capability) as signed figures name where they were measured, or None
-    when they do not name both as non-empty strings."""
+    when they do not name both: a printable GPU name of at most GPU_NAME_MAX characters
+    and a capability of the form 8.9."""
     if not isinstance(environment, dict):
         return None
     gpu, cap = environment.get("gpu"), environment.get("capability")
-    if isinstance(gpu, str) and gpu and isinstance(cap, str) and cap:
+    if isinstance(gpu, str) and 0 < len(gpu) <= GPU_NAME_MAX and gpu.isprintable() \
+            and isinstance(cap, str) and gpus.CAPABILITY.fullmatch(cap):
         return gpu, cap
     return None
 
@@ -164,8 +169,9 @@ def measurement_problem(environment: Any) -> str | None:
     """Why figures' environment does not say, believably, where they were measured."""
     where = measured_on(environment)
     if where is None:
-        return ("the environment must name the 'gpu' and the compute 'capability' (as "
-                "\"8.9\") the figures were measured on")
+        return ("the environment must name the 'gpu' and the compute 'capability' (as \"8.9\") "
+                f"the figures were measured on (the gpu printable, at most {GPU_NAME_MAX} "
+                "characters)")
     return gpus.claim_problem({"gpu_name": where[0], "compute_capability": where[1]})
 
 

@@ -390,10 +390,11 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
         return "fail", (f"benchmark '{name}': the signed figures do not say believably where "
                         f"they were measured ({problem}), so nothing can be compared with them")
     gpu, cap = measured_on(env) or ("", "")
+    where = f"{gpu} (compute capability {cap})"
     wanted = _declared_capabilities(ev, g)
     if wanted and cap not in wanted:
         channel = ev.evaluating.name if ev.evaluating else g.declared_in
-        return "fail", (f"benchmark '{name}': measured on {gpu} (compute capability {cap}), "
+        return "fail", (f"benchmark '{name}': measured on {where}, "
                         f"but '{channel}' releases for {', '.join(sorted(wanted))}: "
                         "figures from another GPU say nothing of that one")
     figures = b.predicate["figures"]
@@ -401,7 +402,7 @@ def gate_benchmark(ev: Evaluation, g: Gate) -> Outcome:
                                    dict(figures), gpu, cap)
     before = ev.previous_benchmark(g.declared_in, name, (gpu, cap))
     if before is None:
-        return "pass", (f"{len(figures)} signed figures from {gpu} (compute capability {cap}); "
+        return "pass", (f"{len(figures)} signed figures from {where}; "
                         f"no earlier '{g.declared_in}' release has figures from that GPU: "
                         "they are the baseline")
     worse = _regressions(figures, dict(before.figures), tol)

@@ -10,8 +10,11 @@ here, with its capability from NVIDIA's CUDA GPUs list.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from ..errors import shown
 
 # Part name (as torch and nvidia-smi print it, after "NVIDIA ") -> compute capability.
 PARTS: dict[str, str] = {
@@ -49,25 +52,30 @@ def part_of(gpu_name: str) -> str | None:
     return best
 
 
+CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
+
+
 def claim_problem(env: Mapping[str, Any]) -> str | None:
     """Why the GPU and capability an evidence environment claims are not to be believed,
     or None when they agree with the table and the recorded device properties."""
     name, cap = env.get("gpu_name"), env.get("compute_capability")
     if not isinstance(name, str) or not isinstance(cap, str):
         return "the evidence names no GPU or no compute capability"
+    if not CAPABILITY.fullmatch(cap):
+        return f"the compute capability {shown(cap)} is not of the form 8.9"
     part = part_of(name)
     if part is None:
-        return (f"GPU {name!r} is not a part patchbake knows the capability of "
+        return (f"GPU {shown(name)} is not a part patchbake knows the capability of "
                 "(release/gpus.py lists NVIDIA's parts)")
     if PARTS[part] != cap:
-        return (f"GPU {name!r} is an {part}, compute capability {PARTS[part]}, but the evidence "
-                f"claims {cap}")
+        return (f"GPU {shown(name)} is an {part}, compute capability {PARTS[part]}, but the "
+                f"evidence claims {cap}")
     props = env.get("device_properties")
     if props is not None:
         if not isinstance(props, dict):
             return "the recorded device properties are not an object"
         raw = f"{props.get('major')}.{props.get('minor')}"
         if raw != cap or props.get("name") != name:
-            return (f"the recorded device properties ({props.get('name')!r}, {raw}) disagree "
-                    f"with the claim ({name!r}, {cap})")
+            return (f"the recorded device properties ({shown(props.get('name'))}, {raw}) disagree "
+                    f"with the claim ({shown(name)}, {cap})")
     return None
